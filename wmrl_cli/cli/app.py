@@ -1,0 +1,46 @@
+"""The `wmrl` command: one Typer app, one module per command."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from wmrl_cli import __version__
+from wmrl_cli.cli.eval_cmd import eval_command
+from wmrl_cli.cli.presets_cmd import presets_app
+from wmrl_cli.cli.rollout_cmd import rollout_command
+
+app = typer.Typer(
+    name="wmrl",
+    help="Post-train VLA policies with RL inside learned video world models.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"wmrl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = None,
+) -> None:
+    """wmrl: world-model RL for vision-language-action policies."""
+
+
+app.command("rollout")(rollout_command)
+app.command("eval")(eval_command)
+app.add_typer(presets_app, name="presets")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,79 @@
+"""Options shared by several commands, config resolution and error reporting."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.text import Text
+
+from wmrl_cli.config import RunConfig, resolve_config
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.logging import err_console
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PresetOpt = Annotated[
+    str | None,
+    typer.Option("--preset", "-p", help="Preset name (see `wmrl presets list`) or a YAML path."),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", "-s", help="Override any config field, e.g. --set simulator.image_size=128 "
+        "(repeatable; values are typed YAML)."
+    ),
+]
+OutOpt = Annotated[
+    Path | None, typer.Option("--out", "-o", help="Run directory (default: runs/<command>-<time>).")
+]
+SuiteOpt = Annotated[str | None, typer.Option(help="Task suite, e.g. mw10 (Meta-World, embedded).")]
+PolicyOpt = Annotated[
+    str | None,
+    typer.Option(help="Policy: expert (scripted), random, or a policy checkpoint directory."),
+]
+EpisodesOpt = Annotated[
+    int | None, typer.Option("--episodes-per-task", "-n", help="Episodes (trials) per task.")
+]
+SeedOpt = Annotated[
+    int | None, typer.Option(help="Base seed; an episode's seed is base seed + its init id.")
+]
+NumEnvsOpt = Annotated[int | None, typer.Option(help="Environments stepped as one batch.")]
+WorkersOpt = Annotated[
+    int | None, typer.Option(help="Simulator worker processes (0 runs in this process).")
+]
+ImageSizeOpt = Annotated[int | None, typer.Option(help="Camera image side in pixels (64 or 256).")]
+NoiseOpt = Annotated[
+    float | None, typer.Option(help="Std of Gaussian noise added to expert actions.")
+]
+TemperatureOpt = Annotated[
+    float | None, typer.Option(help="Sampling temperature for learned policies (default 1.6).")
+]
+GreedyOpt = Annotated[
+    bool, typer.Option("--greedy", help="Take the most likely action token instead of sampling.")
+]
+
+
+def build_config(preset: str | None, overrides: list[str] | None, **options: Any) -> RunConfig:
+    """options: dotted config keys (e.g. 'simulator.seed') -> value or None (not given)."""
+    return resolve_config(preset, {k.replace("__", "."): v for k, v in options.items()}, overrides)
+
+
+def handle_errors(func: F) -> F:
+    """User errors become one red line on stderr and a non-zero exit code, no traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except WmrlError as exc:
+            err_console.print(Text.assemble(("error: ", "bold red"), str(exc)), soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/]")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]

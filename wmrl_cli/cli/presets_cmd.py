@@ -1,0 +1,36 @@
+"""`wmrl presets list|show`: the shipped presets and what they resolve to."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.syntax import Syntax
+from rich.table import Table
+
+from wmrl_cli.cli.common import handle_errors
+from wmrl_cli.config import dump_config, list_presets, resolve_config
+from wmrl_cli.logging import console
+
+presets_app = typer.Typer(help="List the shipped presets or show one resolved.", no_args_is_help=True)
+
+
+@presets_app.command("list")
+@handle_errors
+def list_command() -> None:
+    """List presets with their descriptions."""
+    table = Table(title="wmrl presets")
+    table.add_column("name", style="bold")
+    table.add_column("description")
+    for name, description in list_presets().items():
+        table.add_row(name, description)
+    console.print(table)
+
+
+@presets_app.command("show")
+@handle_errors
+def show_command(
+    name: Annotated[str, typer.Argument(help="Preset name or YAML path.")],
+) -> None:
+    """Print the full configuration a preset resolves to (defaults filled in)."""
+    console.print(Syntax(dump_config(resolve_config(name)), "yaml"))

@@ -1,0 +1,117 @@
+"""Presets, `--set` overrides and validation, with one-line errors that name the key path."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from wmrl_cli.config.schema import RunConfig
+from wmrl_cli.errors import ConfigError
+
+PRESET_SUFFIX = ".yaml"
+
+
+def preset_dir() -> Path:
+    """Presets ship inside the package so that an installed `wmrl` finds them."""
+    return Path(str(resources.files("wmrl_cli") / "presets"))
+
+
+def list_presets() -> dict[str, str]:
+    """Preset name -> one-line description (the file's `description:` key)."""
+    out: dict[str, str] = {}
+    for path in sorted(preset_dir().glob(f"*{PRESET_SUFFIX}")):
+        data = _read_yaml(path)
+        out[path.stem] = str(data.get("description", ""))
+    return out
+
+
+def load_preset(name_or_path: str) -> dict[str, Any]:
+    """A preset's config mapping (without its description), by name or by file path."""
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") and path.is_file()):
+        path = preset_dir() / f"{name_or_path}{PRESET_SUFFIX}"
+    if not path.is_file():
+        known = ", ".join(list_presets()) or "none"
+        raise ConfigError(f"unknown preset '{name_or_path}': expected one of {known} or a .yaml path")
+    data = _read_yaml(path)
+    data.pop("description", None)
+    return data
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({_first_line(exc)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of config sections, got {type(data).__name__}")
+    return data
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (['a','b','c'], value); the value is parsed as YAML (typed)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"bad --set '{text}': expected section.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_override(data: dict[str, Any], path: list[str], value: Any) -> None:
+    node = data
+    for i, part in enumerate(path[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            where = ".".join(path[: i + 1])
+            raise ConfigError(f"bad --set {'.'.join(path)}: '{where}' is a value, not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def resolve_config(
+    preset: str | None = None,
+    options: dict[str, Any] | None = None,
+    overrides: list[str] | None = None,
+) -> RunConfig:
+    """Preset, then explicit CLI options (dotted keys), then `--set` overrides, validated."""
+    data: dict[str, Any] = load_preset(preset) if preset else {}
+    for dotted, value in (options or {}).items():
+        if value is not None:
+            apply_override(data, dotted.split("."), value)
+    for text in overrides or []:
+        apply_override(data, *parse_override(text))
+    return validate_config(data)
+
+
+def validate_config(data: dict[str, Any]) -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(part) for part in err["loc"]) or "<root>"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    if err["type"] == "extra_forbidden":
+        return f"unknown config key '{loc}'{more}"
+    got = err.get("input")
+    got_text = "" if isinstance(got, dict) else f", got {got!r}"
+    return f"invalid value for '{loc}': {err['msg'][:1].lower() + err['msg'][1:]}{got_text}{more}"
+
+
+def dump_config(config: RunConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

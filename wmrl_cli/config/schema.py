@@ -1,0 +1,136 @@
+"""Typed run configuration. Every section forbids unknown keys so that a typo fails loudly.
+
+Sections mirror the pipeline: the real simulator, the policy, the world model, the reward
+model, the RL algorithm, training, evaluation, rollout collection (with KIR keyframes) and
+logging. Defaults are the embedded Meta-World setting; presets override them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SimulatorConfig(Section):
+    """The real simulator that evaluation and data collection talk to."""
+
+    name: Literal["metaworld"] = "metaworld"
+    suite: str = Field("mw10", description="task suite; see `wmrl presets show` for its tasks")
+    image_size: int = Field(64, ge=16, le=512, description="square camera image side, pixels")
+    camera: str = Field("corner", description="MuJoCo camera name")
+    max_steps: int = Field(128, ge=1, le=10_000, description="env steps before truncation")
+    chunk_size: int = Field(8, ge=1, le=64, description="actions per chunk (policy and world model)")
+    num_envs: int = Field(10, ge=1, le=4096, description="environments stepped as one batch")
+    num_workers: int = Field(2, ge=0, le=256, description="simulator processes (0: in-process)")
+    seed: int = Field(0, ge=0, description="base seed: episode seed = seed + init_id")
+    terminate_on_success: bool = True
+
+
+class PolicyConfig(Section):
+    """Which policy acts: `expert` (scripted), `random`, or a checkpoint directory."""
+
+    name: str = Field("expert", min_length=1)
+    noise_std: float = Field(0.0, ge=0.0, le=10.0, description="Gaussian action noise (expert)")
+    temperature: float = Field(1.6, gt=0.0, le=100.0)
+    greedy: bool = False
+    top_k: int | None = Field(None, ge=1, le=256)
+
+
+class WorldModelConfig(Section):
+    backend: Literal["wan", "opensora"] = "wan"
+    size: Literal["tiny", "full"] = "tiny"
+    path: str | None = Field(None, description="checkpoint directory or asset name")
+    context_frames: int = Field(4, ge=1, le=16)
+    num_inference_steps: int = Field(5, ge=1, le=1000)
+    flow_shift: float = Field(5.0, gt=0.0)
+
+
+class RewardModelConfig(Section):
+    kind: Literal["resnet", "taskemb_resnet", "videomae"] = "resnet"
+    path: str | None = None
+    success_threshold: float = Field(0.9, ge=0.0, le=1.0)
+    use_rel_reward: bool = False
+    reward_coef: float = Field(5.0, gt=0.0)
+
+
+class AlgorithmConfig(Section):
+    name: Literal["grpo", "ppo"] = "grpo"
+    group_size: int = Field(8, ge=1)
+    clip_low: float = Field(0.2, ge=0.0, le=1.0)
+    clip_high: float = Field(0.28, ge=0.0, le=10.0)
+    dual_clip: float | None = Field(None, gt=1.0)
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
+    normalize_advantage_std: bool = True
+    filter_groups: bool = True
+    value_clip: float = Field(0.2, ge=0.0)
+    huber_delta: float = Field(10.0, gt=0.0)
+    entropy_coef: float = Field(0.0, ge=0.0)
+    kl_coef: float = Field(0.0, ge=0.0)
+
+
+class TrainingConfig(Section):
+    lr: float = Field(2e-5, gt=0.0, le=1.0)
+    value_lr: float = Field(3e-3, gt=0.0, le=1.0)
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = Field(1e-5, gt=0.0)
+    weight_decay: float = Field(0.01, ge=0.0)
+    grad_clip: float = Field(1.0, gt=0.0)
+    steps: int = Field(100, ge=1)
+    micro_batch: int = Field(32, ge=1)
+    lora_rank: int | None = Field(None, ge=1, le=1024)
+    bf16: bool = False
+    save_every: int = Field(10, ge=1)
+
+
+class EvalConfig(Section):
+    episodes_per_task: int = Field(10, ge=1, le=100_000, description="trials per task")
+    save_video: bool = False
+    video_fps: int = Field(20, ge=1, le=240)
+
+
+class KirConfig(Section):
+    """Keyframe selection for keyframe-initialized rollouts (docs/formats.md#kir)."""
+
+    enabled: bool = False
+    chunks_before_success: list[int] = Field(
+        default_factory=lambda: [1, 2, 4],
+        description="in successful episodes, keyframes this many chunks before the success",
+    )
+    stall_threshold: float = Field(
+        2.0, ge=0.0, description="mean absolute pixel change per chunk below which a failed "
+        "episode counts as stalled (uint8 units)"
+    )
+    max_stall_keyframes: int = Field(2, ge=0, description="stall keyframes kept per failed episode")
+    min_context: int = Field(4, ge=0, description="frames a keyframe needs before it")
+
+
+class RolloutConfig(Section):
+    episodes_per_task: int = Field(10, ge=1, le=100_000)
+    kir: KirConfig = Field(default_factory=KirConfig)
+
+
+class LoggingConfig(Section):
+    tensorboard: bool = True
+    progress: bool = True
+
+
+class RunConfig(Section):
+    """A whole run; `config.yaml` in every run directory is this object, resolved."""
+
+    simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    world_model: WorldModelConfig = Field(default_factory=WorldModelConfig)
+    reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    output_dir: Path | None = Field(None, description="run directory (default: runs/<cmd>-<time>)")

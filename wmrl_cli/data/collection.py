@@ -1,0 +1,116 @@
+"""Collecting real-simulator rollouts into an episode store (`wmrl rollout`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from rich.table import Table
+
+from wmrl_cli.config import RunConfig
+from wmrl_cli.data.episodes import EpisodeStore, atomic_write_text
+from wmrl_cli.data.kir import Keyframe, select_keyframes
+from wmrl_cli.data.reset_set import export_rlinf
+from wmrl_cli.envs.runner import iter_episodes
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.logging import progress_task
+from wmrl_cli.runtime import prepare_run_dir, seed_everything
+
+KIR_FILE = "kir.json"
+
+
+@dataclass
+class RolloutSummary:
+    store: str
+    per_task: dict[str, dict[str, float]] = field(default_factory=dict)
+    episodes: int = 0
+    keyframes: int | None = None
+    rlinf_files: int | None = None
+
+    def table(self) -> Table:
+        table = Table(title=f"rollouts -> {self.store}")
+        for column in ("task", "episodes", "success", "mean length"):
+            table.add_column(column, justify="left" if column == "task" else "right")
+        for task, row in self.per_task.items():
+            table.add_row(task, str(int(row["episodes"])), f"{100 * row['success']:.1f}%",
+                          f"{row['length']:.1f}")
+        extra = []
+        if self.keyframes is not None:
+            extra.append(f"{self.keyframes} KIR keyframes")
+        if self.rlinf_files is not None:
+            extra.append(f"{self.rlinf_files} RLinf reset files")
+        if extra:
+            table.caption = ", ".join(extra)
+        return table
+
+
+def read_keyframes(store_dir: Path) -> list[Keyframe]:
+    path = store_dir / KIR_FILE
+    if not path.is_file():
+        return []
+    return [Keyframe(**item) for item in json.loads(path.read_text())["keyframes"]]
+
+
+def write_keyframes(store: EpisodeStore, cfg: RunConfig) -> list[Keyframe]:
+    keys = [k for i, ep in enumerate(store) for k in select_keyframes(ep, i, cfg.rollout.kir)]
+    body = {"rule": cfg.rollout.kir.model_dump(), "keyframes": [asdict(k) for k in keys]}
+    atomic_write_text(store.root / KIR_FILE, json.dumps(body, indent=1))
+    return keys
+
+
+def collect_rollouts(cfg: RunConfig, append: bool = False, export_rlinf: bool = False
+                     ) -> RolloutSummary:
+    from wmrl_cli.policies.registry import build_policy
+    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+
+    out = Path(cfg.output_dir) if cfg.output_dir else None
+    if out is None:
+        raise WmrlError("rollout needs an output directory (--out DIR)")
+    if (out / "index.json").exists() and not append:
+        raise WmrlError(f"{out} already holds an episode store; pass --append to add to it")
+    if out.exists() and not (out / "index.json").exists() and any(out.iterdir()):
+        raise WmrlError(f"{out} exists and is not an episode store; choose an empty directory")
+    store = EpisodeStore(out)
+    prepare_run_dir(cfg, "rollout")
+    seed_everything(cfg.simulator.seed)
+    sim_cfg = cfg.simulator
+    with MetaWorldSim(sim_cfg) as sim:
+        n_tasks = len(sim.task_names)
+        # Appending continues the init ids, so new episodes never repeat stored seeds.
+        used = [int(m["init_id"]) for m in store.index]
+        offset = (max(used) // n_tasks + 1) * n_tasks if used else 0
+        init_ids = [offset + i for i in range(cfg.rollout.episodes_per_task * n_tasks)]
+        policy = build_policy(cfg.policy, sim.suite, sim.action_dim, sim_cfg.chunk_size,
+                              seed=sim_cfg.seed + offset)
+        pending = []
+        with progress_task(f"rollout {policy.name}", len(init_ids), cfg.logging.progress) as adv:
+            for episode in iter_episodes(
+                sim, policy, init_ids, chunk_size=sim_cfg.chunk_size,
+                seed_of=lambda i: sim_cfg.seed + i, sample=not cfg.policy.greedy,
+                temperature=cfg.policy.temperature, suite=sim_cfg.suite,
+            ):
+                pending.append(episode)
+                if len(pending) >= sim.num_envs:  # flush per batch: bounded memory
+                    store.add(pending)
+                    pending = []
+                adv()
+        store.add(pending)
+
+    summary = RolloutSummary(store=str(out), episodes=len(store))
+    for task in sim.task_names:
+        rows = [m for m in store.index if m["task_name"] == task]
+        if rows:
+            summary.per_task[task] = {
+                "episodes": len(rows),
+                "success": float(np.mean([m["success"] for m in rows])),
+                "length": float(np.mean([m["length"] for m in rows])),
+            }
+    keyframes = read_keyframes(out)
+    if cfg.rollout.kir.enabled:
+        keyframes = write_keyframes(store, cfg)
+        summary.keyframes = len(keyframes)
+    if export_rlinf:
+        summary.rlinf_files = len(export_rlinf(store, out, keyframes, cfg.world_model.context_frames))
+    return summary

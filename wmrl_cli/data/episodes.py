@@ -1,0 +1,209 @@
+"""The canonical episode store: one `.npz` per episode (numeric arrays only, never pickle)
+and an `index.json` describing every episode. Layout in docs/formats.md.
+
+    store/
+      index.json                {"format": "wmrl-episodes", "version": 1, "episodes": [...]}
+      episodes/ep_000000.npz    frames, actions, rewards, success, sim_state_steps, sim_state_*
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wmrl_cli.errors import WmrlError
+
+FORMAT = "wmrl-episodes"
+VERSION = 1
+
+
+@dataclass
+class Episode:
+    """One episode. frames[t] is the observation before action t; frames[-1] is the last one.
+
+    frames uint8 [T+1,H,W,3]; actions float32 [T,A] (as executed); rewards float32 [T];
+    success bool [T] (the simulator's flag after each step). sim_states maps a step index
+    (a chunk boundary) to the flat simulator state at that step, so the episode can be
+    replayed from any chunk.
+    """
+
+    task_id: int
+    task_name: str
+    instruction: str
+    seed: int
+    init_id: int
+    frames: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    success: np.ndarray
+    chunk_size: int
+    sim_states: dict[int, np.ndarray] = field(default_factory=dict)
+    policy: str = ""
+    suite: str = ""
+
+    @property
+    def length(self) -> int:
+        return int(self.actions.shape[0])
+
+    @property
+    def succeeded(self) -> bool:
+        return bool(self.success.any())
+
+    @property
+    def success_step(self) -> int | None:
+        """Number of actions taken when success first held (None if never)."""
+        hits = np.flatnonzero(self.success)
+        return int(hits[0]) + 1 if hits.size else None
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "task_name": self.task_name,
+            "instruction": self.instruction,
+            "seed": self.seed,
+            "init_id": self.init_id,
+            "length": self.length,
+            "success": self.succeeded,
+            "success_step": self.success_step,
+            "chunk_size": self.chunk_size,
+            "policy": self.policy,
+            "suite": self.suite,
+        }
+
+
+def atomic_write_bytes(path: Path, write: Any) -> None:
+    """Write through a temp file in the same directory, then rename: never a half file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
+
+
+class EpisodeStore:
+    """An episode directory: append episodes, list them, stream them back."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self._index: list[dict[str, Any]] = []
+        index = self.root / "index.json"
+        if index.exists():
+            self._index = self._read_index(index)
+
+    @staticmethod
+    def _read_index(path: Path) -> list[dict[str, Any]]:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise WmrlError(f"{path}: unreadable episode index ({exc})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise WmrlError(f"{path}: not a wmrl episode index (expected format '{FORMAT}')")
+        return list(data["episodes"])
+
+    @classmethod
+    def open(cls, root: str | Path) -> EpisodeStore:
+        """An existing store; a clear error if `root` is not one."""
+        if not (Path(root) / "index.json").is_file():
+            raise WmrlError(f"{root}: not an episode store (no index.json); create one with "
+                            "`wmrl rollout --out DIR`")
+        return cls(root)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    @property
+    def index(self) -> list[dict[str, Any]]:
+        return list(self._index)
+
+    def add(self, episodes: list[Episode]) -> None:
+        """Write episode files, then the index (atomically), so a crash never leaves the index
+        pointing at a missing or partial file."""
+        for episode in episodes:
+            number = len(self._index)
+            name = f"episodes/ep_{number:06d}.npz"
+            arrays = {
+                "frames": episode.frames,
+                "actions": episode.actions.astype(np.float32),
+                "rewards": episode.rewards.astype(np.float32),
+                "success": episode.success.astype(bool),
+            }
+            steps = sorted(episode.sim_states)
+            arrays["sim_state_steps"] = np.asarray(steps, dtype=np.int64)
+            if steps:
+                arrays["sim_states"] = np.stack([episode.sim_states[s] for s in steps])
+            atomic_write_bytes(self.root / name, lambda h, a=arrays: np.savez_compressed(h, **a))
+            self._index.append({"id": number, "file": name, **episode.meta()})
+        self._write_index()
+
+    def _write_index(self) -> None:
+        body = {"format": FORMAT, "version": VERSION, "episodes": self._index}
+        atomic_write_text(self.root / "index.json", json.dumps(body, indent=1))
+
+    def load(self, episode_id: int) -> Episode:
+        meta = self._index[episode_id]
+        path = self.root / meta["file"]
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {key: data[key] for key in data.files}
+        except (OSError, ValueError) as exc:
+            raise WmrlError(f"{path}: unreadable episode file ({exc})") from None
+        steps = arrays.get("sim_state_steps", np.zeros(0, dtype=np.int64))
+        states = arrays.get("sim_states")
+        return Episode(
+            task_id=int(meta["task_id"]),
+            task_name=meta["task_name"],
+            instruction=meta["instruction"],
+            seed=int(meta["seed"]),
+            init_id=int(meta["init_id"]),
+            frames=arrays["frames"],
+            actions=arrays["actions"],
+            rewards=arrays["rewards"],
+            success=arrays["success"],
+            chunk_size=int(meta["chunk_size"]),
+            sim_states={int(s): states[i] for i, s in enumerate(steps)},
+            policy=meta.get("policy", ""),
+            suite=meta.get("suite", ""),
+        )
+
+    def __iter__(self) -> Iterator[Episode]:
+        """Streams episodes one at a time (only one is in memory)."""
+        for i in range(len(self._index)):
+            yield self.load(i)
+
+    def iter_ids(self, ids: list[int]) -> Iterator[Episode]:
+        for i in ids:
+            yield self.load(i)
+
+    def split(self, val_fraction: float = 0.1, seed: int = 0) -> tuple[list[int], list[int]]:
+        """Split by episode, stratified by task, deterministically: (train_ids, val_ids).
+        Every task with at least two episodes contributes at least one validation episode."""
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        rng = np.random.default_rng(seed)
+        by_task: dict[int, list[int]] = {}
+        for meta in self._index:
+            by_task.setdefault(int(meta["task_id"]), []).append(int(meta["id"]))
+        train, val = [], []
+        for task in sorted(by_task):
+            ids = list(rng.permutation(by_task[task]))
+            n_val = int(round(val_fraction * len(ids)))
+            if val_fraction > 0 and len(ids) >= 2:
+                n_val = min(max(n_val, 1), len(ids) - 1)
+            val += [int(i) for i in ids[:n_val]]
+            train += [int(i) for i in ids[n_val:]]
+        return sorted(train), sorted(val)

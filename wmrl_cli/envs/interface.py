@@ -1,0 +1,61 @@
+"""The env interface shared by the real simulator and the imagined env (ARCHITECTURE.md).
+
+Envs are vectorized over B environments and stepped one action chunk at a time. Policy, RL
+and evaluation code talk to this interface only, never to a concrete simulator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass
+class Obs:
+    """One observation per environment.
+
+    images: uint8 [B,H,W,3], upright RGB. instructions: B strings. task_ids: int [B].
+    proprio: the simulator's low-dimensional state [B,D] where one exists (scripted experts
+    read it; learned policies do not). sim_states: per env a flat float64 simulator state
+    from which the env can be restored exactly (None for the imagined env).
+    """
+
+    images: np.ndarray
+    instructions: list[str]
+    task_ids: np.ndarray
+    proprio: np.ndarray | None = None
+    sim_states: list[np.ndarray] | None = None
+
+
+@dataclass
+class ChunkResult:
+    """What `chunk_step` returns for a chunk of C actions.
+
+    frames: uint8 [B,C,H,W,3], the observation after every action of the chunk (an env that
+    finished mid-chunk repeats its last frame). rewards, terminated, truncated, success: [B,C].
+    `obs` is the observation after the chunk. An env that is done stays done until reset.
+    """
+
+    obs: Obs
+    frames: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    success: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Env(Protocol):
+    num_envs: int
+    action_dim: int
+    task_names: list[str]
+
+    def reset(
+        self, init_ids: list[int], sim_states: list[np.ndarray | None] | None = None
+    ) -> Obs: ...
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkResult: ...
+
+    def close(self) -> None: ...

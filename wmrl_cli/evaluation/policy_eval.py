@@ -1,0 +1,133 @@
+"""Policy evaluation in a real simulator: every task x trial with fixed seeds, success_once."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from rich.table import Table
+
+from wmrl_cli.data.episodes import Episode, atomic_write_text
+from wmrl_cli.envs.interface import Env
+from wmrl_cli.envs.runner import iter_episodes
+from wmrl_cli.evaluation.videos import tile, upscale, write_mp4
+from wmrl_cli.logging import progress_task
+from wmrl_cli.policies.base import Policy
+
+
+@dataclass
+class EpisodeResult:
+    task: str
+    trial: int
+    init_id: int
+    seed: int
+    success: bool
+    length: int
+    video: str | None = None
+
+
+@dataclass
+class EvalReport:
+    suite: str
+    policy: str
+    trials_per_task: int
+    per_task: dict[str, float]
+    overall: float
+    episodes: list[EpisodeResult] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    def table(self, title: str = "success_once") -> Table:
+        table = Table(title=f"{title}: {self.policy} on {self.suite}")
+        table.add_column("task")
+        table.add_column("success", justify="right")
+        table.add_column("trials", justify="right")
+        for task, rate in self.per_task.items():
+            table.add_row(task, f"{100 * rate:.1f}%", str(self.trials_per_task))
+        table.add_section()
+        table.add_row("overall", f"{100 * self.overall:.1f}%", str(len(self.episodes)))
+        return table
+
+    def markdown(self) -> str:
+        lines = [
+            f"# Evaluation: {self.policy} on {self.suite}",
+            "",
+            f"{self.trials_per_task} trials per task, success_once.",
+            "",
+            "| task | success |",
+            "|---|---|",
+        ]
+        lines += [f"| {task} | {100 * rate:.1f}% |" for task, rate in self.per_task.items()]
+        lines.append(f"| **overall** | **{100 * self.overall:.1f}%** |")
+        return "\n".join(lines) + "\n"
+
+    def save(self, run_dir: Path) -> None:
+        atomic_write_text(run_dir / "report.json", self.to_json())
+        atomic_write_text(run_dir / "report.md", self.markdown())
+
+
+def eval_init_ids(num_tasks: int, trials: int) -> list[int]:
+    """Trial-major order, so each batch mixes tasks: init_id = trial * num_tasks + task."""
+    return list(range(trials * num_tasks))
+
+
+def evaluate_policy(
+    env: Env,
+    policy: Policy,
+    *,
+    suite: str,
+    trials: int,
+    chunk_size: int,
+    base_seed: int,
+    sample: bool = True,
+    temperature: float = 1.6,
+    video_dir: Path | None = None,
+    fps: int = 20,
+    progress: bool = True,
+) -> EvalReport:
+    tasks = env.task_names
+    init_ids = eval_init_ids(len(tasks), trials)
+    results: list[EpisodeResult] = []
+    videos: dict[str, list[np.ndarray]] = {name: [] for name in tasks}
+
+    with progress_task(f"eval {policy.name}", total=len(init_ids), enabled=progress) as advance:
+
+        def record(episode: Episode) -> None:
+            trial = episode.init_id // len(tasks)
+            video = None
+            if video_dir is not None:
+                frames = upscale(episode.frames)
+                outcome = "success" if episode.succeeded else "fail"
+                name = f"{episode.task_name}_trial{trial:03d}_{outcome}.mp4"
+                video = str(write_mp4(video_dir / name, frames, fps).relative_to(video_dir.parent))
+                videos[episode.task_name].append(frames)
+            results.append(
+                EpisodeResult(episode.task_name, trial, episode.init_id, episode.seed,
+                              episode.succeeded, episode.length, video)
+            )
+            advance()
+
+        for episode in iter_episodes(
+            env, policy, init_ids, chunk_size=chunk_size, seed_of=lambda i: base_seed + i,
+            sample=sample, temperature=temperature, suite=suite,
+        ):
+            record(episode)
+    if video_dir is not None:
+        for name, clips in videos.items():
+            if clips:
+                write_mp4(video_dir / f"{name}_grid.mp4", tile(clips), fps)
+    per_task = {
+        name: float(np.mean([r.success for r in results if r.task == name])) for name in tasks
+    }
+    results.sort(key=lambda r: (tasks.index(r.task), r.trial))
+    return EvalReport(
+        suite=suite,
+        policy=policy.name,
+        trials_per_task=trials,
+        per_task=per_task,
+        overall=float(np.mean([r.success for r in results])),
+        episodes=results,
+    )

@@ -1,0 +1,47 @@
+"""mp4 writing (imageio + ffmpeg) and tiling several episodes into one grid video."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import imageio.v2 as imageio
+import numpy as np
+
+
+def upscale(frames: np.ndarray, min_side: int = 128) -> np.ndarray:
+    """Nearest-neighbour upscale so that small simulator frames stay legible in a player."""
+    factor = max(1, math.ceil(min_side / frames.shape[-2]))
+    return frames if factor == 1 else frames.repeat(factor, axis=-3).repeat(factor, axis=-2)
+
+
+def write_mp4(path: str | Path, frames: np.ndarray, fps: int = 20) -> Path:
+    """frames uint8 [T,H,W,3]; written to a temp file, then renamed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    try:
+        with imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=16) as writer:
+            for frame in frames:
+                writer.append_data(np.ascontiguousarray(frame))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def tile(videos: list[np.ndarray], columns: int | None = None, pad: int = 2) -> np.ndarray:
+    """Videos [T_i,H,W,3] -> one grid video; shorter ones hold their last frame."""
+    n = len(videos)
+    columns = columns or math.ceil(math.sqrt(n))
+    rows = math.ceil(n / columns)
+    length = max(v.shape[0] for v in videos)
+    h, w = videos[0].shape[1:3]
+    grid = np.full((length, rows * (h + pad) + pad, columns * (w + pad) + pad, 3), 255, np.uint8)
+    for i, video in enumerate(videos):
+        r, c = divmod(i, columns)
+        held = np.concatenate([video, np.repeat(video[-1:], length - video.shape[0], axis=0)])
+        y, x = pad + r * (h + pad), pad + c * (w + pad)
+        grid[:, y : y + h, x : x + w] = held
+    return grid

@@ -1,0 +1,188 @@
+"""A batch of Meta-World environments stepped inside one process.
+
+`MetaWorldSim` (sims/metaworld_sim.py) shards a batch over worker processes, each running one
+of these. Everything here is plain numpy in and out so that it crosses process pipes cheaply.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering without a display
+os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+
+from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from wmrl_cli.sims.suites import Suite  # noqa: E402
+
+# MuJoCo's "integration state": time, qpos, qvel, actuator activations, warm-start
+# accelerations, controls, mocap poses. Restoring all of it makes replay bit-exact.
+_PREV_OBS_DIM = 18
+
+
+@dataclass
+class _Slot:
+    task_id: int = -1
+    env: Any = None
+    renderer: Any = None
+    done: bool = True
+    last_image: np.ndarray | None = None
+    last_proprio: np.ndarray | None = None
+
+
+class MetaWorldEnvs:
+    """B environment slots; a slot may switch task at every reset."""
+
+    def __init__(
+        self,
+        suite: Suite,
+        num_envs: int,
+        image_size: int,
+        camera: str,
+        max_steps: int,
+        terminate_on_success: bool,
+        base_seed: int,
+    ) -> None:
+        self.suite = suite
+        self.image_size = image_size
+        self.camera = camera
+        self.max_steps = max_steps
+        self.terminate_on_success = terminate_on_success
+        self.base_seed = base_seed
+        self.slots = [_Slot() for _ in range(num_envs)]
+        # (task_id, k) -> (env, renderer): the k-th slot of a batch holding that task.
+        self._pool: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+    # -- construction ---------------------------------------------------------------------
+    def _make(self, task_id: int) -> tuple[Any, Any]:
+        import mujoco
+        from metaworld.env_dict import ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE
+
+        name = f"{self.suite.tasks[task_id].name}-v3-goal-observable"
+        env = ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE[name](seed=self.base_seed)
+        env.max_path_length = self.max_steps
+        renderer = mujoco.Renderer(env.model, self.image_size, self.image_size)
+        # Shadows, reflections and the skybox cost ~3x render time and add nothing a policy needs.
+        for flag in ("mjRND_SHADOW", "mjRND_REFLECTION", "mjRND_SKYBOX"):
+            renderer.scene.flags[getattr(mujoco.mjtRndFlag, flag)] = 0
+        if self.camera not in [env.model.camera(i).name for i in range(env.model.ncam)]:
+            raise ValueError(f"unknown camera '{self.camera}'")
+        return env, renderer
+
+    def _assign(self, task_ids: list[int]) -> None:
+        seen: dict[int, int] = {}
+        for slot, task_id in zip(self.slots, task_ids):
+            k = seen.get(task_id, 0)
+            seen[task_id] = k + 1
+            if (task_id, k) not in self._pool:
+                self._pool[(task_id, k)] = self._make(task_id)
+            slot.task_id = task_id
+            slot.env, slot.renderer = self._pool[(task_id, k)]
+
+    # -- state ----------------------------------------------------------------------------
+    @staticmethod
+    def get_state(env: Any) -> np.ndarray:
+        import mujoco
+
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        mj = np.empty(mujoco.mj_stateSize(env.model, spec))
+        mujoco.mj_getState(env.model, env.data, mj, spec)
+        extra = [np.asarray(env._prev_obs, dtype=np.float64), [float(env.curr_path_length)]]
+        return np.concatenate([mj, *extra])
+
+    @staticmethod
+    def set_state(env: Any, state: np.ndarray) -> None:
+        import mujoco
+
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        size = mujoco.mj_stateSize(env.model, spec)
+        if state.shape != (size + _PREV_OBS_DIM + 1,):
+            raise ValueError(f"simulator state has {state.shape[0]} values, expected {size + 19}")
+        mujoco.mj_setState(env.model, env.data, state[:size], spec)
+        mujoco.mj_forward(env.model, env.data)
+        env._prev_obs = state[size : size + _PREV_OBS_DIM].copy()
+        env.curr_path_length = int(state[-1])
+
+    def _render(self, slot: _Slot) -> np.ndarray:
+        slot.renderer.update_scene(slot.env.data, camera=self.camera)
+        return slot.renderer.render()[::-1].copy()  # MuJoCo's rows run bottom-up
+
+    # -- env API --------------------------------------------------------------------------
+    def reset(
+        self, init_ids: list[int], sim_states: list[np.ndarray | None] | None
+    ) -> dict[str, Any]:
+        """Reset slot i to init_ids[i]: task = init_id % num_tasks, seed = base_seed + init_id;
+        then, where given, restore an exact simulator state (keyframe resets)."""
+        if len(init_ids) != len(self.slots):
+            raise ValueError(f"reset got {len(init_ids)} init ids for {len(self.slots)} envs")
+        n_tasks = len(self.suite.tasks)
+        self._assign([i % n_tasks for i in init_ids])
+        for i, (slot, init_id) in enumerate(zip(self.slots, init_ids)):
+            env = slot.env
+            # Sample the initial object/goal layout from the episode seed, then freeze it.
+            env._freeze_rand_vec, env.seeded_rand_vec = False, True
+            env.seed(self.base_seed + init_id)
+            proprio, _ = env.reset()
+            env._freeze_rand_vec = True
+            state = sim_states[i] if sim_states is not None else None
+            if state is not None:
+                self.set_state(env, np.asarray(state, dtype=np.float64))
+                proprio = env._get_obs()
+            slot.done = False
+            slot.last_proprio = np.asarray(proprio, dtype=np.float64)
+            slot.last_image = self._render(slot)
+        return self._observation()
+
+    def _observation(self) -> dict[str, Any]:
+        return {
+            "images": np.stack([s.last_image for s in self.slots]),
+            "proprio": np.stack([s.last_proprio for s in self.slots]),
+            "task_ids": np.array([s.task_id for s in self.slots], dtype=np.int64),
+            "sim_states": [self.get_state(s.env) for s in self.slots],
+        }
+
+    def chunk_step(self, actions: np.ndarray) -> dict[str, Any]:
+        b, c, a = actions.shape
+        if b != len(self.slots) or a != 4:
+            raise ValueError(f"actions have shape {actions.shape}, expected [{len(self.slots)},C,4]")
+        size = self.image_size
+        out = {
+            "frames": np.empty((b, c, size, size, 3), dtype=np.uint8),
+            "rewards": np.zeros((b, c), dtype=np.float32),
+            "terminated": np.zeros((b, c), dtype=bool),
+            "truncated": np.zeros((b, c), dtype=bool),
+            "success": np.zeros((b, c), dtype=bool),
+            "valid": np.zeros((b, c), dtype=bool),
+            "executed": np.zeros((b, c, a), dtype=np.float32),
+        }
+        clipped = np.clip(actions, -1.0, 1.0)
+        for i, slot in enumerate(self.slots):
+            for t in range(c):
+                if slot.done:
+                    out["frames"][i, t] = slot.last_image
+                    continue
+                proprio, reward, _, truncated, info = slot.env.step(clipped[i, t])
+                success = bool(info["success"])
+                slot.last_proprio = np.asarray(proprio, dtype=np.float64)
+                slot.last_image = self._render(slot)
+                terminated = success and self.terminate_on_success
+                out["frames"][i, t] = slot.last_image
+                out["rewards"][i, t] = reward
+                out["success"][i, t] = success
+                out["terminated"][i, t] = terminated
+                out["truncated"][i, t] = bool(truncated) and not terminated
+                out["valid"][i, t] = True
+                out["executed"][i, t] = clipped[i, t]
+                slot.done = terminated or bool(truncated)
+        out.update(self._observation())
+        return out
+
+    def close(self) -> None:
+        # Closing renderers before interpreter exit avoids MuJoCo's EGL teardown tracebacks.
+        for env, renderer in self._pool.values():
+            renderer.close()
+            env.close()
+        self._pool.clear()

@@ -1,0 +1,145 @@
+"""The world-model interface shared by the Wan and OpenSora backends (ARCHITECTURE.md).
+
+A world model replaces the simulator during RL. Per environment it holds a reference frame (the
+episode's first frame, never updated), K context frames and the actions that produced them. Given
+a chunk of C new actions it predicts the next C frames, then rolls the context forward: the last
+K predicted frames and their actions become the new context.
+
+Action convention: ``actions[:, i]`` is the action that produced frame i (the action executed
+while frame i-1 was observed). Context actions belong to context frames, chunk actions to the
+frames predicted from them. The reference frame has no producing action; backends that need one
+use ``reference_actions`` (zeros by default).
+
+Frames are uint8 RGB [..., H, W, 3]; actions are float in the policy's (normalized) action space.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+from torch import nn
+
+from wmrl_cli.errors import WmrlError
+
+TensorLike = torch.Tensor | np.ndarray
+
+
+@dataclass
+class WorldModelBatch:
+    """One batch of training windows.
+
+    reference_frames uint8 [B,H,W,3]; context_frames uint8 [B,K,H,W,3]; context_actions [B,K,A];
+    target_frames uint8 [B,C,H,W,3]; target_actions [B,C,A]; reference_actions [B,A] (optional,
+    zeros when absent). ``latents`` optionally carries the window already encoded by the backend's
+    autoencoder (see ``encode_window``), so that a trainer can cache it and skip the encoder.
+    """
+
+    reference_frames: torch.Tensor
+    context_frames: torch.Tensor
+    context_actions: torch.Tensor
+    target_frames: torch.Tensor | None
+    target_actions: torch.Tensor
+    reference_actions: torch.Tensor | None = None
+    latents: torch.Tensor | None = None
+
+    @classmethod
+    def from_mapping(cls, batch: Mapping[str, TensorLike | None]) -> WorldModelBatch:
+        """Build from a dict (what a DataLoader's default collate returns); names as the fields."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(batch) - names)
+        if unknown:
+            raise WmrlError(f"world-model batch has unknown keys {unknown}; expected {sorted(names)}")
+        missing = sorted(n for n in ("reference_frames", "context_frames", "context_actions",
+                                     "target_actions") if batch.get(n) is None)
+        if missing:
+            raise WmrlError(f"world-model batch is missing {missing}")
+        if batch.get("target_frames") is None and batch.get("latents") is None:
+            raise WmrlError("world-model batch needs target_frames or precomputed latents")
+        return cls(**{k: (None if v is None else torch.as_tensor(v)) for k, v in batch.items()})
+
+    def to(self, device: torch.device | str) -> WorldModelBatch:
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        return WorldModelBatch(**{k: None if v is None else v.to(device) for k, v in moved.items()})
+
+
+def as_batch(batch: WorldModelBatch | Mapping[str, TensorLike | None]) -> WorldModelBatch:
+    return batch if isinstance(batch, WorldModelBatch) else WorldModelBatch.from_mapping(batch)
+
+
+def check_frames(name: str, frames: TensorLike, ndim: int, height: int, width: int) -> torch.Tensor:
+    """A uint8 [..., H, W, 3] tensor with `ndim` dimensions, or a one-line WmrlError."""
+    frames = torch.as_tensor(frames)
+    if frames.dtype != torch.uint8:
+        raise WmrlError(f"{name} must be uint8 RGB frames, got dtype {frames.dtype}")
+    if frames.ndim != ndim or tuple(frames.shape[-3:]) != (height, width, 3):
+        want = "[B," + ("K," if ndim == 5 else "") + f"{height},{width},3]"
+        raise WmrlError(f"{name} must have shape {want}, got {list(frames.shape)}")
+    return frames
+
+
+def check_actions(name: str, actions: TensorLike, batch: int, length: int | None, dim: int) -> torch.Tensor:
+    """A float [B, T, A] tensor (T == length unless length is None), or a one-line WmrlError."""
+    actions = torch.as_tensor(actions)
+    if not actions.is_floating_point():
+        raise WmrlError(f"{name} must be a float tensor, got dtype {actions.dtype}")
+    ok = actions.ndim == 3 and actions.shape[0] == batch and actions.shape[2] == dim
+    if not ok or (length is not None and actions.shape[1] != length):
+        want = f"[{batch},{length if length is not None else 'T'},{dim}]"
+        raise WmrlError(f"{name} must have shape {want}, got {list(actions.shape)}")
+    return actions.float()
+
+
+class WorldModel(nn.Module, ABC):
+    """An action-conditioned video model that stands in for the simulator.
+
+    ``forward(batch)`` returns the training loss, so that a trainer wrapping the model in DDP /
+    Accelerate gets gradients through ``model(batch)``; ``training_loss`` is the same call.
+    """
+
+    action_dim: int
+    num_context_frames: int
+    height: int
+    width: int
+
+    @abstractmethod
+    def reset_context(
+        self,
+        reference_frames: TensorLike,
+        context_frames: TensorLike,
+        context_actions: TensorLike,
+        reference_actions: TensorLike | None = None,
+    ) -> None:
+        """Start B episodes: reference uint8 [B,H,W,3], context uint8 [B,K,H,W,3], actions [B,K,A]."""
+
+    @abstractmethod
+    def predict(self, actions: TensorLike, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Predict the next C frames (uint8 [B,C,H,W,3]) for actions [B,C,A]; roll the context."""
+
+    @abstractmethod
+    def forward(self, batch: WorldModelBatch | Mapping[str, TensorLike | None]) -> torch.Tensor:
+        """The scalar training loss of a batch of windows."""
+
+    def training_loss(
+        self, batch: WorldModelBatch | Mapping[str, TensorLike | None]
+    ) -> torch.Tensor:
+        return self(batch)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    def offload(self) -> None:
+        """Move weights (and any held context) to CPU memory, e.g. during a policy update."""
+        self.onload(torch.device("cpu"))
+
+    def onload(self, device: torch.device | str) -> None:
+        """Move weights (and any held context) to `device`."""
+        self.to(device)
