@@ -22,7 +22,9 @@ def seed_everything(seed: int) -> None:
 
 def prepare_run_dir(config: RunConfig, command: str, default: Path | None = None) -> Path:
     """Create the run directory and write the resolved `config.yaml` into it."""
-    run_dir = config.output_dir or default or Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = (
+        config.output_dir or default or Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config.output_dir = run_dir

@@ -23,8 +23,10 @@ PresetOpt = Annotated[
 SetOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--set", "-s", help="Override any config field, e.g. --set simulator.image_size=128 "
-        "(repeatable; values are typed YAML)."
+        "--set",
+        "-s",
+        help="Override any config field, e.g. --set simulator.image_size=128 "
+        "(repeatable; values are typed YAML).",
     ),
 ]
 OutOpt = Annotated[

@@ -53,25 +53,40 @@ def eval_command(
     from wmrl_cli.sims.suites import get_suite
 
     cfg = build_config(
-        preset, set_,
-        policy__name=policy, simulator__suite=suite, eval__episodes_per_task=episodes_per_task,
-        eval__save_video=save_video or None, policy__temperature=temperature,
-        policy__greedy=greedy or None, policy__noise_std=noise_std, simulator__seed=seed,
-        simulator__num_envs=num_envs, simulator__num_workers=num_workers,
-        simulator__image_size=image_size, output_dir=out,
+        preset,
+        set_,
+        policy__name=policy,
+        simulator__suite=suite,
+        eval__episodes_per_task=episodes_per_task,
+        eval__save_video=save_video or None,
+        policy__temperature=temperature,
+        policy__greedy=greedy or None,
+        policy__noise_std=noise_std,
+        simulator__seed=seed,
+        simulator__num_envs=num_envs,
+        simulator__num_workers=num_workers,
+        simulator__image_size=image_size,
+        output_dir=out,
     )
     sim_cfg = cfg.simulator
-    agent = build_policy(cfg.policy, get_suite(sim_cfg.suite), ACTION_DIM, sim_cfg.chunk_size,
-                         seed=sim_cfg.seed)
+    agent = build_policy(
+        cfg.policy, get_suite(sim_cfg.suite), ACTION_DIM, sim_cfg.chunk_size, seed=sim_cfg.seed
+    )
     run_dir = prepare_run_dir(cfg, "eval")
     seed_everything(sim_cfg.seed)
     with MetaWorldSim(sim_cfg) as sim:
         report = evaluate_policy(
-            sim, agent, suite=sim_cfg.suite, trials=cfg.eval.episodes_per_task,
-            chunk_size=sim_cfg.chunk_size, base_seed=sim_cfg.seed,
-            sample=not cfg.policy.greedy, temperature=cfg.policy.temperature,
+            sim,
+            agent,
+            suite=sim_cfg.suite,
+            trials=cfg.eval.episodes_per_task,
+            chunk_size=sim_cfg.chunk_size,
+            base_seed=sim_cfg.seed,
+            sample=not cfg.policy.greedy,
+            temperature=cfg.policy.temperature,
             video_dir=run_dir / "videos" if cfg.eval.save_video else None,
-            fps=cfg.eval.video_fps, progress=cfg.logging.progress,
+            fps=cfg.eval.video_fps,
+            progress=cfg.logging.progress,
         )
     report.save(run_dir)
     console.print(report.table())

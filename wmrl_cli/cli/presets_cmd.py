@@ -12,7 +12,9 @@ from wmrl_cli.cli.common import handle_errors
 from wmrl_cli.config import dump_config, list_presets, resolve_config
 from wmrl_cli.logging import console
 
-presets_app = typer.Typer(help="List the shipped presets or show one resolved.", no_args_is_help=True)
+presets_app = typer.Typer(
+    help="List the shipped presets or show one resolved.", no_args_is_help=True
+)
 
 
 @presets_app.command("list")

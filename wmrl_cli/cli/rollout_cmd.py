@@ -35,7 +35,8 @@ def rollout_command(
         bool, typer.Option("--kir", help="Also select KIR keyframes (rule: docs/formats.md#kir).")
     ] = False,
     export_rlinf: Annotated[
-        bool, typer.Option("--export-rlinf", help="Also write RLinf's reset layout to OUT/dataset/.")
+        bool,
+        typer.Option("--export-rlinf", help="Also write RLinf's reset layout to OUT/dataset/."),
     ] = False,
     append: Annotated[
         bool, typer.Option("--append", help="Add to an existing store instead of refusing.")
@@ -54,12 +55,20 @@ def rollout_command(
     from wmrl_cli.data.collection import collect_rollouts
 
     cfg = build_config(
-        preset, set_,
-        policy__name=policy, simulator__suite=suite, rollout__episodes_per_task=episodes_per_task,
-        rollout__kir__enabled=kir or None, policy__temperature=temperature,
-        policy__greedy=greedy or None, policy__noise_std=noise_std, simulator__seed=seed,
-        simulator__num_envs=num_envs, simulator__num_workers=num_workers,
-        simulator__image_size=image_size, output_dir=out,
+        preset,
+        set_,
+        policy__name=policy,
+        simulator__suite=suite,
+        rollout__episodes_per_task=episodes_per_task,
+        rollout__kir__enabled=kir or None,
+        policy__temperature=temperature,
+        policy__greedy=greedy or None,
+        policy__noise_std=noise_std,
+        simulator__seed=seed,
+        simulator__num_envs=num_envs,
+        simulator__num_workers=num_workers,
+        simulator__image_size=image_size,
+        output_dir=out,
     )
-    summary = collect_rollouts(cfg, append=append, export_rlinf=export_rlinf)
+    summary = collect_rollouts(cfg, append=append, write_rlinf=export_rlinf)
     console.print(summary.table())

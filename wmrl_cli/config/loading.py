@@ -36,7 +36,9 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
         path = preset_dir() / f"{name_or_path}{PRESET_SUFFIX}"
     if not path.is_file():
         known = ", ".join(list_presets()) or "none"
-        raise ConfigError(f"unknown preset '{name_or_path}': expected one of {known} or a .yaml path")
+        raise ConfigError(
+            f"unknown preset '{name_or_path}': expected one of {known} or a .yaml path"
+        )
     data = _read_yaml(path)
     data.pop("description", None)
     return data
@@ -48,7 +50,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({_first_line(exc)})") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of config sections, got {type(data).__name__}")
+        raise ConfigError(
+            f"{path}: expected a mapping of config sections, got {type(data).__name__}"
+        )
     return data
 
 

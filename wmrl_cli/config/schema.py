@@ -25,7 +25,9 @@ class SimulatorConfig(Section):
     image_size: int = Field(64, ge=16, le=512, description="square camera image side, pixels")
     camera: str = Field("corner", description="MuJoCo camera name")
     max_steps: int = Field(128, ge=1, le=10_000, description="env steps before truncation")
-    chunk_size: int = Field(8, ge=1, le=64, description="actions per chunk (policy and world model)")
+    chunk_size: int = Field(
+        8, ge=1, le=64, description="actions per chunk (policy and world model)"
+    )
     num_envs: int = Field(10, ge=1, le=4096, description="environments stepped as one batch")
     num_workers: int = Field(2, ge=0, le=256, description="simulator processes (0: in-process)")
     seed: int = Field(0, ge=0, description="base seed: episode seed = seed + init_id")
@@ -104,8 +106,10 @@ class KirConfig(Section):
         description="in successful episodes, keyframes this many chunks before the success",
     )
     stall_threshold: float = Field(
-        2.0, ge=0.0, description="mean absolute pixel change per chunk below which a failed "
-        "episode counts as stalled (uint8 units)"
+        2.0,
+        ge=0.0,
+        description="mean absolute pixel change per chunk below which a failed "
+        "episode counts as stalled (uint8 units)",
     )
     max_stall_keyframes: int = Field(2, ge=0, description="stall keyframes kept per failed episode")
     min_context: int = Field(4, ge=0, description="frames a keyframe needs before it")

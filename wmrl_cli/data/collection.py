@@ -34,8 +34,12 @@ class RolloutSummary:
         for column in ("task", "episodes", "success", "mean length"):
             table.add_column(column, justify="left" if column == "task" else "right")
         for task, row in self.per_task.items():
-            table.add_row(task, str(int(row["episodes"])), f"{100 * row['success']:.1f}%",
-                          f"{row['length']:.1f}")
+            table.add_row(
+                task,
+                str(int(row["episodes"])),
+                f"{100 * row['success']:.1f}%",
+                f"{row['length']:.1f}",
+            )
         extra = []
         if self.keyframes is not None:
             extra.append(f"{self.keyframes} KIR keyframes")
@@ -60,8 +64,9 @@ def write_keyframes(store: EpisodeStore, cfg: RunConfig) -> list[Keyframe]:
     return keys
 
 
-def collect_rollouts(cfg: RunConfig, append: bool = False, export_rlinf: bool = False
-                     ) -> RolloutSummary:
+def collect_rollouts(
+    cfg: RunConfig, append: bool = False, write_rlinf: bool = False
+) -> RolloutSummary:
     from wmrl_cli.policies.registry import build_policy
     from wmrl_cli.sims.metaworld_sim import MetaWorldSim
 
@@ -82,14 +87,20 @@ def collect_rollouts(cfg: RunConfig, append: bool = False, export_rlinf: bool = 
         used = [int(m["init_id"]) for m in store.index]
         offset = (max(used) // n_tasks + 1) * n_tasks if used else 0
         init_ids = [offset + i for i in range(cfg.rollout.episodes_per_task * n_tasks)]
-        policy = build_policy(cfg.policy, sim.suite, sim.action_dim, sim_cfg.chunk_size,
-                              seed=sim_cfg.seed + offset)
+        policy = build_policy(
+            cfg.policy, sim.suite, sim.action_dim, sim_cfg.chunk_size, seed=sim_cfg.seed + offset
+        )
         pending = []
         with progress_task(f"rollout {policy.name}", len(init_ids), cfg.logging.progress) as adv:
             for episode in iter_episodes(
-                sim, policy, init_ids, chunk_size=sim_cfg.chunk_size,
-                seed_of=lambda i: sim_cfg.seed + i, sample=not cfg.policy.greedy,
-                temperature=cfg.policy.temperature, suite=sim_cfg.suite,
+                sim,
+                policy,
+                init_ids,
+                chunk_size=sim_cfg.chunk_size,
+                seed_of=lambda i: sim_cfg.seed + i,
+                sample=not cfg.policy.greedy,
+                temperature=cfg.policy.temperature,
+                suite=sim_cfg.suite,
             ):
                 pending.append(episode)
                 if len(pending) >= sim.num_envs:  # flush per batch: bounded memory
@@ -111,6 +122,8 @@ def collect_rollouts(cfg: RunConfig, append: bool = False, export_rlinf: bool = 
     if cfg.rollout.kir.enabled:
         keyframes = write_keyframes(store, cfg)
         summary.keyframes = len(keyframes)
-    if export_rlinf:
-        summary.rlinf_files = len(export_rlinf(store, out, keyframes, cfg.world_model.context_frames))
+    if write_rlinf:
+        summary.rlinf_files = len(
+            export_rlinf(store, out, keyframes, cfg.world_model.context_frames)
+        )
     return summary

@@ -119,8 +119,10 @@ class EpisodeStore:
     def open(cls, root: str | Path) -> EpisodeStore:
         """An existing store; a clear error if `root` is not one."""
         if not (Path(root) / "index.json").is_file():
-            raise WmrlError(f"{root}: not an episode store (no index.json); create one with "
-                            "`wmrl rollout --out DIR`")
+            raise WmrlError(
+                f"{root}: not an episode store (no index.json); create one with "
+                "`wmrl rollout --out DIR`"
+            )
         return cls(root)
 
     def __len__(self) -> int:

@@ -31,9 +31,7 @@ class Keyframe:
 
 def select_keyframes(episode: Episode, episode_id: int, cfg: KirConfig) -> list[Keyframe]:
     c = episode.chunk_size
-    usable = {
-        s for s in episode.sim_states if cfg.min_context <= s < episode.length and s > 0
-    }
+    usable = {s for s in episode.sim_states if cfg.min_context <= s < episode.length and s > 0}
     out: list[Keyframe] = []
     if episode.succeeded:
         success_chunk = (episode.success_step - 1) // c  # chunk in which success first holds

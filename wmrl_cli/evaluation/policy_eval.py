@@ -105,14 +105,27 @@ def evaluate_policy(
                 video = str(write_mp4(video_dir / name, frames, fps).relative_to(video_dir.parent))
                 videos[episode.task_name].append(frames)
             results.append(
-                EpisodeResult(episode.task_name, trial, episode.init_id, episode.seed,
-                              episode.succeeded, episode.length, video)
+                EpisodeResult(
+                    episode.task_name,
+                    trial,
+                    episode.init_id,
+                    episode.seed,
+                    episode.succeeded,
+                    episode.length,
+                    video,
+                )
             )
             advance()
 
         for episode in iter_episodes(
-            env, policy, init_ids, chunk_size=chunk_size, seed_of=lambda i: base_seed + i,
-            sample=sample, temperature=temperature, suite=suite,
+            env,
+            policy,
+            init_ids,
+            chunk_size=chunk_size,
+            seed_of=lambda i: base_seed + i,
+            sample=sample,
+            temperature=temperature,
+            suite=suite,
         ):
             record(episode)
     if video_dir is not None:

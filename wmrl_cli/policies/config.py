@@ -49,6 +49,8 @@ class VisionTowerConfig(_Strict):
             raise ValueError(f"image_size {self.image_size} not a multiple of {self.patch_size}")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} not divisible by {self.num_heads}")
+        if self.kind == "dinov2" and self.mlp_dim % self.hidden_size:
+            raise ValueError("dinov2 towers need mlp_dim to be a multiple of hidden_size")
         if self.kind == "siglip" and self.num_register_tokens:
             raise ValueError("siglip towers have no register tokens")
         return self
@@ -178,8 +180,12 @@ def tiny_config(
     if fused:
         towers.append(
             dino.model_copy(
-                update={"kind": "siglip", "num_register_tokens": 0}
-                | {"image_mean": SIGLIP_MEAN, "image_std": SIGLIP_STD}
+                update={
+                    "kind": "siglip",
+                    "num_register_tokens": 0,
+                    "image_mean": SIGLIP_MEAN,
+                    "image_std": SIGLIP_STD,
+                }
             )
         )
     vocab = text_vocab_size + 256

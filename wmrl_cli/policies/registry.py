@@ -12,8 +12,9 @@ from wmrl_cli.sims.suites import Suite
 SCRIPTED = ("expert", "random")
 
 
-def build_policy(cfg: PolicyConfig, suite: Suite, action_dim: int, chunk_size: int,
-                 seed: int = 0) -> Policy:
+def build_policy(
+    cfg: PolicyConfig, suite: Suite, action_dim: int, chunk_size: int, seed: int = 0
+) -> Policy:
     from wmrl_cli.sims.experts import ExpertPolicy, RandomPolicy
 
     if cfg.name == "expert":

@@ -209,7 +209,9 @@ class TaskEmbedResnetRewModel(_ResnetRewardBase):
         return self.fusion_layer(features).squeeze(-1)
 
 
-def build_resnet_reward_model(config: ResnetRewConfig) -> _ResnetRewardBase:
+def build_resnet_reward_model(
+    config: ResnetRewConfig,
+) -> ResnetRewModel | TaskEmbedResnetRewModel:
     """The ResNet reward model class that `config` describes."""
     if config.task_embedding:
         return TaskEmbedResnetRewModel(config)

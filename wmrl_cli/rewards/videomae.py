@@ -13,12 +13,11 @@ reproduces that for their published per-task thresholds.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 from torch import nn
-from transformers import VideoMAEConfig, VideoMAEForVideoClassification
 
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.rewards.base import (
@@ -28,6 +27,9 @@ from wmrl_cli.rewards.base import (
     resize_square,
     to_unit_range,
 )
+
+if TYPE_CHECKING:
+    from transformers import VideoMAEConfig
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -69,6 +71,10 @@ class VideoMAERewConfig:
         return asdict(self)
 
     def to_hf(self) -> VideoMAEConfig:
+        # transformers is imported on first use: it costs seconds, and the ResNet reward
+        # models (the imagined env's default) never need it.
+        from transformers import VideoMAEConfig
+
         if self.num_frames % self.tubelet_size != 0:
             raise ConfigError(
                 f"num_frames {self.num_frames} must be a multiple of tubelet_size "
@@ -107,6 +113,8 @@ class VideoMAERewardModel(nn.Module):
 
     def __init__(self, config: VideoMAERewConfig | None = None) -> None:
         super().__init__()
+        from transformers import VideoMAEForVideoClassification
+
         self.config = config or VideoMAERewConfig()
         self.model = VideoMAEForVideoClassification(self.config.to_hf())
         self.register_buffer("mean", torch.tensor(IMAGENET_MEAN)[:, None, None], persistent=False)

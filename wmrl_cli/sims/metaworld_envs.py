@@ -147,7 +147,9 @@ class MetaWorldEnvs:
     def chunk_step(self, actions: np.ndarray) -> dict[str, Any]:
         b, c, a = actions.shape
         if b != len(self.slots) or a != 4:
-            raise ValueError(f"actions have shape {actions.shape}, expected [{len(self.slots)},C,4]")
+            raise ValueError(
+                f"actions have shape {actions.shape}, expected [{len(self.slots)},C,4]"
+            )
         size = self.image_size
         out = {
             "frames": np.empty((b, c, size, size, 3), dtype=np.uint8),

@@ -6,6 +6,7 @@ parent concatenates the shards. `num_workers=0` runs the same code in-process.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import traceback
 from typing import Any
@@ -14,9 +15,9 @@ import numpy as np
 
 from wmrl_cli.config.schema import SimulatorConfig
 from wmrl_cli.envs.interface import ChunkResult, Obs
-from wmrl_cli.errors import WmrlError
+from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.sims.metaworld_envs import MetaWorldEnvs
-from wmrl_cli.sims.suites import Suite, get_suite
+from wmrl_cli.sims.suites import CAMERAS, Suite, get_suite
 
 ACTION_DIM = 4  # Meta-World: end-effector xyz delta + gripper
 
@@ -82,10 +83,8 @@ class _Shard:
         if self._local is not None:
             self._local.close()
             return
-        try:
+        with contextlib.suppress(BrokenPipeError, OSError):
             self._conn.send(("close", ()))
-        except (BrokenPipeError, OSError):
-            pass
         self._proc.join(timeout=10)
         if self._proc.is_alive():
             self._proc.kill()
@@ -96,6 +95,11 @@ class MetaWorldSim:
 
     def __init__(self, cfg: SimulatorConfig, num_envs: int | None = None) -> None:
         self.suite: Suite = get_suite(cfg.suite)
+        if cfg.camera not in CAMERAS:
+            raise ConfigError(
+                f"invalid value for 'simulator.camera': '{cfg.camera}' is not one of "
+                f"{', '.join(CAMERAS)}"
+            )
         self.cfg = cfg
         self.num_envs = num_envs or cfg.num_envs
         self.action_dim = ACTION_DIM

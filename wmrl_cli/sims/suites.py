@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from wmrl_cli.errors import ConfigError
 
+# Cameras defined in every Meta-World Sawyer scene.
+CAMERAS = ("corner", "corner2", "corner3", "corner4", "topview", "behindGripper", "gripperPOV")
+
 
 @dataclass(frozen=True)
 class Task:
@@ -29,7 +32,9 @@ _MW10 = (
     Task("door-open", "open the door", "SawyerDoorOpenV3Policy"),
     Task("drawer-open", "open the drawer", "SawyerDrawerOpenV3Policy"),
     Task("drawer-close", "close the drawer", "SawyerDrawerCloseV3Policy"),
-    Task("button-press-topdown", "press the button from the top", "SawyerButtonPressTopdownV3Policy"),
+    Task(
+        "button-press-topdown", "press the button from the top", "SawyerButtonPressTopdownV3Policy"
+    ),
     Task("window-open", "slide the window open", "SawyerWindowOpenV3Policy"),
     Task("window-close", "slide the window closed", "SawyerWindowCloseV3Policy"),
     Task("handle-press", "press the handle down", "SawyerHandlePressV3Policy"),

@@ -1,4 +1,4 @@
-"""Rectified flow (flow matching) for the world models: schedule, noising, loss target, Euler sampler.
+"""Rectified flow for the world models: noise schedule, noising, loss target, Euler sampler.
 
 Convention, shared by every world model in wmrl and by DiffSynth / diffusers' Wan pipelines:
 
@@ -20,7 +20,7 @@ NUM_TRAIN_TIMESTEPS = 1000
 
 
 def shift_sigmas(sigmas: torch.Tensor, shift: float) -> torch.Tensor:
-    """Resolution shift: s -> shift*s / (1 + (shift-1)*s); shift > 1 spends more steps at high noise."""
+    """Resolution shift s -> shift*s / (1 + (shift-1)*s); shift > 1 favours high noise levels."""
     return shift * sigmas / (1.0 + (shift - 1.0) * sigmas)
 
 
@@ -42,7 +42,7 @@ def sigma_to_timestep(sigma: torch.Tensor) -> torch.Tensor:
 
 
 def add_noise(x0: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor | float) -> torch.Tensor:
-    """x_sigma = (1 - sigma) x0 + sigma eps; a tensor sigma must broadcast against x0 (e.g. [B,1,1,1,1])."""
+    """x_sigma = (1 - sigma) x0 + sigma eps; a tensor sigma must broadcast (e.g. [B,1,1,1,1])."""
     return (1.0 - sigma) * x0 + sigma * noise
 
 

@@ -52,9 +52,14 @@ class WorldModelBatch:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(batch) - names)
         if unknown:
-            raise WmrlError(f"world-model batch has unknown keys {unknown}; expected {sorted(names)}")
-        missing = sorted(n for n in ("reference_frames", "context_frames", "context_actions",
-                                     "target_actions") if batch.get(n) is None)
+            raise WmrlError(
+                f"world-model batch has unknown keys {unknown}; expected {sorted(names)}"
+            )
+        missing = sorted(
+            n
+            for n in ("reference_frames", "context_frames", "context_actions", "target_actions")
+            if batch.get(n) is None
+        )
         if missing:
             raise WmrlError(f"world-model batch is missing {missing}")
         if batch.get("target_frames") is None and batch.get("latents") is None:
@@ -81,7 +86,9 @@ def check_frames(name: str, frames: TensorLike, ndim: int, height: int, width: i
     return frames
 
 
-def check_actions(name: str, actions: TensorLike, batch: int, length: int | None, dim: int) -> torch.Tensor:
+def check_actions(
+    name: str, actions: TensorLike, batch: int, length: int | None, dim: int
+) -> torch.Tensor:
     """A float [B, T, A] tensor (T == length unless length is None), or a one-line WmrlError."""
     actions = torch.as_tensor(actions)
     if not actions.is_floating_point():
@@ -113,10 +120,12 @@ class WorldModel(nn.Module, ABC):
         context_actions: TensorLike,
         reference_actions: TensorLike | None = None,
     ) -> None:
-        """Start B episodes: reference uint8 [B,H,W,3], context uint8 [B,K,H,W,3], actions [B,K,A]."""
+        """Start B episodes: reference [B,H,W,3], context [B,K,H,W,3] (uint8), actions [B,K,A]."""
 
     @abstractmethod
-    def predict(self, actions: TensorLike, generator: torch.Generator | None = None) -> torch.Tensor:
+    def predict(
+        self, actions: TensorLike, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Predict the next C frames (uint8 [B,C,H,W,3]) for actions [B,C,A]; roll the context."""
 
     @abstractmethod

@@ -240,13 +240,16 @@ def _check_keys(prefix: str, data: Any, cls: type) -> None:
 def validate_config(config: WanWorldModelConfig) -> None:
     """Reject sizes the Wan code path cannot run, naming the key."""
     t, v = config.transformer, config.vae
-    if sum(bool(x) for x in v.get("temperal_downsample", [])) != 2 or v.get(
-        "scale_factor_temporal", 4
-    ) != FRAMES_PER_LATENT:
+    if (
+        sum(bool(x) for x in v.get("temperal_downsample", [])) != 2
+        or v.get("scale_factor_temporal", 4) != FRAMES_PER_LATENT
+    ):
         raise ConfigError("vae.temperal_downsample must halve time twice (4x, as the Wan VAE)")
     spatial = (v.get("patch_size") or 1) * 2 ** (len(v.get("dim_mult", [1, 2, 4, 4])) - 1)
     if v.get("scale_factor_spatial") != spatial:
-        raise ConfigError(f"vae.scale_factor_spatial must be {spatial} for this dim_mult/patch_size")
+        raise ConfigError(
+            f"vae.scale_factor_spatial must be {spatial} for this dim_mult/patch_size"
+        )
     z_dim = v.get("z_dim", 16)
     if t.in_channels != z_dim or t.out_channels != z_dim:
         raise ConfigError(f"transformer.in_channels/out_channels must equal vae.z_dim ({z_dim})")
@@ -351,7 +354,9 @@ class WanActionTransformer(nn.Module):
         p_t, p_h, p_w = self.config.patch_size
         grid_f, grid_h, grid_w = frames // p_t, height // p_h, width // p_w
         if tuple(timestep.shape) != (batch, grid_f):
-            raise ValueError(f"timestep must be [B, F] = [{batch}, {grid_f}], got {list(timestep.shape)}")
+            raise ValueError(
+                f"timestep must be [B, F] = [{batch}, {grid_f}], got {list(timestep.shape)}"
+            )
 
         rotary_emb = self.rope(hidden_states)
         x = self.patch_embedding(hidden_states).flatten(2).transpose(1, 2).contiguous()
@@ -488,7 +493,11 @@ class WanWorldModel(WorldModel):
                 f"reference_actions must have shape [{batch},{self.action_dim}], "
                 f"got {list(reference_actions.shape)}"
             )
-        parts = [reference_actions.float()[:, None], context_actions.float(), target_actions.float()]
+        parts = [
+            reference_actions.float()[:, None],
+            context_actions.float(),
+            target_actions.float(),
+        ]
         return torch.cat([p.to(self.device) for p in parts], dim=1).to(self.dtype)
 
     def _denoiser_output(
@@ -602,7 +611,9 @@ class WanWorldModel(WorldModel):
         return self._reference, self._context_frames, self._context_actions
 
     @torch.no_grad()
-    def predict(self, actions: TensorLike, generator: torch.Generator | None = None) -> torch.Tensor:
+    def predict(
+        self, actions: TensorLike, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         reference, ctx, ctx_act = self.context()
         act = check_actions("actions", actions, ctx.shape[0], None, self.action_dim)
         frames = self.generate(reference, ctx, ctx_act, act, generator, self._reference_actions)
@@ -621,7 +632,9 @@ class WanWorldModel(WorldModel):
     # -- training -----------------------------------------------------------------------------
 
     @torch.no_grad()
-    def encode_window(self, batch: WorldModelBatch | Mapping[str, TensorLike | None]) -> torch.Tensor:
+    def encode_window(
+        self, batch: WorldModelBatch | Mapping[str, TensorLike | None]
+    ) -> torch.Tensor:
         """Latents [B,z,1+(K+C)/4,h,w] of [reference, context, target] frames, for caching."""
         batch = as_batch(batch)
         if batch.target_frames is None:
@@ -651,7 +664,8 @@ class WanWorldModel(WorldModel):
         n_cond, n_tgt = self.num_cond_latents, chunk // FRAMES_PER_LATENT
         if latents.ndim != 5 or latents.shape[0] != n or latents.shape[2] != n_cond + n_tgt:
             raise WmrlError(
-                f"latents must be [B,z,{n_cond + n_tgt},h,w] for this window, got {list(latents.shape)}"
+                f"latents must be [B,z,{n_cond + n_tgt},h,w] for this window, "
+                f"got {list(latents.shape)}"
             )
         latents = latents.to(self.device).float()
         cond, x0 = latents[:, :, :n_cond], latents[:, :, n_cond:]
@@ -677,7 +691,9 @@ class WanWorldModel(WorldModel):
         noise = randn_like(x0)
         x_t = fm.add_noise(x0, noise, sigma_b)
 
-        ref_act = None if batch.reference_actions is None else torch.as_tensor(batch.reference_actions)
+        ref_act = (
+            None if batch.reference_actions is None else torch.as_tensor(batch.reference_actions)
+        )
         context, modulation = self.transformer.embed_actions(
             self._window_actions(ref_act, ctx_act, tgt_act)
         )
@@ -724,20 +740,45 @@ class WanWorldModel(WorldModel):
             if not (directory / name).is_file():
                 raise WmrlError(f"{directory} is not a Wan world-model directory (no {name})")
         try:
-            config = WanWorldModelConfig.from_dict(json.loads((directory / CONFIG_NAME).read_text()))
+            config = WanWorldModelConfig.from_dict(
+                json.loads((directory / CONFIG_NAME).read_text())
+            )
         except json.JSONDecodeError as exc:
             raise WmrlError(f"{directory / CONFIG_NAME} is not valid JSON: {exc}") from exc
-        model = cls(config)
-        load_into(model, load_file(str(directory / WEIGHTS_NAME)), what=str(directory))
+        model = cls.from_state_dict(
+            config, load_file(str(directory / WEIGHTS_NAME)), str(directory)
+        )
         if device is not None or dtype is not None:
             model.to(device=device, dtype=dtype)
         return model
 
+    @classmethod
+    def from_state_dict(
+        cls, config: WanWorldModelConfig, state_dict: Mapping[str, torch.Tensor], what: str
+    ) -> WanWorldModel:
+        """Build on the meta device (no random init, no second copy of a 5B model) and load."""
+        with torch.device("meta"):
+            model = cls(config)
+        load_into(model, state_dict, what=what, assign=True)
+        model._materialize_buffers()
+        return model
 
-def load_into(module: nn.Module, state_dict: Mapping[str, torch.Tensor], what: str) -> None:
+    def _materialize_buffers(self) -> None:
+        """Recompute the non-persistent buffers (RoPE tables, latent statistics) on the CPU."""
+        t = self.config.transformer
+        self.transformer.rope = WanRotaryPosEmbed(
+            t.attention_head_dim, t.patch_size, t.rope_max_seq_len
+        )
+        self.latents_mean = self._stat("latents_mean")
+        self.latents_std = self._stat("latents_std")
+
+
+def load_into(
+    module: nn.Module, state_dict: Mapping[str, torch.Tensor], what: str, assign: bool = False
+) -> None:
     """Strict load that reports missing/unexpected keys as one WmrlError line."""
     try:
-        result = module.load_state_dict(dict(state_dict), strict=False)
+        result = module.load_state_dict(dict(state_dict), strict=False, assign=assign)
     except RuntimeError as exc:  # shape mismatches
         first = str(exc).strip().splitlines()
         detail = " ".join(line.strip() for line in first[1:4]) or first[0]

@@ -1,0 +1,90 @@
+"""Configuration errors: one line naming the key path, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from wmrl_cli.cli.app import app
+from wmrl_cli.config import resolve_config
+from wmrl_cli.errors import ConfigError
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--preset", "no-such-preset"], "unknown preset 'no-such-preset'"),
+        (["--set", "simulator.no_such_key=1"], "unknown config key 'simulator.no_such_key'"),
+        (["--set", "nosection=1"], "unknown config key 'nosection'"),
+        (["--set", "simulator.image_size=big"], "'simulator.image_size'"),
+        (["--set", "simulator.image_size=8"], "greater than or equal to 16"),
+        (["--set", "policy.temperature=-1"], "'policy.temperature'"),
+        (["--set", "simulator.camera.x=1"], "'simulator.camera'"),
+        (["--set", "simulator.suite=mw3", "--set", "simulator.suite.x=1"], "is a value"),
+        (["--set", "no_equals_sign"], "expected section.key=value"),
+        (["--set", "simulator.terminate_on_success=maybe"], "terminate_on_success"),
+        (["--episodes-per-task", "0"], "'eval.episodes_per_task'"),
+    ],
+)
+def test_config_errors_exit_2_with_one_line(args: list[str], needle: str, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["eval", "--out", str(tmp_path / "run"), *args])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert needle in lines[0]
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()  # nothing written for a bad config
+
+
+def test_invalid_yaml_preset_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("simulator: [unclosed\n")
+    result = runner.invoke(app, ["eval", "--preset", str(bad)])
+    assert result.exit_code == 2 and "not valid YAML" in result.output
+
+
+def test_overrides_are_typed_and_ordered() -> None:
+    cfg = resolve_config(
+        "mw-rollout-kir",
+        {"policy.noise_std": 0.1},
+        ["policy.noise_std=0.2", "rollout.kir.chunks_before_success=[1, 3]", "policy.top_k=5"],
+    )
+    assert cfg.policy.noise_std == 0.2  # --set wins over options, options over the preset
+    assert cfg.rollout.kir.chunks_before_success == [1, 3]
+    assert cfg.policy.top_k == 5 and cfg.rollout.episodes_per_task == 20
+
+
+def test_every_shipped_preset_validates() -> None:
+    from wmrl_cli.config import list_presets
+
+    names = list(list_presets())
+    assert "mw-eval" in names
+    for name in names:
+        resolve_config(name)
+
+
+def test_presets_cli_list_and_show() -> None:
+    listed = runner.invoke(app, ["presets", "list"])
+    assert listed.exit_code == 0 and "mw-eval" in listed.output
+    shown = runner.invoke(app, ["presets", "show", "mw-eval"])
+    assert shown.exit_code == 0
+    assert yaml.safe_load(shown.output)["simulator"]["suite"] == "mw10"
+    missing = runner.invoke(app, ["presets", "show", "nope"])
+    assert missing.exit_code == 2
+
+
+def test_version() -> None:
+    from wmrl_cli import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and __version__ in result.output
+
+
+def test_config_error_type() -> None:
+    with pytest.raises(ConfigError):
+        resolve_config(overrides=["simulator.suite=1.5", "simulator.max_steps=-3"])

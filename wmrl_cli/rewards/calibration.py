@@ -1,0 +1,105 @@
+"""Success thresholds for reward models: precision, recall and F1 on held-out labelled scores.
+
+WMPO picks each task's VideoMAE threshold by the best F1 on held-out clips; RLinf thresholds the
+ResNet score at success_reward_threshold. A score counts as predicted success when
+score >= threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from wmrl_cli.errors import WmrlError
+
+
+@dataclass(frozen=True)
+class BinaryMetrics:
+    """Confusion counts and precision / recall / F1 at one threshold (0 where undefined, as
+    scikit-learn's zero_division=0 that WMPO uses)."""
+
+    threshold: float
+    precision: float
+    recall: float
+    f1: float
+    tp: int
+    fp: int
+    fn: int
+    tn: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def _to_numpy(values: np.ndarray | torch.Tensor | list) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        return values.detach().cpu().numpy()
+    return np.asarray(values)
+
+
+def _as_arrays(
+    scores: np.ndarray | torch.Tensor | list[float], labels: np.ndarray | torch.Tensor | list
+) -> tuple[np.ndarray, np.ndarray]:
+    s = _to_numpy(scores).astype(np.float64).reshape(-1)
+    y = _to_numpy(labels).astype(np.float64).reshape(-1)
+    if s.size == 0 or s.size != y.size:
+        raise WmrlError(f"need as many labels as scores, at least one (got {s.size}, {y.size})")
+    if not np.isin(y, (0.0, 1.0)).all():
+        raise WmrlError("labels must be 0 (failure) or 1 (success)")
+    if not np.isfinite(s).all():
+        raise WmrlError("reward scores contain NaN or infinity")
+    return s, y.astype(bool)
+
+
+def _metrics(threshold: float, tp: int, fp: int, fn: int, tn: int) -> BinaryMetrics:
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return BinaryMetrics(float(threshold), precision, recall, f1, tp, fp, fn, tn)
+
+
+def binary_metrics(
+    scores: np.ndarray | torch.Tensor | list[float],
+    labels: np.ndarray | torch.Tensor | list,
+    threshold: float,
+) -> BinaryMetrics:
+    """Precision = TP / (TP + FP), recall = TP / (TP + FN), F1 = 2PR / (P + R), predicting
+    success where score >= threshold."""
+    s, y = _as_arrays(scores, labels)
+    pred = s >= threshold
+    tp = int((pred & y).sum())
+    fp = int((pred & ~y).sum())
+    fn = int((~pred & y).sum())
+    return _metrics(threshold, tp, fp, fn, int(y.size) - tp - fp - fn)
+
+
+def best_f1_threshold(
+    scores: np.ndarray | torch.Tensor | list[float], labels: np.ndarray | torch.Tensor | list
+) -> BinaryMetrics:
+    """The threshold with the highest F1 on held-out (scores, labels), with its metrics.
+
+    Every distinct score is a candidate cut (score >= s predicts success), which covers every
+    distinct prediction the data allow. Among cuts of equal F1 the highest wins (fewer false
+    successes in imagination). The threshold returned is the midpoint between the winning score
+    and the next lower distinct score, which gives the same predictions on this data with a
+    margin on both sides; it is the winning score itself when no lower score exists.
+    """
+    s, y = _as_arrays(scores, labels)
+    if not y.any():
+        raise WmrlError("held-out labels contain no success: F1 is undefined at every threshold")
+    order = np.argsort(-s, kind="stable")
+    s_sorted, y_sorted = s[order], y[order]
+    tp_cum = np.cumsum(y_sorted)
+    fp_cum = np.cumsum(~y_sorted)
+    # last index of each run of equal scores: the cut "score >= s" includes the whole run
+    ends = np.flatnonzero(np.r_[s_sorted[1:] != s_sorted[:-1], True])
+    tp, fp = tp_cum[ends], fp_cum[ends]
+    fn = int(y.sum()) - tp
+    f1 = 2 * tp / np.maximum(2 * tp + fp + fn, 1)
+    best = int(np.argmax(f1))  # first maximum = highest threshold among ties
+    cut = s_sorted[ends[best]]
+    lower = s_sorted[ends[best] + 1] if ends[best] + 1 < s.size else None
+    threshold = cut if lower is None else (cut + lower) / 2.0
+    return binary_metrics(s, y, float(threshold))
