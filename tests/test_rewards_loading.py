@@ -38,10 +38,15 @@ def _d2l_stage(cin, cout, first):
 
 
 def _d2l_trunk():
-    b1 = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3), nn.BatchNorm2d(64), nn.ReLU(),
-                       nn.MaxPool2d(3, 2, 1))
-    stages = [_d2l_stage(64, 64, True), _d2l_stage(64, 128, False), _d2l_stage(128, 256, False),
-              _d2l_stage(256, 512, False)]
+    b1 = nn.Sequential(
+        nn.Conv2d(3, 64, 7, 2, 3), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+    )
+    stages = [
+        _d2l_stage(64, 64, True),
+        _d2l_stage(64, 128, False),
+        _d2l_stage(128, 256, False),
+        _d2l_stage(256, 512, False),
+    ]
     return [b1, *stages, nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten()]
 
 
@@ -56,8 +61,9 @@ class _RLinfTaskEmbedRM(nn.Module):
         super().__init__()
         self.visual_encoder = nn.Sequential(*_d2l_trunk())
         self.task_embedding = nn.Embedding(10, 64)
-        self.fusion_layer = nn.Sequential(nn.Linear(576, 256), nn.ReLU(), nn.Dropout(0.1),
-                                          nn.Linear(256, 1), nn.Sigmoid())
+        self.fusion_layer = nn.Sequential(
+            nn.Linear(576, 256), nn.ReLU(), nn.Dropout(0.1), nn.Linear(256, 1), nn.Sigmoid()
+        )
 
     def forward(self, obs, task_id):
         return self.fusion_layer(
@@ -74,8 +80,9 @@ def _randomize_bn(module):
     return module.eval()
 
 
-FRAMES = torch.randint(0, 256, (2, 2, 32, 32, 3), dtype=torch.uint8,
-                       generator=torch.Generator().manual_seed(1))
+FRAMES = torch.randint(
+    0, 256, (2, 2, 32, 32, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(1)
+)
 IMAGES = FRAMES.reshape(4, 32, 32, 3).permute(0, 3, 1, 2).float() / 255 * 2 - 1
 
 
@@ -144,8 +151,9 @@ def test_pickle_that_runs_code_is_refused(tmp_path):
     assert "\n" not in message and "system" in message and str(path) in message
     # the old (non-zip) torch format is refused too
     legacy = tmp_path / "evil_legacy.pth"
-    torch.save({"payload": _RunsAShellCommand(marker)}, legacy,
-               _use_new_zipfile_serialization=False)
+    torch.save(
+        {"payload": _RunsAShellCommand(marker)}, legacy, _use_new_zipfile_serialization=False
+    )
     with pytest.raises(UnsafeFileError):
         load_reward_pth(legacy)
     assert not marker.exists()

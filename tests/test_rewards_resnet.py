@@ -7,8 +7,9 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.rewards.resnet import ResnetRewConfig, ResnetRewModel, TaskEmbedResnetRewModel
 
 TINY = ResnetRewConfig(width=8)
-TINY_TASK = ResnetRewConfig(width=8, task_embedding=True, num_tasks=3, task_embed_dim=4,
-                            hidden_dim=16)
+TINY_TASK = ResnetRewConfig(
+    width=8, task_embedding=True, num_tasks=3, task_embed_dim=4, hidden_dim=16
+)
 
 
 def _frames(b=2, t=3, h=32, w=32, seed=0):
@@ -75,6 +76,8 @@ def test_task_ids_are_checked():
     model = TaskEmbedResnetRewModel(TINY_TASK)
     with pytest.raises(WmrlError, match="task id"):
         model.predict(_frames(), None)
+    with pytest.raises(WmrlError, match="one task id per video"):
+        model.predict(_frames(), torch.tensor([0, 1, 2]))
     with pytest.raises(WmrlError, match=r"\[0, 3\)"):
         model.predict(_frames(), torch.tensor([0, 3]))
 

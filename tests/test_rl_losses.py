@@ -140,3 +140,5 @@ def test_trajectory_mean_drops_fully_masked_trajectories():
     assert float(token_mean(x, mask)) == 2.0  # (1 + 2 + 3) / 3
     assert float(trajectory_mean(x, mask)) == 2.25  # (1.5 + 3) / 2, row 2 has no valid step
     assert float(trajectory_mean(x, torch.zeros(3, 2))) == 0.0
+    # 1-d input: one step per trajectory, the masked third one dropped: (1 + 2) / 2
+    assert float(trajectory_mean(torch.tensor([1.0, 2.0, 9.0]), torch.tensor([1, 1, 0]))) == 1.5

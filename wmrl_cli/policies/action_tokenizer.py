@@ -47,7 +47,9 @@ class ActionTokenizer:
         """Token ids -> normalized actions at the bin centres (float32)."""
         last = self.bin_centers.shape[0] - 1
         if isinstance(token_ids, torch.Tensor):
-            centers = torch.as_tensor(self.bin_centers, dtype=torch.float32, device=token_ids.device)
+            centers = torch.as_tensor(
+                self.bin_centers, dtype=torch.float32, device=token_ids.device
+            )
             index = (self.vocab_size - token_ids.to(torch.long) - 1).clamp(0, last)
             return centers[index]
         index = np.clip(self.vocab_size - np.asarray(token_ids, dtype=np.int64) - 1, 0, last)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from wmrl_cli.errors import ConfigError
 
@@ -76,7 +76,17 @@ class LoraSpec(_Strict):
     rank: int = Field(32, ge=1)
     alpha: int = Field(16, ge=1)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: list(LLAMA_LORA_TARGETS))
+    target_modules: list[str] = Field(
+        default_factory=lambda: list(LLAMA_LORA_TARGETS), validate_default=True
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _as_set(cls, value: list[str]) -> list[str]:
+        # A set in peft; kept sorted so saved and reloaded specs compare equal.
+        if not value:
+            raise ValueError("LoRA needs at least one target module")
+        return sorted(set(value))
 
 
 class OpenVLAOFTConfig(_Strict):

@@ -7,7 +7,10 @@ stay trainable.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
@@ -19,6 +22,14 @@ from wmrl_cli.policies.openvla_oft import OpenVLAOFT
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+@contextlib.contextmanager
+def _quiet_peft() -> Iterator[None]:
+    # peft still calls transformers APIs that v5 deprecates; the warnings are not ours to fix.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
 
 
 def lora_active(model: OpenVLAOFT) -> bool:
@@ -38,7 +49,8 @@ def apply_lora(model: OpenVLAOFT, spec: LoraSpec | None = None, freeze_vision: b
         bias="none",
     )
     try:
-        model.language_model = get_peft_model(model.language_model, peft_config)
+        with _quiet_peft():
+            model.language_model = get_peft_model(model.language_model, peft_config)
     except ValueError as exc:
         raise WmrlError(f"cannot apply LoRA: {str(exc).splitlines()[0]}") from None
     model.config.lora = spec
@@ -52,7 +64,8 @@ def save_lora_adapter(model: OpenVLAOFT, directory: str | Path) -> Path:
         raise WmrlError("the policy has no LoRA adapters to save")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    model.language_model.save_pretrained(str(out), safe_serialization=True)
+    with _quiet_peft():
+        model.language_model.save_pretrained(str(out), safe_serialization=True)
     return out
 
 
@@ -82,7 +95,8 @@ def merge_lora(model: OpenVLAOFT) -> None:
     """Fold the adapters into the Llama weights (for export); the policy is plain afterwards."""
     if not lora_active(model):
         raise WmrlError("the policy has no LoRA adapters to merge")
-    model.language_model = model.language_model.merge_and_unload()
+    with _quiet_peft():
+        model.language_model = model.language_model.merge_and_unload()
     model.config.lora = None
 
 

@@ -124,7 +124,8 @@ def as_keyed(stats: Mapping[str, Any]) -> dict[str, Any]:
     bad = [k for k, v in stats.items() if not _is_entry(v)]
     if bad or not stats:
         raise WmrlError(
-            f"dataset statistics: expected {{unnorm_key: {{'action': ...}}}}, bad entries: {bad[:5]}"
+            "dataset statistics: expected {unnorm_key: {'action': ...}}, "
+            f"bad entries: {bad[:5]}"
         )
     return {str(k): v for k, v in stats.items()}
 
@@ -135,7 +136,9 @@ def resolve_unnorm_key(stats: Mapping[str, Any], key: str | None) -> str:
     if key is None:
         if len(available) == 1:
             return available[0]
-        raise WmrlError(f"the policy holds several dataset statistics; pass an unnorm key: {available}")
+        raise WmrlError(
+            f"the policy holds several dataset statistics; pass an unnorm key: {available}"
+        )
     if key in stats:
         return key
     if key + NO_NOOPS_SUFFIX in stats:

@@ -65,6 +65,10 @@ class ValueHead(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(hidden_size, inner)
         self.fc2 = nn.Linear(inner, 1)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.fc1.reset_parameters()
         # Start at V = 0 so the first advantages are the returns themselves.
         nn.init.zeros_(self.fc2.weight)
         nn.init.zeros_(self.fc2.bias)
@@ -293,7 +297,9 @@ class OpenVLAOFT(nn.Module):
         """
         if instructions is None:
             if not hasattr(images, "images") or not hasattr(images, "instructions"):
-                raise WmrlError("act() needs instructions, or an Obs holding images and instructions")
+                raise WmrlError(
+                    "act() needs instructions, or an Obs holding images and instructions"
+                )
             images, instructions = images.images, images.instructions
         out = self.forward(images, instructions, temperature=temperature)
         log_all = torch.log_softmax(out.logits, dim=-1)
@@ -345,8 +351,8 @@ class OpenVLAOFT(nn.Module):
         predicted = out.logits.argmax(-1)
         decode = self.action_tokenizer.decode
         l1 = (
-            decode(self.action_tokenizer.index_to_token(predicted)) - decode(targets)
-        ).abs().mean()
+            (decode(self.action_tokenizer.index_to_token(predicted)) - decode(targets)).abs().mean()
+        )
         return BCLoss(
             loss=-out.log_probs.mean(),
             token_accuracy=(predicted == index).float().mean(),

@@ -87,7 +87,9 @@ def tower_config(
     """Tower config from the timm id (heads, kind, preprocessing) and weight shapes (sizes)."""
     spec = TIMM_TOWERS.get(timm_id)
     if spec is None:
-        raise WmrlError(f"unsupported vision backbone '{timm_id}'; supported: {sorted(TIMM_TOWERS)}")
+        raise WmrlError(
+            f"unsupported vision backbone '{timm_id}'; supported: {sorted(TIMM_TOWERS)}"
+        )
     try:
         patch = weights[prefix + "patch_embed.proj.weight"]
         fc1 = weights[prefix + "blocks.0.mlp.fc1.weight"]
@@ -99,7 +101,9 @@ def tower_config(
     if hidden == spec.hidden_size and depth != spec.depth:
         raise WmrlError(f"{prefix}: {depth} blocks, but {timm_id} has {spec.depth}")
     if depth < 2:
-        raise WmrlError(f"{prefix}: needs at least 2 blocks (features come from the second-to-last)")
+        raise WmrlError(
+            f"{prefix}: needs at least 2 blocks (features come from the second-to-last)"
+        )
     registers = weights.get(prefix + "reg_token")
     return VisionTowerConfig(
         kind=spec.kind,
@@ -119,7 +123,9 @@ def tower_config(
 
 def llama_spec(text_config: dict[str, Any], embedding_rows: int) -> LlamaSpec:
     if text_config.get("model_type", "llama") != "llama":
-        raise WmrlError(f"only Llama language models are supported, got {text_config['model_type']}")
+        raise WmrlError(
+            f"only Llama language models are supported, got {text_config['model_type']}"
+        )
     if text_config.get("rope_scaling"):
         raise WmrlError("checkpoints with rope_scaling are not supported")
     merged = {**LLAMA_DEFAULTS, **{k: v for k, v in text_config.items() if k in LLAMA_DEFAULTS}}

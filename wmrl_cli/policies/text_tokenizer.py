@@ -36,7 +36,9 @@ def build_word_tokenizer(instructions: Iterable[str]) -> PreTrainedTokenizerFast
     words: set[str] = set()
     for text in [build_prompt(i) for i in instructions] + [PROMPT_TEMPLATE]:
         words.update(piece for piece, _ in pre.pre_tokenize_str(text.lower()))
-    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *sorted(words - set(SPECIAL_TOKENS))])}
+    vocab = {
+        tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *sorted(words - set(SPECIAL_TOKENS))])
+    }
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     core.normalizer = normalizers.Lowercase()
     core.pre_tokenizer = pre

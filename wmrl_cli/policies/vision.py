@@ -25,7 +25,7 @@ from wmrl_cli.policies.config import VisionTowerConfig
 
 
 class VisionTower(nn.Module):
-    """One ViT returning patch features [B, P, D] of its last built block (prefix tokens dropped)."""
+    """One ViT: patch features [B, P, D] of its last built block, prefix tokens dropped."""
 
     def __init__(self, cfg: VisionTowerConfig, attn_implementation: str = "sdpa") -> None:
         super().__init__()
@@ -65,7 +65,9 @@ class VisionTower(nn.Module):
             model.post_layernorm = nn.Identity()
             self.num_prefix_tokens = 0
         self.model = model
-        self.register_buffer("mean", torch.tensor(cfg.image_mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer(
+            "mean", torch.tensor(cfg.image_mean).view(1, 3, 1, 1), persistent=False
+        )
         self.register_buffer("std", torch.tensor(cfg.image_std).view(1, 3, 1, 1), persistent=False)
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:

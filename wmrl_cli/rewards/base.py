@@ -20,8 +20,11 @@ class RewardModel(Protocol):
     calibrated success threshold saved with the model (None when it was never calibrated).
     """
 
-    kind: str
-    threshold: float | None
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def threshold(self) -> float | None: ...
 
     def predict(
         self, frames: np.ndarray | torch.Tensor, task_ids: np.ndarray | torch.Tensor | None = None

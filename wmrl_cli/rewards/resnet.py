@@ -150,8 +150,10 @@ class _ResnetRewardBase(nn.Module, ABC):
         flat = video.reshape(b * t, *video.shape[2:])
         ids = None
         if task_ids is not None:
-            ids = torch.as_tensor(task_ids, dtype=torch.long).reshape(b, 1).expand(b, t)
-            ids = ids.reshape(-1)
+            ids = torch.as_tensor(task_ids, dtype=torch.long).reshape(-1)
+            if ids.numel() != b:
+                raise WmrlError(f"need one task id per video: {ids.numel()} ids for {b} videos")
+            ids = ids[:, None].expand(b, t).reshape(-1)
         device = module_device(self)
         out = []
         with eval_mode(self):

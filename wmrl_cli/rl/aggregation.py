@@ -30,10 +30,11 @@ def trajectory_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     valid token: a trajectory masked out entirely (e.g. its group was filtered) is dropped from
     the average rather than counted as a zero.
     """
-    m = expand_mask(mask, x)
-    dims = tuple(range(1, x.dim()))
-    counts = m.sum(dim=dims)
-    per_traj = (x * m).sum(dim=dims) / counts.clamp(min=1.0)
+    # [B, ...] -> [B, steps*tokens]; a 1-d x is one step per trajectory
+    m = expand_mask(mask, x).reshape(x.shape[0], -1)
+    flat = x.reshape(x.shape[0], -1)
+    counts = m.sum(dim=1)
+    per_traj = (flat * m).sum(dim=1) / counts.clamp(min=1.0)
     present = (counts > 0).to(x.dtype)
     return (per_traj * present).sum() / present.sum().clamp(min=1.0)
 

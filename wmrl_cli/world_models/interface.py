@@ -129,13 +129,19 @@ class WorldModel(nn.Module, ABC):
         """Predict the next C frames (uint8 [B,C,H,W,3]) for actions [B,C,A]; roll the context."""
 
     @abstractmethod
-    def forward(self, batch: WorldModelBatch | Mapping[str, TensorLike | None]) -> torch.Tensor:
-        """The scalar training loss of a batch of windows."""
+    def forward(
+        self,
+        batch: WorldModelBatch | Mapping[str, TensorLike | None],
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """The scalar training loss of a batch of windows (noise drawn from `generator`)."""
 
     def training_loss(
-        self, batch: WorldModelBatch | Mapping[str, TensorLike | None]
+        self,
+        batch: WorldModelBatch | Mapping[str, TensorLike | None],
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        return self(batch)
+        return self(batch, generator=generator)
 
     @property
     def device(self) -> torch.device:

@@ -1,0 +1,34 @@
+# Set-up and entry points. Every target installs what it needs into .venv first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# A CPU build of torch where there is no NVIDIA GPU; the default (CUDA) build otherwise.
+TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "torch" || echo "torch==2.13.0")
+
+.PHONY: install demo main test lint bench-sim clean
+
+$(BIN)/wmrl: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(BIN)/wmrl
+
+install: $(BIN)/wmrl
+
+# The main job on the embedded default (Meta-World, no download, no GPU).
+main demo: install
+	MUJOCO_GL=egl $(BIN)/wmrl eval --policy expert --episodes-per-task 3 --save-video --out runs/expert-eval
+
+test: install
+	MUJOCO_GL=egl $(BIN)/python -m pytest -q -m "not slow"
+
+lint: install
+	$(BIN)/ruff check wmrl_cli tests benchmarks
+	$(BIN)/ruff format --check wmrl_cli tests benchmarks
+
+bench-sim: install
+	MUJOCO_GL=egl $(BIN)/python benchmarks/sim_fps.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

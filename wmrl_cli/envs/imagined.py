@@ -1,0 +1,137 @@
+"""The imagined env: a world model plus a reward model behind the simulator's interface.
+
+Per chunk the world model predicts C frames from C actions, the reward model scores every
+generated frame, and an env succeeds when the chunk's highest score reaches the threshold
+(RLinf's rule); it then terminates at the end of that chunk. Truncation at `max_steps`.
+
+Rewards: with `use_rel_reward` (RLinf), the step reward is the change of the scaled score,
+reward_coef * (r_t - r_{t-1}), so an episode's return is reward_coef * (r_end - r_0); without
+it, the reward is reward_coef on the step that ends the episode with success and 0 elsewhere.
+Either way a successful episode returns about reward_coef and a failed one about 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from wmrl_cli.data.reset_set import ResetEntry
+from wmrl_cli.envs.interface import ChunkResult, Obs
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.rewards.base import RewardModel
+from wmrl_cli.world_models.interface import WorldModel
+
+
+class ImaginedEnv:
+    def __init__(
+        self,
+        world_model: WorldModel,
+        reward_model: RewardModel,
+        reset_set: list[ResetEntry],
+        task_names: list[str],
+        num_envs: int,
+        max_steps: int,
+        success_threshold: float = 0.9,
+        use_rel_reward: bool = False,
+        reward_coef: float = 5.0,
+        seed: int = 0,
+    ) -> None:
+        if not reset_set:
+            raise WmrlError("the imagined env needs a non-empty reset set")
+        self.world_model = world_model
+        self.reward_model = reward_model
+        self.reset_set = reset_set
+        self.task_names = task_names
+        self.num_envs = num_envs
+        self.action_dim = int(reset_set[0].context_actions.shape[-1])
+        self.max_steps = max_steps
+        self.threshold = success_threshold
+        self.use_rel_reward = use_rel_reward
+        self.reward_coef = reward_coef
+        self.generator = torch.Generator().manual_seed(seed)
+        # VideoMAE-style reward models score a clip ending at each frame: keep its history.
+        self._history_len = max(int(getattr(reward_model, "clip_length", 1)) - 1, 0)
+
+    def reset(self, init_ids: list[int], sim_states: list | None = None) -> Obs:
+        if len(init_ids) != self.num_envs:
+            raise ValueError(f"reset needs {self.num_envs} init ids, got {len(init_ids)}")
+        entries = [self.reset_set[i] for i in init_ids]
+        self.world_model.reset_context(
+            np.stack([e.reference for e in entries]),
+            np.stack([e.context for e in entries]),
+            np.stack([e.context_actions for e in entries]).astype(np.float32),
+        )
+        self._entries = entries
+        self._steps = np.array([e.step for e in entries])
+        self._done = np.zeros(self.num_envs, dtype=bool)
+        current = np.stack([e.context[-1] for e in entries])
+        self._last_frames = current
+        history = np.stack([e.context for e in entries])[:, -self._history_len :]
+        self._history = history if self._history_len else None
+        self._prev_score = self._score(current[:, None])[:, 0]
+        return self._obs(current)
+
+    def _obs(self, images: np.ndarray) -> Obs:
+        task_ids = np.array([e.task_id for e in self._entries], dtype=np.int64)
+        return Obs(images=images, instructions=[e.instruction for e in self._entries],
+                   task_ids=task_ids)
+
+    @torch.no_grad()
+    def _score(self, frames: np.ndarray) -> np.ndarray:
+        """Success probability of each frame [B,T]; clip models see the preceding history."""
+        task_ids = np.array([e.task_id for e in self._entries], dtype=np.int64)
+        if self._history_len and self._history is not None:
+            full = np.concatenate([self._history, frames], axis=1)
+            scores = self.reward_model.predict(full, task_ids)[:, -frames.shape[1] :]
+        else:
+            scores = self.reward_model.predict(frames, task_ids)
+        return scores.float().cpu().numpy()
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkResult:
+        actions = np.asarray(actions, dtype=np.float32)
+        b, c, _ = actions.shape
+        frames = self.world_model.predict(torch.from_numpy(actions), generator=self.generator)
+        frames = frames.cpu().numpy()
+        scores = self._score(frames)
+        if self._history_len:
+            self._history = np.concatenate([self._history, frames], axis=1)[:, -self._history_len :]
+
+        was_done = self._done.copy()
+        valid = np.repeat(~was_done[:, None], c, axis=1)
+        success = (scores >= self.threshold) & valid
+        chunk_success = success.any(axis=1)
+        steps_after = self._steps + c
+        truncated_now = ~chunk_success & (steps_after >= self.max_steps) & ~was_done
+
+        terminated = np.zeros((b, c), dtype=bool)
+        truncated = np.zeros((b, c), dtype=bool)
+        terminated[chunk_success, -1] = True
+        truncated[truncated_now, -1] = True
+
+        if self.use_rel_reward:
+            scaled = self.reward_coef * scores
+            prev = np.concatenate([self.reward_coef * self._prev_score[:, None], scaled[:, :-1]], 1)
+            rewards = scaled - prev
+        else:
+            rewards = np.zeros((b, c), dtype=np.float32)
+            rewards[chunk_success, -1] = self.reward_coef
+        rewards = np.where(valid, rewards, 0.0).astype(np.float32)
+
+        # Envs that were already done keep showing their last frame.
+        frames[was_done] = self._last_frames[was_done][:, None]
+        self._last_frames = frames[:, -1]
+        self._prev_score = np.where(was_done, self._prev_score, scores[:, -1])
+        self._steps = np.where(was_done, self._steps, steps_after)
+        self._done = was_done | chunk_success | truncated_now
+        return ChunkResult(
+            obs=self._obs(self._last_frames.copy()),
+            frames=frames,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            success=success,
+            info={"valid": valid, "scores": scores},
+        )
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,116 @@
+"""Atomic training checkpoints and resume.
+
+    run_dir/checkpoints/step_000100/
+        model/                 the model's save_pretrained directory (config.json + safetensors)
+        training_state/
+            optimizer_0.pt     optimizer (and scheduler) state dicts, read with weights_only=True
+            state.json         step, RNG states (python, numpy, torch) and trainer extras
+    run_dir/checkpoints/latest the name of the newest complete checkpoint
+
+A checkpoint is written into a temporary directory and renamed when complete, then `latest`
+is replaced atomically, so a run killed at any moment resumes from the last complete one.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from wmrl_cli.data.episodes import atomic_write_text
+from wmrl_cli.errors import WmrlError
+
+LATEST = "latest"
+
+
+def capture_rng() -> dict[str, Any]:
+    return {
+        "python": _jsonable(random.getstate()),
+        "numpy": np.random.get_state(legacy=False),
+        "torch": torch.get_rng_state().tolist(),
+    }
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    random.setstate(_tupled(state["python"]))
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+
+
+def _jsonable(value: Any) -> Any:
+    return [_jsonable(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+def _tupled(value: Any) -> Any:
+    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
+
+
+def _numpy_safe(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _numpy_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_numpy_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return obj
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    save_model: Callable[[Path], Any],
+    stateful: list[Any],
+    extra: dict[str, Any] | None = None,
+    keep: int = 2,
+) -> Path:
+    """save_model(dir) writes the model; `stateful` are objects with state_dict() (optimizers,
+    schedulers); extra is JSON-able trainer state (e.g. a reset sampler's)."""
+    root = Path(run_dir) / "checkpoints"
+    name = f"step_{step:06d}"
+    final = root / name
+    tmp = root / f".tmp-{name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "training_state").mkdir(parents=True)
+    save_model(tmp / "model")
+    for i, obj in enumerate(stateful):
+        torch.save(obj.state_dict(), tmp / "training_state" / f"state_{i}.pt")
+    state = {"step": step, "rng": capture_rng(), "extra": extra or {}}
+    (tmp / "training_state" / "state.json").write_text(json.dumps(_numpy_safe(state)))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    atomic_write_text(root / LATEST, name)
+    for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    pointer = Path(run_dir) / "checkpoints" / LATEST
+    if not pointer.is_file():
+        return None
+    path = pointer.parent / pointer.read_text().strip()
+    return path if path.is_dir() else None
+
+
+def load_checkpoint(checkpoint: Path, stateful: list[Any], restore_rng_state: bool = True
+                    ) -> dict[str, Any]:
+    """Restores optimizer/scheduler states (weights_only) and RNG; returns {'step', 'extra'}."""
+    folder = checkpoint / "training_state"
+    try:
+        state = json.loads((folder / "state.json").read_text())
+        for i, obj in enumerate(stateful):
+            obj.load_state_dict(torch.load(folder / f"state_{i}.pt", weights_only=True,
+                                           map_location="cpu"))
+    except (OSError, json.JSONDecodeError, RuntimeError, KeyError) as exc:
+        raise WmrlError(f"{checkpoint}: cannot resume from this checkpoint ({exc})") from None
+    if restore_rng_state:
+        restore_rng(state["rng"])
+    return {"step": int(state["step"]), "extra": state.get("extra", {})}
