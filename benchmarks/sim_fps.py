@@ -48,11 +48,19 @@ def main() -> None:
     n_tasks = len(get_suite(args.suite).tasks)
     results = {}
     for workers in (1, 2):
-        cfg = SimulatorConfig(suite=args.suite, image_size=args.image_size, num_envs=n_tasks,
-                              num_workers=workers, max_steps=args.steps + 8, chunk_size=8)
+        cfg = SimulatorConfig(
+            suite=args.suite,
+            image_size=args.image_size,
+            num_envs=n_tasks,
+            num_workers=workers,
+            max_steps=args.steps + 8,
+            chunk_size=8,
+        )
         results[workers] = measure(cfg, args.steps, args.repeats)
-    print(f"suite {args.suite}, {n_tasks} envs, {args.image_size}x{args.image_size}, "
-          f"{args.steps} steps, best of {args.repeats}")
+    print(
+        f"suite {args.suite}, {n_tasks} envs, {args.image_size}x{args.image_size}, "
+        f"{args.steps} steps, best of {args.repeats}"
+    )
     for workers, fps in results.items():
         print(f"  {workers} worker(s): {fps:7.1f} frames/s (physics step + render)")
     print(f"  speed-up 2 vs 1: {results[2] / results[1]:.2f}x")

@@ -24,6 +24,16 @@ from wmrl_cli.policies.text_tokenizer import build_word_tokenizer
 INSTRUCTIONS = ["pick up the red block", "open the drawer", "push the green button"]
 
 
+@pytest.fixture(autouse=True)
+def _single_thread():
+    # Tiny models run fastest on one thread; two OpenMP threads on a shared 2-core box
+    # oversubscribe and can be 10-100x slower when other processes are busy.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def tiny_policy(value_head: bool = True) -> OpenVLAOFT:
     torch.manual_seed(0)
     tok = build_word_tokenizer(INSTRUCTIONS)
@@ -54,7 +64,12 @@ def test_save_pretrained_round_trip(tmp_path):
     target = tmp_path / "ckpt"
     save_pretrained(policy, target)
     files = {p.name for p in target.iterdir()}
-    assert {"config.json", "model.safetensors", "dataset_statistics.json", "tokenizer.json"} <= files
+    assert {
+        "config.json",
+        "model.safetensors",
+        "dataset_statistics.json",
+        "tokenizer.json",
+    } <= files
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left
     loaded = OpenVLAOFT.from_pretrained(target).eval()
     assert loaded.config == policy.config
@@ -116,3 +131,17 @@ def test_unknown_directory_errors(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
     with pytest.raises(WmrlError, match="neither"):
         from_pretrained(tmp_path)
+
+
+def test_single_tower_policy_round_trip(tmp_path):
+    tok = build_word_tokenizer(INSTRUCTIONS)
+    cfg = tiny_config(len(tok), fused=False, llm_layers=1)
+    stats = {"mw": compute_statistics(np.random.default_rng(0).normal(size=(50, 7)))}
+    policy = OpenVLAOFT(cfg, tok, stats).eval()
+    assert not hasattr(policy.projector, "fc3")
+    images, instructions = batch(2)
+    policy.save_pretrained(tmp_path / "single")
+    loaded = from_pretrained(tmp_path / "single").eval()
+    torch.testing.assert_close(
+        loaded(images, instructions).logits, policy(images, instructions).logits, atol=0, rtol=0
+    )

@@ -5,14 +5,24 @@ import pytest
 import torch
 
 from wmrl_cli.envs.interface import Obs
-from wmrl_cli.errors import WmrlError
-from wmrl_cli.policies.config import full_config, tiny_config
+from wmrl_cli.errors import ConfigError, WmrlError
+from wmrl_cli.policies.config import OpenVLAOFTConfig, full_config, tiny_config
 from wmrl_cli.policies.normalization import compute_statistics
 from wmrl_cli.policies.openvla_oft import OpenVLAOFT
 from wmrl_cli.policies.sequence import SequenceLayout, build_attention
 from wmrl_cli.policies.text_tokenizer import build_word_tokenizer
 
 INSTRUCTIONS = ["pick up the red block and place it in the bin", "open the drawer", "push it"]
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    # Tiny models run fastest on one thread; two OpenMP threads on a shared 2-core box
+    # oversubscribe and can be 10-100x slower when other processes are busy.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def tiny_policy(value_head: bool = True, attention: str = "prefix_causal") -> OpenVLAOFT:
@@ -45,6 +55,18 @@ def test_rollout_and_training_log_probs_agree(attention):
     np.testing.assert_allclose(out.entropy.detach().numpy(), chunk.entropy, atol=1e-5, rtol=0)
     np.testing.assert_allclose(out.values.detach().numpy(), chunk.values, atol=1e-5, rtol=0)
     assert np.all(chunk.logprobs <= 0) and np.all(chunk.entropy <= np.log(256) + 1e-4)
+
+
+def test_top_k_log_probs_agree_and_stay_in_the_top_k():
+    policy = tiny_policy()
+    images, instructions = batch()
+    gen = torch.Generator().manual_seed(2)
+    chunk = policy.act(images, instructions, temperature=1.6, top_k=5, generator=gen)
+    out = policy(images, instructions, torch.from_numpy(chunk.tokens), 1.6, top_k=5)
+    np.testing.assert_allclose(out.log_probs.detach().numpy(), chunk.logprobs, atol=1e-5, rtol=0)
+    assert np.all(np.isfinite(chunk.entropy)) and np.all(chunk.entropy <= np.log(5) + 1e-4)
+    full = policy(images, instructions, torch.from_numpy(chunk.tokens), 1.6)
+    assert torch.all(out.log_probs >= full.log_probs - 1e-6)  # renormalized over fewer bins
 
 
 def test_greedy_is_deterministic_and_sampling_follows_the_generator():
@@ -149,3 +171,15 @@ def test_tiny_and_full_sizes():
     assert full.config.vocab_size == 32000 and full.config.llm.embedding_size == 32064
     assert full.action_tokenizer.first_token_id == 31744
     assert full.config.num_patches == 256
+
+
+def test_config_round_trip_and_validation():
+    cfg = tiny_policy().config
+    assert OpenVLAOFTConfig.from_dict(cfg.to_dict()) == cfg
+    bad = cfg.to_dict()
+    bad["llm"]["embedding_size"] = 10
+    with pytest.raises(ConfigError, match="vocab_size"):
+        OpenVLAOFTConfig.from_dict(bad)
+    typo = cfg.to_dict() | {"chunk_length": 4}
+    with pytest.raises(ConfigError, match="chunk_length"):
+        OpenVLAOFTConfig.from_dict(typo)

@@ -83,7 +83,9 @@ def test_unnorm_key_fallback_and_errors():
     stats = {"libero_spatial_no_noops": _stats(), "libero_goal_no_noops": _stats(2)}
     assert resolve_unnorm_key(stats, "libero_spatial") == "libero_spatial_no_noops"
     assert resolve_unnorm_key(stats, "libero_goal_no_noops") == "libero_goal_no_noops"
-    assert action_stats(stats, "libero_goal")["q01"] == stats["libero_goal_no_noops"]["action"]["q01"]
+    assert (
+        action_stats(stats, "libero_goal")["q01"] == stats["libero_goal_no_noops"]["action"]["q01"]
+    )
     with pytest.raises(WmrlError) as err:
         resolve_unnorm_key(stats, "libero_10")
     msg = str(err.value)

@@ -23,6 +23,15 @@ from wmrl_cli.world_models.wan import (
     tiny_vae_config,
 )
 
+
+@pytest.fixture(autouse=True)
+def _no_onednn_warmup():
+    # oneDNN spends seconds building conv3d kernels for every new input shape; the plain kernels
+    # are slower in steady state but have no warm-up, which is what short tests want.
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield
+
+
 TINY_DIT = WanTransformerConfig(
     patch_size=(1, 1, 1),
     num_attention_heads=2,
@@ -91,7 +100,9 @@ def _dit_output(model: WanActionTransformer) -> torch.Tensor:
         return model(latents, timestep, *model.embed_actions(actions))
 
 
-def _write_diffsynth_dit(model: WanActionTransformer, path: Path, extra: dict | None = None) -> dict:
+def _write_diffsynth_dit(
+    model: WanActionTransformer, path: Path, extra: dict | None = None
+) -> dict:
     state = {"model." + to_diffsynth_name(k): v.clone() for k, v in model.state_dict().items()}
     # RLinf's file may still carry Wan's (unused) text projection.
     state["model.text_embedding.0.weight"] = torch.randn(32, 8)
@@ -167,21 +178,36 @@ def test_original_wan22_vae_names_convert(tmp_path: Path) -> None:
     diffusers_state = vae.state_dict()
     original = wc.diffusers_to_original_vae(diffusers_state)
     # Names of the original Wan2.2 VAE layout (Down/Up residual stages, Resample last).
-    expected = {
-        "encoder.down_blocks.0.resnets.0.norm1.gamma": "encoder.downsamples.0.downsamples.0.residual.0.gamma",
-        "encoder.down_blocks.1.resnets.0.conv_shortcut.weight": "encoder.downsamples.1.downsamples.0.shortcut.weight",
-        "encoder.down_blocks.0.downsampler.time_conv.weight": "encoder.downsamples.0.downsamples.1.time_conv.weight",
-        "decoder.up_blocks.0.upsampler.resample.1.weight": "decoder.upsamples.0.upsamples.2.resample.1.weight",
-        "decoder.up_blocks.2.resnets.1.conv2.bias": "decoder.upsamples.2.upsamples.1.residual.6.bias",
-        "encoder.mid_block.resnets.1.conv1.weight": "encoder.middle.2.residual.2.weight",
-        "decoder.mid_block.attentions.0.to_qkv.weight": "decoder.middle.1.to_qkv.weight",
-        "encoder.conv_in.weight": "encoder.conv1.weight",
-        "decoder.norm_out.gamma": "decoder.head.0.gamma",
-        "decoder.conv_out.bias": "decoder.head.2.bias",
-        "quant_conv.weight": "conv1.weight",
-        "post_quant_conv.bias": "conv2.bias",
-    }
-    for diffusers_key, original_key in expected.items():
+    expected = [
+        (
+            "encoder.down_blocks.0.resnets.0.norm1.gamma",
+            "encoder.downsamples.0.downsamples.0.residual.0.gamma",
+        ),
+        (
+            "encoder.down_blocks.1.resnets.0.conv_shortcut.weight",
+            "encoder.downsamples.1.downsamples.0.shortcut.weight",
+        ),
+        (
+            "encoder.down_blocks.0.downsampler.time_conv.weight",
+            "encoder.downsamples.0.downsamples.1.time_conv.weight",
+        ),
+        (
+            "decoder.up_blocks.0.upsampler.resample.1.weight",
+            "decoder.upsamples.0.upsamples.2.resample.1.weight",
+        ),
+        (
+            "decoder.up_blocks.2.resnets.1.conv2.bias",
+            "decoder.upsamples.2.upsamples.1.residual.6.bias",
+        ),
+        ("encoder.mid_block.resnets.1.conv1.weight", "encoder.middle.2.residual.2.weight"),
+        ("decoder.mid_block.attentions.0.to_qkv.weight", "decoder.middle.1.to_qkv.weight"),
+        ("encoder.conv_in.weight", "encoder.conv1.weight"),
+        ("decoder.norm_out.gamma", "decoder.head.0.gamma"),
+        ("decoder.conv_out.bias", "decoder.head.2.bias"),
+        ("quant_conv.weight", "conv1.weight"),
+        ("post_quant_conv.bias", "conv2.bias"),
+    ]
+    for diffusers_key, original_key in expected:
         assert original[original_key] is diffusers_state[diffusers_key]
     assert wc.original_to_diffusers_vae(original).keys() == diffusers_state.keys()
 
@@ -207,7 +233,9 @@ def test_pth_that_would_run_code_is_refused(tmp_path: Path) -> None:
 
 def test_rlinf_layout_world_model_loads_end_to_end(tmp_path: Path) -> None:
     config = replace(WanWorldModelConfig.tiny(), delta_prediction=False)
-    config = replace(config, transformer=replace(config.transformer, num_layers=2))
+    config = replace(
+        config, transformer=replace(config.transformer, num_layers=2), height=32, width=32
+    )
     torch.manual_seed(0)
     source = WanWorldModel(config).eval()
     _write_diffsynth_dit(source.transformer, tmp_path / "model-00001.safetensors")
@@ -220,8 +248,8 @@ def test_rlinf_layout_world_model_loads_end_to_end(tmp_path: Path) -> None:
         attention_head_dim=32,
     ).eval()
     assert loaded.config.transformer == config.transformer
-    ref = torch.randint(0, 256, (2, 64, 64, 3), dtype=torch.uint8)
-    ctx = torch.randint(0, 256, (2, 4, 64, 64, 3), dtype=torch.uint8)
+    ref = torch.randint(0, 256, (2, 32, 32, 3), dtype=torch.uint8)
+    ctx = torch.randint(0, 256, (2, 4, 32, 32, 3), dtype=torch.uint8)
     ctx_act, act = torch.randn(2, 4, 7), torch.randn(2, 8, 7)
     outs = [
         m.generate(ref, ctx, ctx_act, act, generator=torch.Generator().manual_seed(0))

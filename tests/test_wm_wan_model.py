@@ -11,19 +11,35 @@ import torch
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.world_models.wan import WanWorldModel, WanWorldModelConfig
 
+
+@pytest.fixture(autouse=True)
+def _no_onednn_warmup():
+    # oneDNN spends seconds building conv3d kernels for every new input shape; the plain kernels
+    # are slower in steady state but have no warm-up, which is what short tests want.
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield
+
+
 B = 2
+S = 32  # frames of 32x32 keep the tests fast; the code path is the tiny (64x64) config's
 
 
 def _model(**overrides) -> WanWorldModel:
     torch.manual_seed(0)
     config = WanWorldModelConfig.tiny()
-    config = replace(config, transformer=replace(config.transformer, num_layers=2), **overrides)
+    config = replace(
+        config,
+        transformer=replace(config.transformer, num_layers=2),
+        height=S,
+        width=S,
+        **overrides,
+    )
     return WanWorldModel(config).eval()
 
 
 def _frames(*shape: int, seed: int = 0) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, (*shape, 64, 64, 3), dtype=torch.uint8, generator=gen)
+    return torch.randint(0, 256, (*shape, S, S, 3), dtype=torch.uint8, generator=gen)
 
 
 def _randomize_output(model: WanWorldModel) -> None:
@@ -40,7 +56,7 @@ def test_predict_shapes_determinism_and_context_roll() -> None:
 
     model.reset_context(ref, ctx, ctx_act)
     first = model.predict(actions, generator=torch.Generator().manual_seed(7))
-    assert first.shape == (B, 8, 64, 64, 3) and first.dtype == torch.uint8
+    assert first.shape == (B, 8, S, S, 3) and first.dtype == torch.uint8
 
     reference, new_ctx, new_act = model.context()
     assert torch.equal(reference, ref)
@@ -59,7 +75,7 @@ def test_predict_shapes_determinism_and_context_roll() -> None:
 
     # A 4-frame chunk keeps the last 4 frames too.
     four = model.predict(actions[:, :4], generator=torch.Generator().manual_seed(7))
-    assert four.shape == (B, 4, 64, 64, 3) and torch.equal(model.context()[1], four)
+    assert four.shape == (B, 4, S, S, 3) and torch.equal(model.context()[1], four)
 
 
 def test_untrained_delta_model_copies_the_context_whatever_the_noise() -> None:
@@ -92,9 +108,12 @@ def test_training_loss_backward_is_finite_and_cached_latents_match() -> None:
     assert model.transformer.action_mlp2[0].weight.grad.abs().sum() > 0
 
     cached = dict(batch, latents=model.encode_window(batch))
-    assert cached["latents"].shape == (B, 16, 4, 8, 8)
+    assert cached["latents"].shape == (B, 16, 4, S // 8, S // 8)
     again = model.training_loss(cached, generator=torch.Generator().manual_seed(0))
     assert torch.allclose(loss.detach(), again.detach())
+    latents_only = {k: v for k, v in cached.items() if k != "target_frames"}
+    third = model.training_loss(latents_only, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(loss.detach(), third.detach())
 
 
 def test_velocity_parameterisation_loss_and_vae_loss() -> None:
@@ -155,3 +174,19 @@ def test_bad_input_raises_one_line_errors(tmp_path: Path) -> None:
         WanWorldModelConfig.from_dict({"hieght": 64})
     with pytest.raises(ConfigError, match="num_target_frames"):
         WanWorldModel(replace(WanWorldModelConfig.tiny(), num_target_frames=6))
+
+
+def test_configured_reference_action_is_the_default() -> None:
+    rlinf_default = [0.0] * 6 + [-1.0]  # RLinf: zeros with the gripper open, never updated
+    assert WanWorldModelConfig.full().reference_action == rlinf_default
+    model = _model(reference_action=rlinf_default)
+    _randomize_output(model)
+    inputs = (_frames(B), _frames(B, 4, seed=1), torch.randn(B, 4, 7), torch.randn(B, 4, 7))
+
+    def run(reference_actions: torch.Tensor | None) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(0)
+        return model.generate(*inputs, generator=gen, reference_actions=reference_actions)
+
+    implicit = run(None)
+    assert torch.equal(implicit, run(torch.tensor([rlinf_default] * B)))
+    assert not torch.equal(implicit, run(torch.zeros(B, 7)))

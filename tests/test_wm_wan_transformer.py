@@ -40,7 +40,9 @@ def test_diffusers_weights_load_and_match_with_zero_action_modulation() -> None:
             block.norm2.weight.normal_()
             block.norm2.bias.normal_()
     non_action = {
-        k: v for k, v in reference.state_dict().items() if "condition_embedder.text_embedder" not in k
+        k: v
+        for k, v in reference.state_dict().items()
+        if "condition_embedder.text_embedder" not in k
     }
     result = ours.load_state_dict(non_action, strict=False)
     assert result.unexpected_keys == []

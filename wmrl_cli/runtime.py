@@ -20,6 +20,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def configure_threads(num_threads: int) -> None:
+    """0 keeps torch's default. On a small shared CPU, oversubscribed threads (torch threads x
+    simulator workers x ranks) slow everything down by an order of magnitude."""
+    if num_threads > 0:
+        import torch
+
+        torch.set_num_threads(num_threads)
+
+
 def prepare_run_dir(config: RunConfig, command: str, default: Path | None = None) -> Path:
     """Create the run directory and write the resolved `config.yaml` into it."""
     run_dir = (

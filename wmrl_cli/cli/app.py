@@ -7,9 +7,11 @@ from typing import Annotated
 import typer
 
 from wmrl_cli import __version__
+from wmrl_cli.cli.download_cmd import download_command
 from wmrl_cli.cli.eval_cmd import eval_command
 from wmrl_cli.cli.presets_cmd import presets_app
 from wmrl_cli.cli.rollout_cmd import rollout_command
+from wmrl_cli.cli.sft_cmd import sft_command
 
 app = typer.Typer(
     name="wmrl",
@@ -39,6 +41,8 @@ def root(
 
 app.command("rollout")(rollout_command)
 app.command("eval")(eval_command)
+app.command("download")(download_command)
+app.command("sft")(sft_command)
 app.add_typer(presets_app, name="presets")
 
 

@@ -24,7 +24,7 @@ from wmrl_cli.cli.common import (
     handle_errors,
 )
 from wmrl_cli.logging import console
-from wmrl_cli.runtime import prepare_run_dir, seed_everything
+from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
 
 
 @handle_errors
@@ -73,6 +73,7 @@ def eval_command(
         cfg.policy, get_suite(sim_cfg.suite), ACTION_DIM, sim_cfg.chunk_size, seed=sim_cfg.seed
     )
     run_dir = prepare_run_dir(cfg, "eval")
+    configure_threads(cfg.num_threads)
     seed_everything(sim_cfg.seed)
     with MetaWorldSim(sim_cfg) as sim:
         report = evaluate_policy(

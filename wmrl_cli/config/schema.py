@@ -120,6 +120,36 @@ class RolloutConfig(Section):
     kir: KirConfig = Field(default_factory=KirConfig)
 
 
+class SftConfig(Section):
+    """Behaviour cloning of the base policy from scripted-expert demonstrations (`wmrl sft`)."""
+
+    demos_per_task: int = Field(10, ge=1, le=100_000)
+    demo_noise_std: float = Field(0.0, ge=0.0, le=10.0, description="expert action noise")
+    demo_seed_offset: int = Field(
+        1_000_000,
+        ge=0,
+        description="demo seeds = simulator.seed + this + init id, so they "
+        "never overlap evaluation seeds",
+    )
+    data: str | None = Field(None, description="train on this episode store instead")
+    size: Literal["tiny", "full"] = "tiny"
+    patch_size: int = Field(8, ge=1)
+    vision_hidden: int = Field(64, ge=8)
+    vision_layers: int = Field(2, ge=1)
+    llm_hidden: int = Field(128, ge=16)
+    llm_layers: int = Field(3, ge=1)
+    fused_vision: bool = True
+    steps: int = Field(2000, ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(1e-3, gt=0.0, le=1.0)
+    weight_decay: float = Field(0.01, ge=0.0)
+    warmup_steps: int = Field(100, ge=0)
+    grad_clip: float = Field(1.0, gt=0.0)
+    augment_shift: int = Field(4, ge=0, le=64, description="random-shift augmentation, pixels")
+    save_every: int = Field(500, ge=1)
+    log_every: int = Field(10, ge=1)
+
+
 class LoggingConfig(Section):
     tensorboard: bool = True
     progress: bool = True
@@ -136,5 +166,7 @@ class RunConfig(Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    sft: SftConfig = Field(default_factory=SftConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     output_dir: Path | None = Field(None, description="run directory (default: runs/<cmd>-<time>)")
+    num_threads: int = Field(0, ge=0, le=256, description="torch threads per process (0: auto)")

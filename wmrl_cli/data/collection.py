@@ -16,7 +16,7 @@ from wmrl_cli.data.reset_set import export_rlinf
 from wmrl_cli.envs.runner import iter_episodes
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import progress_task
-from wmrl_cli.runtime import prepare_run_dir, seed_everything
+from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
 
 KIR_FILE = "kir.json"
 
@@ -79,6 +79,7 @@ def collect_rollouts(
         raise WmrlError(f"{out} exists and is not an episode store; choose an empty directory")
     store = EpisodeStore(out)
     prepare_run_dir(cfg, "rollout")
+    configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
     sim_cfg = cfg.simulator
     with MetaWorldSim(sim_cfg) as sim:

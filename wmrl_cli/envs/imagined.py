@@ -73,8 +73,9 @@ class ImaginedEnv:
 
     def _obs(self, images: np.ndarray) -> Obs:
         task_ids = np.array([e.task_id for e in self._entries], dtype=np.int64)
-        return Obs(images=images, instructions=[e.instruction for e in self._entries],
-                   task_ids=task_ids)
+        return Obs(
+            images=images, instructions=[e.instruction for e in self._entries], task_ids=task_ids
+        )
 
     @torch.no_grad()
     def _score(self, frames: np.ndarray) -> np.ndarray:

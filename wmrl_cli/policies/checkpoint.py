@@ -289,7 +289,8 @@ def load_prismatic(
         else:
             unknown.append(key)
     if unknown:
-        raise WmrlError(f"{d}: unexpected keys in the checkpoint: {short_list(sorted(unknown))}")
+        listed = short_list(sorted(unknown))
+        raise WmrlError(f"{d}: checkpoint does not fit the policy; unexpected keys: {listed}")
 
     with no_init_weights():
         model = OpenVLAOFT(config, tokenizer, stats)

@@ -43,6 +43,11 @@ def _stats_arrays(stats: Mapping[str, Any], like: ArrayT) -> tuple[ArrayT, Array
     return q01, q99, mask
 
 
+def _float_dtype(x: Any) -> np.dtype:
+    dtype = np.asarray(x).dtype
+    return dtype if np.issubdtype(dtype, np.floating) else np.dtype(np.float32)
+
+
 def normalize(x: ArrayT, stats: Mapping[str, Any]) -> ArrayT:
     """Env units -> [-1, 1] on masked dims (last axis = action dims); keeps the input dtype."""
     q01, q99, mask = _stats_arrays(stats, x)
@@ -52,8 +57,7 @@ def normalize(x: ArrayT, stats: Mapping[str, Any]) -> ArrayT:
         return torch.where(mask, scaled, xd).to(x.dtype)
     xd = np.asarray(x, dtype=np.float64)
     scaled = np.clip(2.0 * (xd - q01) / (q99 - q01 + EPS) - 1.0, -1.0, 1.0)
-    out = np.where(mask, scaled, xd)
-    return out.astype(x.dtype if np.issubdtype(np.asarray(x).dtype, np.floating) else np.float32)
+    return np.where(mask, scaled, xd).astype(_float_dtype(x))
 
 
 def unnormalize(a: ArrayT, stats: Mapping[str, Any]) -> ArrayT:
@@ -64,8 +68,7 @@ def unnormalize(a: ArrayT, stats: Mapping[str, Any]) -> ArrayT:
         out = torch.where(mask, 0.5 * (ad + 1.0) * (q99 - q01 + EPS) + q01, ad)
         return out.to(a.dtype)
     ad = np.asarray(a, dtype=np.float64)
-    out = np.where(mask, 0.5 * (ad + 1.0) * (q99 - q01 + EPS) + q01, ad)
-    return out.astype(a.dtype if np.issubdtype(np.asarray(a).dtype, np.floating) else np.float32)
+    return np.where(mask, 0.5 * (ad + 1.0) * (q99 - q01 + EPS) + q01, ad).astype(_float_dtype(a))
 
 
 def _summary(x: np.ndarray) -> dict[str, list[float]]:

@@ -35,8 +35,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 @dataclass
 class ActionChunk(PolicyOutput):
     """`act` result, numpy on the host: actions [B,C,A] float32 in env units, tokens [B,C,A]
-    int64 action-token ids, logprobs and entropy [B,C,A] float32 under the temperature-scaled
-    256-way distribution, values [B] float32 (None without a value head)."""
+    int64 action-token ids, logprobs and entropy [B,C,A] float32 under the sampling
+    distribution (temperature, top-k) over the 256 action tokens, values [B] float32 (None
+    without a value head)."""
 
     entropy: np.ndarray | None = None
     normalized_actions: np.ndarray | None = None
@@ -44,7 +45,7 @@ class ActionChunk(PolicyOutput):
 
 @dataclass
 class PolicyForward:
-    """Training forward: logits [B,C,A,256] (already divided by the temperature),
+    """Training forward: logits [B,C,A,256] (divided by the temperature, -inf outside top-k),
     log_probs / entropy [B,C,A] (log_probs None when no token ids were given), values [B]."""
 
     logits: torch.Tensor
@@ -55,6 +56,9 @@ class PolicyForward:
 
 @dataclass
 class BCLoss:
+    """loss: mean cross-entropy per action token; token_accuracy: argmax == target bin;
+    l1: mean |argmax action - binned target| in normalized units ([-1, 1])."""
+
     loss: torch.Tensor
     token_accuracy: torch.Tensor
     l1: torch.Tensor
@@ -254,17 +258,28 @@ class OpenVLAOFT(nn.Module):
         prompts: Sequence[str] | PromptBatch,
         action_token_ids: torch.Tensor | None = None,
         temperature: float = 1.0,
+        top_k: int | None = None,
     ) -> PolicyForward:
-        """Training forward: per-token log-probs of `action_token_ids` [B,C,A], entropy, values."""
+        """Training forward: per-token log-probs of `action_token_ids` [B,C,A], entropy, values.
+
+        The distribution is softmax(logits / temperature) over the 256 action tokens, cut to
+        the `top_k` most likely bins when top_k is set; `act` samples from exactly this one.
+        """
         if temperature <= 0:
             raise WmrlError(f"temperature must be positive, got {temperature}")
         cfg = self.config
         logits, values = self._restricted_logits(images, prompts)
-        logits = logits / temperature
         b = logits.shape[0]
-        logits = logits.view(b, cfg.chunk_len, cfg.action_dim, -1)
+        logits = (logits / temperature).view(b, cfg.chunk_len, cfg.action_dim, -1)
+        if top_k is not None:
+            if not 1 <= top_k <= logits.shape[-1]:
+                raise WmrlError(f"top_k must be in 1..{logits.shape[-1]}, got {top_k}")
+            kth = logits.topk(top_k, dim=-1).values[..., -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
         log_all = torch.log_softmax(logits, dim=-1)
-        entropy = -(log_all.exp() * log_all).sum(-1)
+        probs = log_all.exp()
+        # Bins cut by top-k have p = 0 and log p = -inf; they add nothing to the entropy.
+        entropy = -torch.where(probs > 0, probs * log_all, torch.zeros_like(probs)).sum(-1)
         log_probs = None
         if action_token_ids is not None:
             ids = action_token_ids.to(logits.device).long()
@@ -291,30 +306,21 @@ class OpenVLAOFT(nn.Module):
     ) -> ActionChunk:
         """Decode one action chunk per env. `images` may also be an `Obs` (instructions None).
 
-        Sampling draws from the temperature-scaled 256-way distribution (top_k, if set, keeps
-        the k most likely bins); greedy takes the argmax. Log-probs and entropy always refer
-        to the full temperature-scaled distribution, as the training forward computes them.
+        Sampling draws from the distribution `forward` describes (temperature, top_k); greedy
+        takes the argmax. Log-probs and entropy refer to that distribution, so the training
+        forward with the same temperature and top_k reproduces them.
         """
         if instructions is None:
             if not hasattr(images, "images") or not hasattr(images, "instructions"):
-                raise WmrlError(
-                    "act() needs instructions, or an Obs holding images and instructions"
-                )
+                raise WmrlError("act() needs instructions, or an Obs with images and instructions")
             images, instructions = images.images, images.instructions
-        out = self.forward(images, instructions, temperature=temperature)
-        log_all = torch.log_softmax(out.logits, dim=-1)
+        out = self.forward(images, instructions, temperature=temperature, top_k=top_k)
         if sample:
-            scores = out.logits
-            if top_k is not None:
-                if not 1 <= top_k <= scores.shape[-1]:
-                    raise WmrlError(f"top_k must be in 1..{scores.shape[-1]}, got {top_k}")
-                kth = scores.topk(top_k, dim=-1).values[..., -1:]
-                scores = scores.masked_fill(scores < kth, float("-inf"))
-            probs = torch.softmax(scores, dim=-1).reshape(-1, scores.shape[-1])
+            probs = torch.softmax(out.logits, dim=-1).reshape(-1, out.logits.shape[-1])
             index = torch.multinomial(probs, 1, generator=generator).view(out.logits.shape[:-1])
         else:
             index = out.logits.argmax(dim=-1)
-        log_probs = log_all.gather(-1, index[..., None]).squeeze(-1)
+        log_probs = torch.log_softmax(out.logits, dim=-1).gather(-1, index[..., None]).squeeze(-1)
         tokens = self.action_tokenizer.index_to_token(index)
         normalized = self.action_tokenizer.decode(tokens)
         actions = unnormalize(normalized.cpu().numpy(), self.action_statistics())

@@ -1,15 +1,70 @@
-"""Build the policy named in the config: `expert`, `random`, or a checkpoint directory."""
+"""Build the policy named in the config: `expert`, `random`, or a checkpoint directory.
+
+A checkpoint directory is a policy directory (config.json + model.safetensors, wmrl or
+published prismatic layout) or a run directory holding one under `policy/`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from wmrl_cli.config.schema import PolicyConfig
+from wmrl_cli.envs.interface import Obs
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.policies.base import Policy
+from wmrl_cli.policies.base import Policy, PolicyOutput
 from wmrl_cli.sims.suites import Suite
 
 SCRIPTED = ("expert", "random")
+
+
+def resolve_policy_dir(name: str) -> Path | None:
+    """The checkpoint directory `name` refers to, or None if it is not one."""
+    path = Path(name)
+    for candidate in (path, path / "policy"):
+        if (candidate / "config.json").is_file():
+            return candidate
+    return None
+
+
+class LearnedPolicy:
+    """Adapts an OpenVLA-OFT model to the Policy interface for rollouts and evaluation."""
+
+    def __init__(self, model, top_k: int | None = None, seed: int = 0) -> None:
+        self.model = model.eval()
+        self.name = str(getattr(model, "name", "openvla-oft"))
+        self.chunk_size = int(model.chunk_size)
+        self.top_k = top_k
+        self.generator = torch.Generator(device=model.device).manual_seed(seed)
+
+    @torch.no_grad()
+    def act(self, obs: Obs, sample: bool = True, temperature: float = 1.6) -> PolicyOutput:
+        out = self.model.act(
+            obs.images,
+            obs.instructions,
+            sample=sample,
+            temperature=temperature,
+            top_k=self.top_k,
+            generator=self.generator,
+        )
+        out.actions = np.asarray(out.actions, dtype=np.float32)
+        return out
+
+
+def load_learned_policy(
+    path: str | Path, top_k: int | None = None, seed: int = 0, device: str | None = None
+) -> LearnedPolicy:
+    from wmrl_cli.policies.checkpoint import from_pretrained
+
+    directory = resolve_policy_dir(str(path))
+    if directory is None:
+        raise WmrlError(f"{path}: no policy checkpoint (config.json) here or in {path}/policy")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    policy = LearnedPolicy(from_pretrained(directory, device=device), top_k=top_k, seed=seed)
+    policy.name = Path(path).name or policy.name
+    return policy
 
 
 def build_policy(
@@ -21,10 +76,15 @@ def build_policy(
         return ExpertPolicy(suite, noise_std=cfg.noise_std, seed=seed)
     if cfg.name == "random":
         return RandomPolicy(action_dim, chunk_size, seed=seed)
-    path = Path(cfg.name)
-    if not (path / "config.json").is_file():
+    if resolve_policy_dir(cfg.name) is None:
         raise WmrlError(
             f"unknown policy '{cfg.name}': expected expert, random or a policy checkpoint "
-            "directory (with config.json)"
+            "directory (with config.json, or a run directory with policy/config.json)"
         )
-    raise WmrlError(f"{path}: loading learned policy checkpoints is not available yet")
+    policy = load_learned_policy(cfg.name, top_k=cfg.top_k, seed=seed)
+    if policy.model.config.action_dim != action_dim:
+        raise WmrlError(
+            f"{cfg.name}: the policy acts in {policy.model.config.action_dim} "
+            f"dimensions, the simulator expects {action_dim}"
+        )
+    return policy

@@ -14,7 +14,12 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+from transformers import (
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 from wmrl_cli.errors import WmrlError
 
@@ -56,7 +61,11 @@ def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerBase:
     if not any((d / f).exists() for f in ("tokenizer.json", "tokenizer.model")):
         raise WmrlError(f"{d}: no tokenizer files (tokenizer.json or tokenizer.model)")
     try:
-        return AutoTokenizer.from_pretrained(str(d), trust_remote_code=False)
+        # An empty model config keeps AutoTokenizer from parsing config.json (a prismatic
+        # "openvla" config is unknown to transformers); tokenizer_config.json decides the class.
+        return AutoTokenizer.from_pretrained(
+            str(d), config=PretrainedConfig(), trust_remote_code=False
+        )
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise WmrlError(f"{d}: cannot load the tokenizer ({first})") from None

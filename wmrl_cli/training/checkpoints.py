@@ -100,15 +100,17 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return path if path.is_dir() else None
 
 
-def load_checkpoint(checkpoint: Path, stateful: list[Any], restore_rng_state: bool = True
-                    ) -> dict[str, Any]:
+def load_checkpoint(
+    checkpoint: Path, stateful: list[Any], restore_rng_state: bool = True
+) -> dict[str, Any]:
     """Restores optimizer/scheduler states (weights_only) and RNG; returns {'step', 'extra'}."""
     folder = checkpoint / "training_state"
     try:
         state = json.loads((folder / "state.json").read_text())
         for i, obj in enumerate(stateful):
-            obj.load_state_dict(torch.load(folder / f"state_{i}.pt", weights_only=True,
-                                           map_location="cpu"))
+            obj.load_state_dict(
+                torch.load(folder / f"state_{i}.pt", weights_only=True, map_location="cpu")
+            )
     except (OSError, json.JSONDecodeError, RuntimeError, KeyError) as exc:
         raise WmrlError(f"{checkpoint}: cannot resume from this checkpoint ({exc})") from None
     if restore_rng_state:

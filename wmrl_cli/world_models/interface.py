@@ -8,7 +8,7 @@ K predicted frames and their actions become the new context.
 Action convention: ``actions[:, i]`` is the action that produced frame i (the action executed
 while frame i-1 was observed). Context actions belong to context frames, chunk actions to the
 frames predicted from them. The reference frame has no producing action; backends that need one
-use ``reference_actions`` (zeros by default).
+take ``reference_actions`` (default: the backend's configured constant, e.g. zeros).
 
 Frames are uint8 RGB [..., H, W, 3]; actions are float in the policy's (normalized) action space.
 """
@@ -34,8 +34,9 @@ class WorldModelBatch:
 
     reference_frames uint8 [B,H,W,3]; context_frames uint8 [B,K,H,W,3]; context_actions [B,K,A];
     target_frames uint8 [B,C,H,W,3]; target_actions [B,C,A]; reference_actions [B,A] (optional,
-    zeros when absent). ``latents`` optionally carries the window already encoded by the backend's
-    autoencoder (see ``encode_window``), so that a trainer can cache it and skip the encoder.
+    the backend's default when absent). ``latents`` optionally carries the window already
+    encoded by the backend's autoencoder (see ``encode_window``), so that a trainer can cache it
+    and skip the encoder.
     """
 
     reference_frames: torch.Tensor
@@ -64,7 +65,8 @@ class WorldModelBatch:
             raise WmrlError(f"world-model batch is missing {missing}")
         if batch.get("target_frames") is None and batch.get("latents") is None:
             raise WmrlError("world-model batch needs target_frames or precomputed latents")
-        return cls(**{k: (None if v is None else torch.as_tensor(v)) for k, v in batch.items()})
+        values = {n: batch.get(n) for n in names}
+        return cls(**{k: (None if v is None else torch.as_tensor(v)) for k, v in values.items()})
 
     def to(self, device: torch.device | str) -> WorldModelBatch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}

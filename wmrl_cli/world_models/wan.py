@@ -181,6 +181,11 @@ class WanWorldModelConfig:
     logit_std: float = 1.0
     context_noise_sigma: float = RLINF_CONTEXT_NOISE_SIGMA
     delta_prediction: bool = False
+    # The action paired with the reference frame when the caller gives none (None: zeros).
+    # RLinf keeps zeros with the gripper open (-1) there, and never updates it.
+    reference_action: list[float] | None = field(
+        default_factory=lambda: [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0]
+    )
     loss_min_sigma: float = 0.05  # bounds the 1/sigma^2 weight of the delta-prediction loss
 
     @classmethod
@@ -189,8 +194,13 @@ class WanWorldModelConfig:
         return cls()
 
     @classmethod
-    def tiny(cls) -> WanWorldModelConfig:
-        """~1.8M-parameter DiT + ~1.2M-parameter VAE at 64x64: trains on a 2-core CPU."""
+    def tiny(cls, action_dim: int = 7) -> WanWorldModelConfig:
+        """~1.8M-parameter DiT + ~1.2M-parameter VAE at 64x64: trains on a 2-core CPU.
+
+        Same classes and code path as `full`; only sizes differ, and it predicts the change
+        from the context (`delta_prediction`) so that training starts at the copy baseline.
+        Meta-World's action_dim is 4.
+        """
         vae = tiny_vae_config(z_dim=16)
         transformer = WanTransformerConfig(
             patch_size=(1, 1, 1),
@@ -201,6 +211,7 @@ class WanWorldModelConfig:
             freq_dim=256,
             ffn_dim=512,
             num_layers=6,
+            action_dim=action_dim,
         )
         return cls(
             transformer=transformer,
@@ -209,6 +220,7 @@ class WanWorldModelConfig:
             width=64,
             context_noise_sigma=0.1,
             delta_prediction=True,
+            reference_action=None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -269,6 +281,10 @@ def validate_config(config: WanWorldModelConfig) -> None:
         raise ConfigError("num_inference_steps must be >= 1")
     if not 0.0 <= config.context_noise_sigma < 1.0:
         raise ConfigError("context_noise_sigma must be in [0, 1)")
+    if config.reference_action is not None and len(config.reference_action) != t.action_dim:
+        raise ConfigError(
+            f"reference_action must have transformer.action_dim ({t.action_dim}) values"
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -396,6 +412,13 @@ class WanWorldModel(WorldModel):
     RLinf does: the VAE encodes [reference, K context frames] into 1 + K/4 latent frames, the DiT
     denoises C/4 target latent frames next to them, and the VAE decodes all of them (its causal
     decoder needs the history) of which the last C frames are returned.
+
+    Training (`model(batch)` is the loss): the window is encoded without gradients (the VAE is
+    trained on its own with `autoencoder_loss`; cache `encode_window` latents to skip it), the
+    non-reference context latents get noise of level `context_noise_sigma` (the model is still
+    told t = 0 there), the target latents are noised at a logit-normal level, and the loss is the
+    velocity error on the target latents only. `transformer.gradient_checkpointing = True`
+    trades compute for memory.
     """
 
     def __init__(self, config: WanWorldModelConfig) -> None:
@@ -487,7 +510,8 @@ class WanWorldModel(WorldModel):
     ) -> torch.Tensor:
         batch = context_actions.shape[0]
         if reference_actions is None:
-            reference_actions = context_actions.new_zeros(batch, self.action_dim)
+            default = self.config.reference_action or [0.0] * self.action_dim
+            reference_actions = torch.tensor(default).expand(batch, -1)
         elif tuple(reference_actions.shape) != (batch, self.action_dim):
             raise WmrlError(
                 f"reference_actions must have shape [{batch},{self.action_dim}], "

@@ -1,0 +1,73 @@
+"""`wmrl sft`: behaviour-clone the base VLA policy from expert demonstrations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from wmrl_cli.cli.common import (
+    ImageSizeOpt,
+    OutOpt,
+    PresetOpt,
+    SeedOpt,
+    SetOpt,
+    SuiteOpt,
+    WorkersOpt,
+    build_config,
+    handle_errors,
+)
+from wmrl_cli.logging import console
+
+
+@handle_errors
+def sft_command(
+    suite: SuiteOpt = None,
+    demos_per_task: Annotated[
+        int | None, typer.Option(help="Expert demonstrations collected per task.")
+    ] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Train on this episode store instead of collecting demonstrations."),
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Samples per step (all ranks).")] = None,
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
+    resume: Annotated[
+        bool, typer.Option(help="Continue from the run directory's last checkpoint, if any.")
+    ] = True,
+    seed: SeedOpt = None,
+    num_workers: WorkersOpt = None,
+    image_size: ImageSizeOpt = None,
+    out: OutOpt = None,
+    preset: PresetOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Collect scripted-expert demonstrations (or read --data), behaviour-clone a tiny OpenVLA-OFT policy with cross-entropy over action tokens, and save it to RUN_DIR/policy. Evaluate with `wmrl eval --policy RUN_DIR`."""  # noqa: E501
+    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+    from wmrl_cli.training.sft import collect_demos, train_bc
+
+    cfg = build_config(
+        preset,
+        set_,
+        simulator__suite=suite,
+        sft__demos_per_task=demos_per_task,
+        sft__data=None if data is None else str(data),
+        sft__steps=steps,
+        sft__batch_size=batch_size,
+        sft__lr=lr,
+        simulator__seed=seed,
+        simulator__num_workers=num_workers,
+        simulator__image_size=image_size,
+        output_dir=out,
+    )
+    store = EpisodeStore.open(cfg.sft.data) if cfg.sft.data else None
+    run_dir = prepare_run_dir(cfg, "sft")
+    configure_threads(cfg.num_threads)
+    seed_everything(cfg.simulator.seed)
+    if store is None:
+        store = collect_demos(cfg, run_dir)
+    policy_dir = train_bc(cfg, run_dir, store, resume=resume)
+    console.print(f"policy saved to {policy_dir}; evaluate it with `wmrl eval --policy {run_dir}`")

@@ -1,0 +1,214 @@
+"""Behaviour cloning of an OpenVLA-OFT policy from demonstrations (`wmrl sft`).
+
+Samples are (frame t, instruction, the C actions from t on); chunks running past the episode
+end repeat its last action. Batches are drawn by a counter-based RNG (seed, step, rank), so a
+resumed run sees exactly the batches an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from wmrl_cli.config import RunConfig
+from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.logging import MetricsLogger, console, progress_task
+from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+
+POLICY_DIR = "policy"
+
+
+@dataclass
+class BCDataset:
+    frames: np.ndarray  # uint8 [N,H,W,3]
+    chunks: np.ndarray  # float32 [N,C,A]
+    prompt_ids: np.ndarray  # int [N] -> instructions
+    instructions: list[str]
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+
+def build_bc_dataset(store: EpisodeStore, chunk: int, only_success: bool = True) -> BCDataset:
+    frames, chunks, prompt_ids, instructions = [], [], [], []
+    for episode in store:
+        if only_success and not episode.succeeded:
+            continue
+        if episode.instruction not in instructions:
+            instructions.append(episode.instruction)
+        t_len = episode.length
+        idx = np.minimum(np.arange(t_len)[:, None] + np.arange(chunk)[None], t_len - 1)
+        frames.append(episode.frames[:t_len])
+        chunks.append(episode.actions[idx])
+        prompt_ids.append(np.full(t_len, instructions.index(episode.instruction)))
+    if not frames:
+        raise WmrlError(f"{store.root}: no successful episodes to clone")
+    return BCDataset(
+        np.concatenate(frames),
+        np.concatenate(chunks).astype(np.float32),
+        np.concatenate(prompt_ids),
+        instructions,
+    )
+
+
+def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
+    """DrQ-style augmentation: replicate-pad by `pad` pixels, crop back at a random offset."""
+    if pad == 0:
+        return images
+    b, h, w, _ = images.shape
+    padded = torch.nn.functional.pad(
+        images.permute(0, 3, 1, 2).float(), (pad,) * 4, mode="replicate"
+    )
+    offsets = torch.randint(0, 2 * pad + 1, (b, 2), generator=generator)
+    out = torch.stack([padded[i, :, y : y + h, x : x + w] for i, (y, x) in enumerate(offsets)])
+    return out.permute(0, 2, 3, 1).round().to(torch.uint8)
+
+
+def build_policy_model(cfg: RunConfig, instructions: list[str], action_dim: int, stats: dict):
+    from wmrl_cli.policies.config import tiny_config
+    from wmrl_cli.policies.openvla_oft import OpenVLAOFT
+    from wmrl_cli.policies.text_tokenizer import build_word_tokenizer
+
+    s = cfg.sft
+    if s.size == "full":
+        raise WmrlError(
+            "sft.size=full is reached through published checkpoints "
+            "(wmrl download openvla-oft-...), not trained from scratch"
+        )
+    tokenizer = build_word_tokenizer(instructions)
+    model_cfg = tiny_config(
+        len(tokenizer),
+        chunk_len=cfg.simulator.chunk_size,
+        action_dim=action_dim,
+        image_size=cfg.simulator.image_size,
+        patch_size=s.patch_size,
+        vision_hidden=s.vision_hidden,
+        vision_layers=s.vision_layers,
+        llm_hidden=s.llm_hidden,
+        llm_layers=s.llm_layers,
+        fused=s.fused_vision,
+    )
+    return OpenVLAOFT(model_cfg, tokenizer=tokenizer, dataset_statistics=stats)
+
+
+def collect_demos(cfg: RunConfig, run_dir: Path) -> EpisodeStore:
+    """Scripted-expert demonstrations, cached in run_dir/demos (collected into a temp dir
+    and renamed, so an interrupted collection is redone, never half-used)."""
+    import shutil
+
+    from wmrl_cli.data.collection import collect_rollouts
+
+    final = run_dir / "demos"
+    if (final / "index.json").is_file():
+        return EpisodeStore.open(final)
+    tmp = run_dir / ".demos-tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    demo_cfg = cfg.model_copy(deep=True)
+    demo_cfg.policy.name = "expert"
+    demo_cfg.policy.noise_std = cfg.sft.demo_noise_std
+    demo_cfg.simulator.seed = cfg.simulator.seed + cfg.sft.demo_seed_offset
+    demo_cfg.rollout.episodes_per_task = cfg.sft.demos_per_task
+    demo_cfg.rollout.kir.enabled = False
+    demo_cfg.output_dir = tmp
+    collect_rollouts(demo_cfg)
+    tmp.rename(final)
+    return EpisodeStore.open(final)
+
+
+def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = True) -> Path:
+    """Clone the demonstrations in `store`; returns the saved policy directory."""
+    from accelerate import Accelerator
+
+    from wmrl_cli.policies.normalization import compute_statistics
+    from wmrl_cli.policies.openvla_oft import OpenVLAOFT
+
+    s = cfg.sft
+    accelerator = Accelerator(
+        cpu=not torch.cuda.is_available(), mixed_precision="bf16" if cfg.training.bf16 else "no"
+    )
+    data = build_bc_dataset(store, cfg.simulator.chunk_size)
+    stats = {
+        cfg.simulator.suite: compute_statistics(data.chunks[:, 0], num_trajectories=len(store))
+    }
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:
+        model = OpenVLAOFT.from_pretrained(checkpoint / "model")
+    else:
+        model = build_policy_model(cfg, data.instructions, data.chunks.shape[-1], stats)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
+
+    def schedule(step: int) -> float:  # linear warm-up, then cosine to 10%
+        if step < s.warmup_steps:
+            return (step + 1) / s.warmup_steps
+        progress = (step - s.warmup_steps) / max(1, s.steps - s.warmup_steps)
+        return float(0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(progress, 1.0))))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    start = 0
+    if checkpoint is not None:
+        start = load_checkpoint(checkpoint, [optimizer, scheduler])["step"]
+        console.print(f"resuming behaviour cloning from step {start} ({checkpoint.name})")
+    wrapped, optimizer = accelerator.prepare(model, optimizer)
+    unwrapped = accelerator.unwrap_model(wrapped)
+    rank, world = accelerator.process_index, accelerator.num_processes
+    per_rank = max(1, s.batch_size // world)
+    instructions = np.array(data.instructions, dtype=object)
+
+    logger = MetricsLogger(run_dir, cfg.logging.tensorboard, enabled=accelerator.is_main_process)
+    wrapped.train()
+    t0 = time.time()
+    with progress_task(
+        "behaviour cloning", s.steps, cfg.logging.progress and accelerator.is_main_process
+    ) as advance:
+        advance(start)
+        for step in range(start, s.steps):
+            rng = np.random.default_rng([cfg.simulator.seed, step, rank])
+            idx = rng.integers(0, len(data), per_rank)
+            gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
+            images = random_shift(torch.from_numpy(data.frames[idx]), s.augment_shift, gen)
+            prompts = list(instructions[data.prompt_ids[idx]])
+            out = unwrapped.bc_loss(
+                images.to(accelerator.device),
+                prompts,
+                torch.from_numpy(data.chunks[idx]),
+                model=wrapped,
+            )
+            accelerator.backward(out.loss)
+            grad_norm = accelerator.clip_grad_norm_(wrapped.parameters(), s.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            if (step + 1) % s.log_every == 0 or step + 1 == s.steps:
+                metrics = {
+                    "train/sft/loss": out.loss.detach(),
+                    "train/sft/token_accuracy": out.token_accuracy.detach(),
+                    "train/sft/l1": out.l1.detach(),
+                    "train/sft/grad_norm": grad_norm,
+                }
+                reduced = {
+                    k: accelerator.reduce(
+                        torch.as_tensor(v, dtype=torch.float32, device=accelerator.device), "mean"
+                    ).item()
+                    for k, v in metrics.items()
+                }
+                reduced["train/sft/lr"] = scheduler.get_last_lr()[0]
+                reduced["time/elapsed_s"] = time.time() - t0
+                logger.log(reduced, step + 1)
+            if (step + 1) % s.save_every == 0 or step + 1 == s.steps:
+                accelerator.wait_for_everyone()
+                if accelerator.is_main_process:
+                    save_checkpoint(
+                        run_dir, step + 1, unwrapped.save_pretrained, [optimizer, scheduler]
+                    )
+            advance()
+    logger.close()
+    out_dir = run_dir / POLICY_DIR
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        unwrapped.save_pretrained(out_dir)
+    return out_dir
