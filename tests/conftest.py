@@ -7,8 +7,13 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from wmrl_cli.config.schema import SimulatorConfig  # noqa: E402
+
+# Tiny models gain nothing from intra-op threads, and on a 2-core machine shared with simulator
+# workers oversubscribed threads make them an order of magnitude slower.
+torch.set_num_threads(1)
 
 
 def small_sim_config(**overrides) -> SimulatorConfig:

@@ -56,9 +56,17 @@ class WorldModelConfig(Section):
 class RewardModelConfig(Section):
     kind: Literal["resnet", "taskemb_resnet", "videomae"] = "resnet"
     path: str | None = None
-    success_threshold: float = Field(0.9, ge=0.0, le=1.0)
+    success_threshold: float | None = Field(
+        None, ge=0.0, le=1.0, description="None: the threshold calibrated with the model (F1)"
+    )
     use_rel_reward: bool = False
     reward_coef: float = Field(5.0, gt=0.0)
+    # training (`wmrl train-reward`)
+    width: int = Field(16, ge=4, le=256, description="ResNet base width (RLinf: 64)")
+    steps: int = Field(600, ge=1)
+    batch_size: int = Field(64, ge=2)
+    lr: float = Field(1e-3, gt=0.0, le=1.0)
+    val_fraction: float = Field(0.2, gt=0.0, lt=1.0)
 
 
 class AlgorithmConfig(Section):

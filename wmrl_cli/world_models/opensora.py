@@ -592,6 +592,8 @@ class STDiT3(nn.Module):
 
         Selecting the context frames' modulation per frame is what WMPO's fork does by selecting
         the blocks' outputs per frame (t2i_modulate and gating are elementwise): the same values.
+        One difference, in outputs nobody reads: the fork's final layer modulates the context
+        frames twice (its t0 branch re-normalizes the already modulated tokens); here once.
         """
         batch, hidden = timestep.shape[0], self.config.hidden_size
         temb = self.t_embedder(timestep)  # [B,C]

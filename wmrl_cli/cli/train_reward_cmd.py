@@ -1,0 +1,55 @@
+"""`wmrl train-reward`: a frame-level success classifier from stored episodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from wmrl_cli.cli.common import OutOpt, PresetOpt, SetOpt, build_config, handle_errors
+from wmrl_cli.logging import console
+
+
+@handle_errors
+def train_reward_command(
+    data: Annotated[Path, typer.Option(help="Episode store with success flags (wmrl rollout).")],
+    kind: Annotated[
+        str | None, typer.Option(help="resnet or taskemb_resnet (RLinf's two reward models).")
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
+    width: Annotated[int | None, typer.Option(help="ResNet base width (RLinf: 64).")] = None,
+    out: OutOpt = None,
+    preset: PresetOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Train a ResNet success classifier on frames labelled by the simulator's success flags; the threshold is chosen by F1 on held-out episodes and saved with the model in RUN/reward_model/."""  # noqa: E501
+    from rich.table import Table
+
+    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.runtime import configure_threads, prepare_run_dir
+    from wmrl_cli.training.reward_trainer import train_reward_model
+
+    cfg = build_config(
+        preset,
+        set_,
+        reward_model__kind=kind,
+        reward_model__steps=steps,
+        reward_model__width=width,
+        output_dir=out,
+    )
+    store = EpisodeStore.open(data)
+    run_dir = prepare_run_dir(cfg, "train-reward")
+    configure_threads(cfg.num_threads)
+    num_tasks = 1 + max(int(m["task_id"]) for m in store.index) if len(store) else 1
+    model_dir, metrics = train_reward_model(cfg, run_dir, store, num_tasks)
+    table = Table(title=f"reward model on held-out episodes -> {model_dir}")
+    for column in ("threshold", "precision", "recall", "F1"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        f"{metrics.threshold:.3f}",
+        f"{metrics.precision:.3f}",
+        f"{metrics.recall:.3f}",
+        f"{metrics.f1:.3f}",
+    )
+    console.print(table)

@@ -1,0 +1,137 @@
+"""Training a frame-level success classifier from episodes (`wmrl train-reward`).
+
+Labels come from the simulator: frame t (t >= 1) is positive when the success flag held after
+the action that produced it; the first frame is negative. Batches are balanced (half positive)
+because successes are rare when episodes end at the first success. The threshold is chosen by
+F1 on held-out episodes and saved with the model, with precision, recall and F1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from wmrl_cli.config import RunConfig
+from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.logging import MetricsLogger, progress_task
+from wmrl_cli.rewards.calibration import BinaryMetrics, best_f1_threshold, binary_metrics
+
+METRICS_FILE = "reward_metrics.json"
+
+
+@dataclass
+class LabelledFrames:
+    frames: np.ndarray  # uint8 [N,H,W,3]
+    labels: np.ndarray  # bool [N]
+    task_ids: np.ndarray  # int64 [N]
+
+
+def labelled_frames(store: EpisodeStore, ids: list[int]) -> LabelledFrames:
+    frames, labels, tasks = [], [], []
+    for episode in store.iter_ids(ids):
+        frames.append(episode.frames)
+        labels.append(np.concatenate([[False], episode.success]))
+        tasks.append(np.full(len(episode.frames), episode.task_id))
+    if not frames:
+        raise WmrlError(f"{store.root}: no episodes to train a reward model on")
+    return LabelledFrames(
+        np.concatenate(frames),
+        np.concatenate(labels).astype(bool),
+        np.concatenate(tasks).astype(np.int64),
+    )
+
+
+def score_frames(model, data: LabelledFrames, batch: int = 256) -> np.ndarray:
+    """Success probability of every frame (task by task for the task-embedding model)."""
+    scores = np.empty(len(data.frames), dtype=np.float32)
+    tasks = np.unique(data.task_ids) if model.kind == "taskemb_resnet" else [None]
+    for task in tasks:
+        sel = np.ones(len(scores), bool) if task is None else data.task_ids == task
+        ids = None if task is None else [int(task)]
+        scores[sel] = model.predict(data.frames[sel][None], ids, batch)[0].cpu().numpy()
+    return scores
+
+
+def train_reward_model(
+    cfg: RunConfig, run_dir: Path, store: EpisodeStore, num_tasks: int
+) -> tuple[Path, BinaryMetrics]:
+    from wmrl_cli.rewards.loading import save_reward_model
+    from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
+
+    rc = cfg.reward_model
+    if rc.kind == "videomae":
+        raise WmrlError(
+            "train-reward trains the ResNet reward models (reward_model.kind resnet "
+            "or taskemb_resnet); VideoMAE checkpoints load from WMPO's files"
+        )
+    train_ids, val_ids = store.split(rc.val_fraction, seed=cfg.simulator.seed)
+    train, val = labelled_frames(store, train_ids), labelled_frames(store, val_ids)
+    for name, part in (("training", train), ("held-out", val)):
+        if not part.labels.any():
+            raise WmrlError(
+                f"{store.root}: the {name} episodes hold no successful frame; collect "
+                "rollouts that succeed (e.g. with the expert policy)"
+            )
+    torch.manual_seed(cfg.simulator.seed)
+    model = build_resnet_reward_model(
+        ResnetRewConfig(
+            width=rc.width, task_embedding=rc.kind == "taskemb_resnet", num_tasks=max(num_tasks, 1)
+        )
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=rc.lr, weight_decay=1e-4)
+    pos, neg = np.flatnonzero(train.labels), np.flatnonzero(~train.labels)
+    logger = MetricsLogger(run_dir, cfg.logging.tensorboard)
+    model.train()
+    with progress_task("reward model", rc.steps, cfg.logging.progress) as advance:
+        for step in range(rc.steps):
+            rng = np.random.default_rng([cfg.simulator.seed, step])
+            half = rc.batch_size // 2
+            idx = np.concatenate([rng.choice(pos, half), rng.choice(neg, rc.batch_size - half)])
+            images = model.preprocess(torch.from_numpy(train.frames[idx]))
+            ids = torch.from_numpy(train.task_ids[idx])
+            labels = torch.from_numpy(train.labels[idx]).float()
+            loss = F.binary_cross_entropy_with_logits(model.logits(images, ids), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if (step + 1) % 20 == 0 or step + 1 == rc.steps:
+                logger.log({"train/reward/loss": loss.detach()}, step + 1)
+            advance()
+    model.eval()
+    scores = score_frames(model, val)
+    best = best_f1_threshold(scores, val.labels)
+    model.config.threshold = float(best.threshold)
+    at_half = binary_metrics(scores, val.labels, 0.5)
+    logger.log(
+        {
+            "eval/reward/f1": best.f1,
+            "eval/reward/precision": best.precision,
+            "eval/reward/recall": best.recall,
+        },
+        rc.steps,
+    )
+    logger.close()
+
+    final = run_dir / "reward_model"
+    tmp = run_dir / ".reward_model-tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_reward_model(model, tmp)
+    report = {
+        "best_f1": best.to_dict(),
+        "at_0.5": at_half.to_dict(),
+        "val_frames": int(len(val.labels)),
+        "val_positive": int(val.labels.sum()),
+        "train_frames": int(len(train.labels)),
+        "train_positive": int(train.labels.sum()),
+    }
+    (tmp / METRICS_FILE).write_text(json.dumps(report, indent=1))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    return final, best
