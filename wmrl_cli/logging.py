@@ -95,12 +95,22 @@ class MetricsLogger:
                 self._writer.add_scalar(key, value, int(step))
 
     def log_video(self, tag: str, frames: np.ndarray, step: int, fps: int = 10) -> None:
-        """frames uint8 [N,T,H,W,3] (N clips shown side by side by TensorBoard)."""
-        if self.enabled and self._writer is not None:
-            import torch
+        """frames uint8 [N,T,H,W,3]: the N clips side by side, as an animated GIF in
+        TensorBoard's image tab (what `add_video` produces, without its moviepy dependency)."""
+        if not (self.enabled and self._writer is not None):
+            return
+        import imageio.v2 as imageio
+        from tensorboard.compat.proto.summary_pb2 import Summary
 
-            video = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 1, 4, 2, 3)
-            self._writer.add_video(tag, video, int(step), fps=fps)
+        clips = np.ascontiguousarray(frames, dtype=np.uint8)
+        strip = np.concatenate(list(clips), axis=2)  # [T, H, N*W, 3]
+        gif = imageio.mimwrite("<bytes>", list(strip), format="GIF", duration=1.0 / fps, loop=0)
+        image = Summary.Image(
+            height=strip.shape[1], width=strip.shape[2], colorspace=3, encoded_image_string=gif
+        )
+        self._writer._get_file_writer().add_summary(
+            Summary(value=[Summary.Value(tag=tag, image=image)]), int(step)
+        )
 
     def close(self) -> None:
         if self.enabled:

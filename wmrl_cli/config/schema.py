@@ -49,8 +49,25 @@ class WorldModelConfig(Section):
     size: Literal["tiny", "full"] = "tiny"
     path: str | None = Field(None, description="checkpoint directory or asset name")
     context_frames: int = Field(4, ge=1, le=16)
-    num_inference_steps: int = Field(5, ge=1, le=1000)
-    flow_shift: float = Field(5.0, gt=0.0)
+    num_inference_steps: int | None = Field(
+        None, ge=1, le=1000, description="sampling steps (None: the backend's, Wan 5, OpenSora 10)"
+    )
+    # training (`wmrl train-wm`)
+    vae_steps: int = Field(1500, ge=0, description="autoencoder steps when training from scratch")
+    vae_batch_size: int = Field(8, ge=1)
+    vae_lr: float = Field(1e-3, gt=0.0)
+    steps: int = Field(3000, ge=1, description="denoiser steps")
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(5e-4, gt=0.0, le=1.0)
+    warmup_steps: int = Field(100, ge=0)
+    ema_decay: float = Field(0.99, ge=0.0, lt=1.0)
+    grad_clip: float = Field(1.0, gt=0.0)
+    window_stride: int = Field(2, ge=1, description="training windows start every N steps")
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    val_every: int = Field(500, ge=1)
+    val_horizon: int = Field(32, ge=1)
+    val_episodes: int = Field(16, ge=1)
+    save_every: int = Field(500, ge=1)
 
 
 class RewardModelConfig(Section):

@@ -684,6 +684,8 @@ class OpenSoraWorldModel(WorldModel):
         dataset_statistics: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        # A private copy: set_latent_scaling / set_action_statistics edit the model's config.
+        config = replace(config, transformer=replace(config.transformer), vae=dict(config.vae))
         if dataset_statistics is not None:
             q01, q99 = action_statistics(dataset_statistics)
             config = replace(config, action_q01=q01, action_q99=q99)
@@ -692,7 +694,10 @@ class OpenSoraWorldModel(WorldModel):
         self.action_dim = config.transformer.action_dim
         self.num_context_frames = config.num_context_frames
         self.height, self.width = config.height, config.width
-        self.vae = AutoencoderKL(**config.vae)
+        try:
+            self.vae = AutoencoderKL(**config.vae)
+        except TypeError as exc:
+            raise ConfigError(f"vae: not an AutoencoderKL config ({exc})") from exc
         self.transformer = STDiT3(config.transformer)
         if config.delta_prediction:
             # An untrained model then predicts "no change" (the copy-last-frame baseline).

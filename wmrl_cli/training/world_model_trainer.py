@@ -1,0 +1,295 @@
+"""Training an action-conditioned world model from episodes (`wmrl train-wm`).
+
+Two stages, each checkpointed and resumable:
+
+1. autoencoder (only when training from scratch): the backend's VAE learns to reconstruct
+   short clips; then its latents are normalized with statistics measured on the data;
+2. denoiser: windows (reference + K context + C target frames, data/windows.py) are encoded
+   once and cached; the transformer learns the flow-matching velocity of the target latents
+   (the loss and the noisy-context recipe are the backend's `forward`), with an EMA copy.
+
+Validation: open-loop rollouts on held-out episodes (PSNR/SSIM per horizon, next to the
+copy-last-frame baseline) with the EMA weights; videos to TensorBoard.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from wmrl_cli.config import RunConfig
+from wmrl_cli.data.episodes import EpisodeStore, atomic_write_text
+from wmrl_cli.data.windows import WindowSet, build_windows
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.evaluation.world_model_eval import OpenLoopReport, open_loop_eval
+from wmrl_cli.logging import MetricsLogger, console, progress_task
+from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from wmrl_cli.world_models.interface import WorldModel
+
+MODEL_DIR = "world_model"
+RELIABILITY_FILE = "reliability.json"
+
+
+def build_world_model(cfg: RunConfig, action_dim: int) -> WorldModel:
+    """A fresh world model of the configured backend and size at the simulator's image size."""
+    wm, size = cfg.world_model, cfg.simulator.image_size
+    if wm.backend == "wan":
+        from wmrl_cli.world_models.wan import WanWorldModel, WanWorldModelConfig
+
+        config = (
+            WanWorldModelConfig.full()
+            if wm.size == "full"
+            else WanWorldModelConfig.tiny(action_dim=action_dim)
+        )
+        config.transformer.action_dim = action_dim
+        model_cls = WanWorldModel
+    else:
+        from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
+
+        config = (
+            OpenSoraWorldModelConfig.full()
+            if wm.size == "full"
+            else OpenSoraWorldModelConfig.tiny()
+        )
+        config.transformer.action_dim = action_dim
+        model_cls = OpenSoraWorldModel
+    config.height = config.width = size
+    config.num_context_frames = wm.context_frames
+    config.num_target_frames = cfg.simulator.chunk_size
+    if wm.num_inference_steps is not None:
+        config.num_inference_steps = wm.num_inference_steps
+    return model_cls(config)
+
+
+def load_world_model(path: str | Path, device: str | None = None) -> WorldModel:
+    """A saved world model directory of either backend (config.json names the backend)."""
+    path = Path(path)
+    directory = path / MODEL_DIR if (path / MODEL_DIR / "config.json").is_file() else path
+    if not (directory / "config.json").is_file():
+        raise WmrlError(f"{path}: no world model here (expected config.json or {MODEL_DIR}/)")
+    config = json.loads((directory / "config.json").read_text())
+    if "transformer" in config and "depth" in config["transformer"]:
+        from wmrl_cli.world_models.opensora import OpenSoraWorldModel as model_cls
+    else:
+        from wmrl_cli.world_models.wan import WanWorldModel as model_cls
+    return model_cls.from_pretrained(directory, device=device)
+
+
+def calibrate_latents(model: WorldModel, clips: torch.Tensor) -> None:
+    """Normalize the freshly trained autoencoder's latents to zero mean and unit variance."""
+    with torch.no_grad():
+        if hasattr(model, "set_latent_statistics"):  # Wan: per channel
+            raw = model.encode_frames(clips, normalize=False)
+            dims = (0, 2, 3, 4)
+            model.set_latent_statistics(raw.mean(dims), raw.std(dims).clamp_min(1e-4))
+        else:  # OpenSora: one scale and shift, as SDXL's VAE
+            model.set_latent_scaling(1.0, None)
+            raw = model.encode_frames(clips)
+            model.set_latent_scaling(1.0 / max(raw.std().item(), 1e-4), raw.mean().item())
+
+
+def _clips(windows: WindowSet, idx: np.ndarray, length: int) -> torch.Tensor:
+    """Clips of `length` consecutive frames (reference-free) starting at window starts."""
+    clips = []
+    for i in idx:
+        e, s = windows.starts[int(i)]
+        frames = windows.episodes[int(e)].frames
+        take = np.minimum(np.arange(s, s + length), len(frames) - 1)
+        clips.append(frames[take])
+    return torch.from_numpy(np.stack(clips))
+
+
+class WorldModelTrainer:
+    def __init__(self, cfg: RunConfig, run_dir: Path, store: EpisodeStore, action_dim: int):
+        self.cfg, self.wm, self.run_dir, self.store = cfg, cfg.world_model, run_dir, store
+        train_ids, val_ids = store.split(self.wm.val_fraction, seed=cfg.simulator.seed)
+        chunk = cfg.simulator.chunk_size
+        self.train = build_windows(
+            store, train_ids, self.wm.context_frames, chunk, self.wm.window_stride
+        )
+        if len(self.train) == 0:
+            raise WmrlError(f"{store.root}: no episode is long enough for a {chunk}-frame window")
+        self.val_episodes = [store.load(i) for i in val_ids[: self.wm.val_episodes]]
+        self.action_dim = action_dim
+        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard)
+
+    # -- stage 1 ----------------------------------------------------------------------------
+    def train_autoencoder(self, model: WorldModel) -> None:
+        wm = self.wm
+        params = list(model.vae.parameters())
+        optimizer = torch.optim.AdamW(params, lr=wm.vae_lr)
+        model.vae.train()
+        with progress_task("autoencoder", wm.vae_steps, self.cfg.logging.progress) as advance:
+            for step in range(wm.vae_steps):
+                rng = np.random.default_rng([self.cfg.simulator.seed, 1, step])
+                clips = _clips(self.train, rng.integers(0, len(self.train), wm.vae_batch_size), 5)
+                loss = model.autoencoder_loss(clips)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, wm.grad_clip)
+                optimizer.step()
+                if (step + 1) % 50 == 0 or step + 1 == wm.vae_steps:
+                    self.logger.log({"train/wm/autoencoder_loss": loss.detach()}, step + 1)
+                advance()
+        model.vae.eval()
+        rng = np.random.default_rng([self.cfg.simulator.seed, 2])
+        calibrate_latents(model, _clips(self.train, rng.integers(0, len(self.train), 32), 5))
+
+    # -- stage 2 ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def cache_latents(self, model: WorldModel) -> torch.Tensor:
+        batches = []
+        n = len(self.train)
+        with progress_task("encode windows", n, self.cfg.logging.progress) as advance:
+            for start in range(0, n, 32):
+                idx = np.arange(start, min(start + 32, n))
+                batches.append(model.encode_window(self.train.batch(idx)).cpu())
+                advance(len(idx))
+        return torch.cat(batches)
+
+    def validate(self, model: WorldModel, step: int) -> OpenLoopReport | None:
+        if not self.val_episodes:
+            return None
+        model.eval()
+        report = open_loop_eval(
+            model, self.val_episodes, horizon=self.wm.val_horizon, seed=self.cfg.simulator.seed
+        )
+        self.logger.log({f"eval/wm/{k}": v for k, v in report.summary().items()}, step)
+        if report.videos is not None:
+            self.logger.log_video("eval/wm/open_loop", report.videos, step, fps=10)
+        return report
+
+    def train_denoiser(
+        self,
+        model: WorldModel,
+        latents: torch.Tensor,
+        start: int,
+        optimizer: torch.optim.Optimizer,
+        ema: dict[str, torch.Tensor],
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+    ) -> OpenLoopReport | None:
+        wm = self.wm
+        params = [p for p in model.transformer.parameters() if p.requires_grad]
+        report = None
+        t0 = time.time()
+        with progress_task("world model", wm.steps, self.cfg.logging.progress) as advance:
+            advance(start)
+            for step in range(start, wm.steps):
+                model.transformer.train()
+                rng = np.random.default_rng([self.cfg.simulator.seed, 3, step])
+                idx = rng.integers(0, len(self.train), wm.batch_size)
+                batch = {k: v for k, v in self.train.batch(idx).items() if k != "target_frames"}
+                batch["latents"] = latents[idx]
+                gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
+                loss = model(batch, generator=gen)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, wm.grad_clip)
+                optimizer.step()
+                scheduler.step()
+                with torch.no_grad():
+                    for name, p in model.transformer.named_parameters():
+                        ema[name].lerp_(p.detach(), 1.0 - wm.ema_decay)
+                if (step + 1) % 20 == 0 or step + 1 == wm.steps:
+                    self.logger.log(
+                        {
+                            "train/wm/loss": loss.detach(),
+                            "train/wm/grad_norm": grad_norm,
+                            "train/wm/lr": scheduler.get_last_lr()[0],
+                            "time/elapsed_s": time.time() - t0,
+                        },
+                        step + 1,
+                    )
+                last = step + 1 == wm.steps
+                if (step + 1) % wm.val_every == 0 or last:
+                    with swapped_weights(model.transformer, ema):
+                        report = self.validate(model, step + 1)
+                if (step + 1) % wm.save_every == 0 or last:
+                    save_checkpoint(
+                        self.run_dir,
+                        step + 1,
+                        model.save_pretrained,
+                        [optimizer, scheduler, TensorState(ema)],
+                        {"stage": "denoiser"},
+                    )
+                advance()
+        return report
+
+    def run(self, resume: bool = True, init: str | None = None) -> Path:
+        checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        start = 0
+        if checkpoint is not None:
+            model = load_world_model(checkpoint / "model")
+        elif init is not None:
+            model = load_world_model(init)
+        else:
+            model = build_world_model(self.cfg, self.action_dim)
+            if self.wm.vae_steps > 0:
+                self.train_autoencoder(model)
+        model.vae.requires_grad_(False)
+        ema = {n: p.detach().clone() for n, p in model.transformer.named_parameters()}
+        optimizer = torch.optim.AdamW(
+            [p for p in model.transformer.parameters() if p.requires_grad],
+            lr=self.wm.lr,
+            weight_decay=0.01,
+        )
+        warm = max(1, self.wm.warmup_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: float(min(1.0, (s + 1) / warm))
+        )
+        if checkpoint is not None:
+            start = load_checkpoint(checkpoint, [optimizer, scheduler, TensorState(ema)])["step"]
+            console.print(f"resuming world-model training from step {start}")
+        latents = self.cache_latents(model)
+        report = None
+        if start < self.wm.steps:
+            report = self.train_denoiser(model, latents, start, optimizer, ema, scheduler)
+        with swapped_weights(model.transformer, ema):
+            if report is None:
+                report = self.validate(model, start)
+            out = model.save_pretrained(self.run_dir / MODEL_DIR)
+        if report is not None:
+            body = {k: v for k, v in report.__dict__.items() if k != "videos"}
+            body["beats_copy_baseline"] = report.beats_copy_baseline()
+            atomic_write_text(out / RELIABILITY_FILE, json.dumps(body, indent=1))
+        self.logger.close()
+        return out
+
+
+class TensorState:
+    """A dict of tensors (the EMA weights) with the state_dict protocol of optimizers."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.tensors = tensors
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.tensors
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for name, value in state.items():
+            self.tensors[name].copy_(value)
+
+
+class swapped_weights:
+    """Temporarily load `weights` (e.g. the EMA) into `module`, restoring the originals after."""
+
+    def __init__(self, module: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
+        self.module, self.weights = module, weights
+
+    def __enter__(self) -> None:
+        self.saved = copy.deepcopy(
+            {n: p.detach().clone() for n, p in self.module.named_parameters()}
+        )
+        with torch.no_grad():
+            for name, p in self.module.named_parameters():
+                p.copy_(self.weights[name])
+
+    def __exit__(self, *exc: object) -> None:
+        with torch.no_grad():
+            for name, p in self.module.named_parameters():
+                p.copy_(self.saved[name])
