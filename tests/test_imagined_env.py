@@ -1,0 +1,86 @@
+"""The imagined env (world model + reward model + reset set) and group-aware reset sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.test_episodes import make_episode
+from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.data.kir import Keyframe
+from wmrl_cli.data.reset_set import reset_set_from_store
+from wmrl_cli.envs.imagined import ImaginedEnv
+from wmrl_cli.envs.reset_sampler import GroupResetSampler
+from wmrl_cli.errors import ConfigError
+from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
+from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    torch.manual_seed(0)
+    store = EpisodeStore(tmp_path_factory.mktemp("eps"))
+    episodes = [make_episode(i % 2, length=20, seed=i) for i in range(2)]
+    for e in episodes:
+        e.frames = np.repeat(np.repeat(e.frames, 8, axis=1), 8, axis=2)  # 8x8 -> 64x64
+    store.add(episodes)
+    resets = reset_set_from_store(store, [0, 1], [Keyframe(0, 8, "stall")])
+    config = OpenSoraWorldModelConfig.tiny()
+    config.transformer.action_dim = 4
+    config.num_inference_steps = 2
+    wm = OpenSoraWorldModel(config)
+    reward = build_resnet_reward_model(ResnetRewConfig(width=4)).eval()
+    return wm, reward, resets
+
+
+def make_env(parts, **kwargs) -> ImaginedEnv:
+    wm, reward, resets = parts
+    defaults = dict(task_names=["a", "b"], num_envs=4, max_steps=16, success_threshold=1.0)
+    defaults.update(kwargs)
+    return ImaginedEnv(wm, reward, resets, **defaults)
+
+
+def test_interface_shapes_and_truncation(parts) -> None:
+    env = make_env(parts)
+    obs = env.reset([0, 1, 2, 0])
+    assert obs.images.shape == (4, 64, 64, 3) and obs.images.dtype == np.uint8
+    assert obs.task_ids.tolist() == [0, 0, 1, 0]
+    assert env._steps.tolist() == [0, 8, 0, 0]  # the keyframe entry starts at step 8
+    first = env.chunk_step(np.zeros((4, 8, 4), np.float32))
+    assert first.frames.shape == (4, 8, 64, 64, 3) and first.rewards.shape == (4, 8)
+    assert first.truncated[:, -1].tolist() == [False, True, False, False]  # 8 + 8 >= 16
+    second = env.chunk_step(np.zeros((4, 8, 4), np.float32))
+    assert second.truncated[:, -1].tolist() == [True, False, True, True]
+    assert not second.info["valid"][1].any()  # the done env is frozen
+    assert np.array_equal(second.frames[1, 0], first.frames[1, -1])
+    assert not second.success.any() and not second.terminated.any()
+
+
+def test_success_terminates_with_sparse_or_relative_reward(parts) -> None:
+    env = make_env(parts, success_threshold=0.0)
+    env.reset([0, 1, 2, 0])
+    result = env.chunk_step(np.zeros((4, 8, 4), np.float32))
+    assert result.terminated[:, -1].all() and result.success.all()
+    assert result.rewards[:, -1].tolist() == [5.0] * 4 and result.rewards[:, :-1].sum() == 0
+    rel = make_env(parts, success_threshold=0.0, use_rel_reward=True, reward_coef=2.0)
+    rel.reset([0, 1, 2, 0])
+    out = rel.chunk_step(np.zeros((4, 8, 4), np.float32))
+    # The relative rewards telescope: their sum is coef * (last score - score at reset).
+    start = rel._score(np.stack([e.context[-1] for e in rel._entries])[:, None])[:, 0]
+    np.testing.assert_allclose(out.rewards.sum(1), 2.0 * (out.info["scores"][:, -1] - start),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_group_reset_sampler() -> None:
+    sampler = GroupResetSampler(num_entries=5, num_envs=8, group_size=4, seed=3)
+    first = sampler.sample()
+    assert len(first) == 8 and len(set(first[:4])) == 1 and len(set(first[4:])) == 1
+    assert first[0] != first[4]
+    state = sampler.state_dict()
+    second = sampler.sample()
+    resumed = GroupResetSampler(5, 8, 4, seed=0)
+    resumed.load_state_dict(state)
+    assert resumed.sample() == second
+    with pytest.raises(ConfigError, match="group_size"):
+        GroupResetSampler(5, 8, 3)
