@@ -12,6 +12,7 @@ from wmrl_cli.cli.eval_cmd import eval_command
 from wmrl_cli.cli.presets_cmd import presets_app
 from wmrl_cli.cli.rollout_cmd import rollout_command
 from wmrl_cli.cli.sft_cmd import sft_command
+from wmrl_cli.cli.train_policy_cmd import train_policy_command
 from wmrl_cli.cli.train_reward_cmd import train_reward_command
 from wmrl_cli.cli.train_wm_cmd import train_wm_command
 
@@ -47,6 +48,7 @@ app.command("download")(download_command)
 app.command("sft")(sft_command)
 app.command("train-wm")(train_wm_command)
 app.command("train-reward")(train_reward_command)
+app.command("train-policy")(train_policy_command)
 app.add_typer(presets_app, name="presets")
 
 

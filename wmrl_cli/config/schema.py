@@ -48,6 +48,10 @@ class WorldModelConfig(Section):
     backend: Literal["wan", "opensora"] = "wan"
     size: Literal["tiny", "full"] = "tiny"
     path: str | None = Field(None, description="checkpoint directory or asset name")
+    reset_set: str | None = Field(
+        None, description="initial states of the imagined env: an episode store or an RLinf "
+        "reset folder (dataset/trajN.npy)"
+    )
     context_frames: int = Field(4, ge=1, le=16)
     num_inference_steps: int | None = Field(
         None, ge=1, le=1000, description="sampling steps (None: the backend's, Wan 5, OpenSora 10)"
@@ -100,6 +104,16 @@ class AlgorithmConfig(Section):
     huber_delta: float = Field(10.0, gt=0.0)
     entropy_coef: float = Field(0.0, ge=0.0)
     kl_coef: float = Field(0.0, ge=0.0)
+    aggregation: Literal["token_mean", "trajectory_mean"] = Field(
+        "trajectory_mean", description="trajectory_mean: masked GRPO (WoVR eq. 11)"
+    )
+    num_envs: int = Field(64, ge=1, description="imagined envs per rollout, all ranks together")
+    max_episode_steps: int = Field(256, ge=1)
+    update_epochs: int = Field(1, ge=1)
+    minibatch_trajectories: int = Field(8, ge=1, description="trajectories per forward pass")
+    enable_kir: bool = True
+    eval_every: int = Field(0, ge=0, description="real-simulator evaluation every N steps (0: end)")
+    eval_trials: int = Field(5, ge=1)
 
 
 class TrainingConfig(Section):
@@ -110,7 +124,6 @@ class TrainingConfig(Section):
     weight_decay: float = Field(0.01, ge=0.0)
     grad_clip: float = Field(1.0, gt=0.0)
     steps: int = Field(100, ge=1)
-    micro_batch: int = Field(32, ge=1)
     lora_rank: int | None = Field(None, ge=1, le=1024)
     bf16: bool = False
     save_every: int = Field(10, ge=1)

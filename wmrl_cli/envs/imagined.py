@@ -12,6 +12,8 @@ Either way a successful episode returns about reward_coef and a failed one about
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -51,6 +53,12 @@ class ImaginedEnv:
         self.generator = torch.Generator().manual_seed(seed)
         # VideoMAE-style reward models score a clip ending at each frame: keep its history.
         self._history_len = max(int(getattr(reward_model, "clip_length", 1)) - 1, 0)
+        self.timings = {"world_model": 0.0, "reward": 0.0}
+
+    def pop_timings(self) -> dict[str, float]:
+        """Seconds spent in the world model and the reward model since the last call."""
+        out, self.timings = self.timings, {"world_model": 0.0, "reward": 0.0}
+        return out
 
     def reset(self, init_ids: list[int], sim_states: list | None = None) -> Obs:
         if len(init_ids) != self.num_envs:
@@ -91,9 +99,13 @@ class ImaginedEnv:
     def chunk_step(self, actions: np.ndarray) -> ChunkResult:
         actions = np.asarray(actions, dtype=np.float32)
         b, c, _ = actions.shape
+        t0 = time.perf_counter()
         frames = self.world_model.predict(torch.from_numpy(actions), generator=self.generator)
         frames = frames.cpu().numpy()
+        t1 = time.perf_counter()
         scores = self._score(frames)
+        self.timings["world_model"] += t1 - t0
+        self.timings["reward"] += time.perf_counter() - t1
         if self._history_len:
             self._history = np.concatenate([self._history, frames], axis=1)[:, -self._history_len :]
 

@@ -1,0 +1,104 @@
+"""`wmrl train-policy`: GRPO or PPO of the VLA policy inside the imagined env."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from wmrl_cli.cli.common import OutOpt, PresetOpt, SetOpt, build_config, handle_errors
+from wmrl_cli.logging import console
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _relaunch(num_processes: int) -> None:
+    """Start N ranks with torchrun (gloo on CPU, NCCL on GPUs), this command without the flag."""
+    argv, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if arg == "--num-processes":
+            skip = True
+            continue
+        if arg.startswith("--num-processes="):
+            continue
+        argv.append(arg)
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={num_processes}",
+           f"--master_port={_free_port()}", "-m", "wmrl_cli", *argv]
+    raise typer.Exit(subprocess.call(cmd))
+
+
+@handle_errors
+def train_policy_command(
+    policy: Annotated[str | None, typer.Option(help="Base policy: a wmrl sft run or policy dir.")]
+    = None,
+    world_model: Annotated[str | None, typer.Option(help="A wmrl train-wm run or model dir.")]
+    = None,
+    reward_model: Annotated[
+        str | None, typer.Option(help="A wmrl train-reward run, model dir or RLinf .pth.")
+    ] = None,
+    reset_set: Annotated[
+        str | None, typer.Option(help="Initial states: an episode store or an RLinf folder.")
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="RL steps (rollout + update).")] = None,
+    num_processes: Annotated[
+        int, typer.Option(help="Processes (ranks) to launch; use 1 under accelerate launch.")
+    ] = 1,
+    out: OutOpt = None,
+    preset: PresetOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """GRPO/PPO in imagination: the policy and the world model alternate chunk by chunk, the reward model scores every frame, token-level clipped updates; periodic evaluation in the real simulator. Starting the same command again resumes from RUN/checkpoints."""  # noqa: E501
+    cfg = build_config(preset, set_, policy__name=policy, world_model__path=world_model,
+                       reward_model__path=reward_model, world_model__reset_set=reset_set,
+                       training__steps=steps, output_dir=out)
+    if num_processes > 1 and "LOCAL_RANK" not in os.environ:
+        if cfg.output_dir is None:
+            raise typer.BadParameter("--num-processes needs --out so that every rank agrees")
+        _relaunch(num_processes)
+
+    import torch
+    from accelerate import Accelerator
+
+    from wmrl_cli.policies.registry import resolve_policy_dir
+    from wmrl_cli.rl.setup import build_imagined_env, real_eval_callback
+    from wmrl_cli.rl.trainer import PolicyTrainer
+    from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+
+    policy_dir = resolve_policy_dir(cfg.policy.name)
+    if policy_dir is None:
+        from wmrl_cli.errors import WmrlError
+
+        raise WmrlError(f"'{cfg.policy.name}' is not a policy checkpoint; pass --policy RUN "
+                        "(a wmrl sft run)")
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(),
+                              mixed_precision="bf16" if cfg.training.bf16 else "no")
+    run_dir = Path(cfg.output_dir) if cfg.output_dir else None
+    if accelerator.is_main_process:
+        run_dir = prepare_run_dir(cfg, "train-policy")
+    accelerator.wait_for_everyone()
+    run_dir = Path(cfg.output_dir)
+    configure_threads(cfg.num_threads)
+    seed_everything(cfg.simulator.seed)
+
+    from wmrl_cli.policies.checkpoint import from_pretrained
+
+    model = from_pretrained(policy_dir, device=str(accelerator.device))
+    env = build_imagined_env(cfg, cfg.algorithm.num_envs // accelerator.num_processes,
+                             str(accelerator.device))
+    evaluate = real_eval_callback(cfg, run_dir) if accelerator.is_main_process else None
+    trainer = PolicyTrainer(cfg, run_dir, model, env, accelerator, evaluate)
+    out_dir = trainer.train()
+    if accelerator.is_main_process:
+        console.print(f"policy saved to {out_dir}")

@@ -1,0 +1,694 @@
+"""World-model reliability (`wmrl eval --world-model`): can this world model stand in for the
+simulator?
+
+Three measurements on held-out episodes, in one run:
+
+1. fidelity: open-loop PSNR/SSIM per horizon against the copy-last-frame baseline
+   (`open_loop_eval`);
+2. speed: imagined frames per second (the world model's `predict` on B envs at the store's
+   image size) next to the real simulator's (the same B envs, random actions, rendering every
+   step), measured back to back in this process;
+3. success agreement: from start points with a stored simulator state (episode starts and
+   KIR-rule keyframes), the recorded action chunks are rolled through the imagined env (world
+   model + reward model, success when a chunk's maximum score reaches the threshold) and
+   replayed in the simulator from the stored state. Precision of imagined success against real
+   success says how often the world model hallucinates success; recall, how often it misses it.
+
+Both worlds see the same actions over the same steps: the horizon rounded up to whole chunks,
+cut at the end of the recording (later steps are masked on both sides).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from rich.console import Group
+from rich.table import Table
+
+from wmrl_cli.config.schema import KirConfig, SimulatorConfig
+from wmrl_cli.data.episodes import Episode, EpisodeStore, atomic_write_text
+from wmrl_cli.data.kir import Keyframe, select_keyframes
+from wmrl_cli.data.reset_set import ResetEntry, reset_set_from_store, rest_action
+from wmrl_cli.envs.imagined import ImaginedEnv
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.evaluation.world_model_eval import OpenLoopReport, open_loop_eval
+from wmrl_cli.logging import progress_task
+from wmrl_cli.rewards.base import RewardModel
+from wmrl_cli.world_models.interface import WorldModel
+
+DEFAULT_THRESHOLD = 0.5  # for a reward model saved without a calibrated threshold
+REWARD_MODEL_DIR = "reward_model"  # what `wmrl train-reward` writes into its run directory
+REPORT_STEPS = (8, 16, 24, 32)
+
+
+# -- success agreement (pure) ------------------------------------------------------------------
+
+
+@dataclass
+class SuccessAgreement:
+    """Imagined success (prediction) against real success (truth). Rates are None where their
+    denominator is 0. hallucination_rate = FP / (TP + FP): the share of imagined successes that
+    the simulator does not confirm (1 - precision)."""
+
+    tp: int
+    fp: int
+    fn: int
+    tn: int
+    precision: float | None
+    recall: float | None
+    f1: float | None
+    accuracy: float | None
+    hallucination_rate: float | None
+
+    @property
+    def total(self) -> int:
+        return self.tp + self.fp + self.fn + self.tn
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def success_agreement(imagined: Sequence[bool], real: Sequence[bool]) -> SuccessAgreement:
+    """Confusion counts and rates of imagined success against real success, per start point."""
+    pred = np.asarray(imagined, dtype=bool).reshape(-1)
+    truth = np.asarray(real, dtype=bool).reshape(-1)
+    if pred.shape != truth.shape:
+        raise ValueError(f"need one real outcome per imagined one ({pred.size} vs {truth.size})")
+    tp, fp = int((pred & truth).sum()), int((pred & ~truth).sum())
+    fn, tn = int((~pred & truth).sum()), int((~pred & ~truth).sum())
+    precision, recall = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
+    f1 = None
+    if precision is not None and recall is not None:
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return SuccessAgreement(
+        tp, fp, fn, tn, precision, recall, f1, _ratio(tp + tn, pred.size), _ratio(fp, tp + fp)
+    )
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+@dataclass
+class SpeedReport:
+    """Frames per second of both worlds for the same batch, chunk and image size.
+    ratio = world_model_fps / real_fps (> 1: imagination is faster)."""
+
+    num_envs: int
+    chunk_size: int
+    image_size: int
+    timed_chunks: int
+    world_model_fps: float
+    imagined_env_fps: float  # world model + reward model scoring: what an RL step pays
+    real_fps: float
+    ratio: float
+    sim_workers: int
+    device: str
+
+
+@dataclass
+class StartResult:
+    episode_id: int
+    init_id: int
+    task: str
+    step: int  # where the rollout starts (a chunk boundary)
+    kind: str  # "start" (the episode's first frame) or a KIR reason / "chunk"
+    steps: int  # steps compared (the horizon in whole chunks, cut at the recording's end)
+    imagined_success: bool
+    real_success: bool
+    recorded_success: bool  # the recording over the same steps: the replay must match it
+    max_score: float
+
+
+@dataclass
+class ReliabilityReport:
+    world_model: str
+    reward_model: str
+    suite: str
+    episodes: int
+    horizon: int
+    chunk_size: int
+    threshold: float
+    threshold_source: str
+    open_loop: OpenLoopReport
+    speed: SpeedReport
+    agreement: SuccessAgreement
+    agreement_by_kind: dict[str, SuccessAgreement]
+    starts: list[StartResult] = field(default_factory=list)
+
+    @property
+    def videos(self) -> np.ndarray | None:
+        """Open-loop videos [N,T,H,2W,3] (truth | model); never written to JSON."""
+        return self.open_loop.videos
+
+    @property
+    def replay_mismatches(self) -> int:
+        """Start points where the simulator's replay disagrees with the recording (should be 0:
+        a non-zero count means the stored states do not reproduce this simulator)."""
+        return sum(s.real_success != s.recorded_success for s in self.starts)
+
+    def to_dict(self) -> dict[str, Any]:
+        open_loop = {k: v for k, v in self.open_loop.__dict__.items() if k != "videos"}
+        open_loop["beats_copy_baseline"] = self.open_loop.beats_copy_baseline()
+        body = {
+            "world_model": self.world_model,
+            "reward_model": self.reward_model,
+            "suite": self.suite,
+            "episodes": self.episodes,
+            "horizon": self.horizon,
+            "chunk_size": self.chunk_size,
+            "threshold": self.threshold,
+            "threshold_source": self.threshold_source,
+            "open_loop": open_loop,
+            "speed": asdict(self.speed),
+            "agreement": asdict(self.agreement),
+            "agreement_by_kind": {k: asdict(v) for k, v in self.agreement_by_kind.items()},
+            "replay_mismatches": self.replay_mismatches,
+            "starts": [asdict(s) for s in self.starts],
+        }
+        return _json_safe(body)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    def _sections(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """(title, columns, rows) of each table, shared by the rich and markdown renderings."""
+        ol = self.open_loop
+        steps = sorted({s for s in REPORT_STEPS if s <= ol.horizon} | {ol.horizon})
+        fidelity = [
+            [
+                str(s),
+                _fmt(ol.psnr[s - 1], 2),
+                _fmt(ol.copy_psnr[s - 1], 2),
+                _fmt(ol.ssim[s - 1], 3),
+                _fmt(ol.copy_ssim[s - 1], 3),
+            ]
+            for s in steps
+        ]
+        sp = self.speed
+        speed = [
+            ["world model (predict)", _fmt(sp.world_model_fps, 1)],
+            ["imagined env (+ reward model)", _fmt(sp.imagined_env_fps, 1)],
+            [f"real simulator ({sp.sim_workers} workers)", _fmt(sp.real_fps, 1)],
+            ["ratio world model / real", f"{sp.ratio:.2f}x"],
+        ]
+        groups = {"all": self.agreement, **self.agreement_by_kind}
+        agreement = [
+            [
+                name,
+                str(a.total),
+                f"{a.tp}/{a.fp}/{a.fn}/{a.tn}",
+                _fmt(a.precision, 3),
+                _fmt(a.recall, 3),
+                _fmt(a.f1, 3),
+                _fmt(a.hallucination_rate, 3),
+            ]
+            for name, a in groups.items()
+        ]
+        return [
+            (
+                f"open-loop fidelity on {ol.episodes} episodes (beats the copy baseline at "
+                f"every step: {'yes' if ol.beats_copy_baseline() else 'no'})",
+                ["step", "PSNR model", "PSNR copy", "SSIM model", "SSIM copy"],
+                fidelity,
+            ),
+            (
+                f"speed: {sp.num_envs} envs x {sp.chunk_size}-frame chunks at "
+                f"{sp.image_size}x{sp.image_size} ({sp.device})",
+                ["world", "frames/s"],
+                speed,
+            ),
+            (
+                f"imagined vs real success over {self.horizon} steps "
+                f"(threshold {self.threshold:.3f}, {self.threshold_source}; "
+                f"replay mismatches {self.replay_mismatches})",
+                ["starts", "n", "TP/FP/FN/TN", "precision", "recall", "F1", "hallucination"],
+                agreement,
+            ),
+        ]
+
+    def table(self) -> Group:
+        tables = []
+        for title, columns, rows in self._sections():
+            table = Table(title=title)
+            for i, column in enumerate(columns):
+                table.add_column(column, justify="left" if i == 0 else "right")
+            for row in rows:
+                table.add_row(*row)
+            tables.append(table)
+        return Group(*tables)
+
+    def markdown(self) -> str:
+        lines = [
+            f"# World-model reliability: {self.world_model}",
+            "",
+            f"Reward model {self.reward_model}; suite {self.suite}; {self.episodes} episodes; "
+            f"{self.chunk_size}-step chunks.",
+        ]
+        for title, columns, rows in self._sections():
+            lines += ["", f"## {title}", "", "| " + " | ".join(columns) + " |"]
+            lines.append("|" + "---|" * len(columns))
+            lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines) + "\n"
+
+    def save(self, run_dir: str | Path, save_video: bool = False, fps: int = 10) -> None:
+        run_dir = Path(run_dir)
+        atomic_write_text(run_dir / "report.json", self.to_json())
+        atomic_write_text(run_dir / "report.md", self.markdown())
+        if save_video and self.videos is not None:
+            from wmrl_cli.evaluation.videos import tile, upscale, write_mp4
+
+            grid = tile([upscale(v) for v in self.videos])
+            write_mp4(run_dir / "videos" / "open_loop_truth_vs_model.mp4", grid, fps)
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities (e.g. a horizon step no episode reaches) become null."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+# -- inputs ------------------------------------------------------------------------------------
+
+
+def load_reward_model_from(path: str | Path) -> Any:
+    """A reward model from a `wmrl train-reward` run directory (its reward_model/), a model
+    directory, or a `.pth` file (RLinf's)."""
+    from wmrl_cli.rewards.loading import load_reward_model
+
+    path = Path(path)
+    if not path.exists():
+        raise WmrlError(
+            f"{path}: no such reward model (expected a train-reward run directory, a model "
+            "directory or a .pth file)"
+        )
+    if (path / REWARD_MODEL_DIR / "config.json").is_file():
+        path = path / REWARD_MODEL_DIR
+    return load_reward_model(path)
+
+
+def episodes_per_task(store: EpisodeStore, per_task: int | None) -> list[int]:
+    """The first `per_task` episodes of every task in the store (all with None)."""
+    taken: dict[int, int] = {}
+    ids = []
+    for meta in store.index:
+        task = int(meta["task_id"])
+        if per_task is None or taken.get(task, 0) < per_task:
+            taken[task] = taken.get(task, 0) + 1
+            ids.append(int(meta["id"]))
+    return ids
+
+
+def resolve_threshold(threshold: float | None, reward_model: RewardModel) -> tuple[float, str]:
+    if threshold is not None:
+        return float(threshold), "given"
+    if reward_model.threshold is not None:
+        return float(reward_model.threshold), "calibrated with the reward model"
+    return DEFAULT_THRESHOLD, "default: the reward model has no calibrated threshold"
+
+
+def replay_sim_config(
+    store: EpisodeStore, episodes: list[Episode], sim_cfg: SimulatorConfig
+) -> SimulatorConfig:
+    """The simulator that reproduces the stored episodes: suite and image size from the
+    episodes, camera, max_steps and terminate_on_success from the store's config.yaml (the
+    configuration that collected it) where present; batch size and workers from `sim_cfg`."""
+    suites = {e.suite or sim_cfg.suite for e in episodes}
+    if len(suites) > 1:
+        raise WmrlError(f"{store.root}: the episodes come from several suites {sorted(suites)}")
+    update: dict[str, Any] = {"suite": suites.pop(), "image_size": int(episodes[0].frames.shape[1])}
+    config_path = store.root / "config.yaml"
+    if config_path.is_file():
+        try:
+            collected = (yaml.safe_load(config_path.read_text()) or {}).get("simulator") or {}
+        except (yaml.YAMLError, AttributeError) as exc:
+            raise WmrlError(f"{config_path}: not a readable run configuration ({exc})") from None
+        for key in ("camera", "max_steps", "terminate_on_success"):
+            if key in collected:
+                update[key] = collected[key]
+    return sim_cfg.model_copy(update=update)
+
+
+def _check_inputs(world_model: WorldModel, episodes: list[Episode]) -> None:
+    if not episodes:
+        raise WmrlError("no episodes to evaluate the world model on")
+    first = episodes[0]
+    size = tuple(first.frames.shape[1:3])
+    if size != (world_model.height, world_model.width):
+        raise WmrlError(
+            f"the episodes' frames are {size[0]}x{size[1]} but the world model generates "
+            f"{world_model.height}x{world_model.width}"
+        )
+    if first.actions.shape[1] != world_model.action_dim:
+        raise WmrlError(
+            f"the episodes' actions have {first.actions.shape[1]} dimensions, the world model "
+            f"takes {world_model.action_dim}"
+        )
+    if len({e.chunk_size for e in episodes}) > 1:
+        raise WmrlError("the episodes were recorded with different chunk sizes")
+    if len({e.frames.shape[1:] for e in episodes}) > 1:
+        raise WmrlError("the episodes were recorded at different image sizes")
+
+
+# -- start points ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Start:
+    episode_id: int
+    step: int
+    kind: str
+    entry: ResetEntry | None = None
+
+
+def start_points(
+    episodes: dict[int, Episode], chunk_starts: Sequence[int], keyframes: bool
+) -> list[_Start]:
+    """Chunk boundaries with a stored simulator state and at least one recorded action after
+    them: the chunks `chunk_starts` of every episode (0: its start), plus, with `keyframes`,
+    the boundaries the KIR rule picks (just before success; where a failed episode stalls)."""
+    out: list[_Start] = []
+    for eid, episode in sorted(episodes.items()):
+        chosen: dict[int, str] = {}
+        for k in chunk_starts:
+            chosen.setdefault(int(k) * episode.chunk_size, "start" if k == 0 else "chunk")
+        if keyframes:
+            for key in select_keyframes(episode, eid, KirConfig()):
+                chosen.setdefault(key.step, key.reason.split(":")[0])
+        for step, kind in sorted(chosen.items()):
+            if step in episode.sim_states and step < episode.length:
+                out.append(_Start(eid, step, kind))
+    return out
+
+
+def _attach_entries(store: EpisodeStore, starts: list[_Start], context: int) -> None:
+    """Reset entries built exactly as the imagined env's reset set (`reset_set_from_store`),
+    which lists per episode (in id order) its first frame, then the given later steps."""
+    ids = sorted({s.episode_id for s in starts})
+    later = [s for s in starts if s.step > 0]
+    entries = reset_set_from_store(
+        store, ids, [Keyframe(s.episode_id, s.step, s.kind) for s in later], context
+    )
+    keys = [(e, step) for e in ids for step in [0] + [s.step for s in later if s.episode_id == e]]
+    by_key = dict(zip(keys, entries))
+    for start in starts:
+        start.entry = by_key[(start.episode_id, start.step)]
+
+
+def _seed_offset(episode: Episode) -> int:
+    return episode.seed - episode.init_id
+
+
+# -- measurements ------------------------------------------------------------------------------
+
+
+def _chunk_actions(episode: Episode, step: int, length: int) -> tuple[np.ndarray, int]:
+    """Recorded actions from `step` for `length` steps (rest actions after the recording ends)
+    and the number of recorded ones."""
+    a_dim = episode.actions.shape[1]
+    out = np.tile(rest_action(a_dim), (length, 1)).astype(np.float32)
+    recorded = episode.actions[step : step + length]
+    out[: len(recorded)] = recorded
+    return out, len(recorded)
+
+
+def _batches(n: int, size: int) -> list[list[int]]:
+    """Index batches of exactly `size` (the last padded with its last index)."""
+    out = []
+    for start in range(0, n, size):
+        idx = list(range(start, min(start + size, n)))
+        out.append(idx + [idx[-1]] * (size - len(idx)))
+    return out
+
+
+@torch.no_grad()
+def measure_speed(
+    world_model: WorldModel,
+    reward_model: RewardModel,
+    sim: Any,
+    images: np.ndarray,
+    task_ids: np.ndarray,
+    init_ids: list[int],
+    chunk: int,
+    chunks: int = 3,
+    seed: int = 0,
+) -> SpeedReport:
+    """Frames per second of the world model (and + reward model) and of the simulator, for
+    sim.num_envs envs and `chunks` chunks of random actions after one warm-up chunk each."""
+    b = sim.num_envs
+    rng = np.random.default_rng(seed)
+
+    def random_chunk() -> np.ndarray:
+        return rng.uniform(-1.0, 1.0, (b, chunk, world_model.action_dim)).astype(np.float32)
+
+    k = world_model.num_context_frames
+    world_model.reset_context(
+        images,
+        np.repeat(images[:, None], k, axis=1),
+        np.tile(rest_action(world_model.action_dim), (b, k, 1)),
+    )
+    gen = torch.Generator().manual_seed(seed)
+    world_model.predict(torch.from_numpy(random_chunk()), gen).cpu()  # warm-up
+    wm_time = reward_time = 0.0
+    for _ in range(chunks):
+        actions = torch.from_numpy(random_chunk())
+        t0 = time.perf_counter()
+        frames = world_model.predict(actions, gen).cpu().numpy()  # .cpu() waits for the GPU
+        t1 = time.perf_counter()
+        reward_model.predict(frames, task_ids).cpu()
+        wm_time, reward_time = wm_time + t1 - t0, reward_time + time.perf_counter() - t1
+
+    sim.reset(init_ids)
+    sim.chunk_step(random_chunk())  # warm-up: the first steps after a reset pay for rendering setup
+    sim_time, sim_frames = 0.0, 0
+    for _ in range(chunks):
+        actions = random_chunk()
+        t0 = time.perf_counter()
+        result = sim.chunk_step(actions)
+        sim_time += time.perf_counter() - t0
+        sim_frames += int(result.info["valid"].sum())  # envs that ended execute nothing
+        if (result.terminated | result.truncated).any(axis=1).all():
+            sim.reset(init_ids)
+    wm_frames = b * chunk * chunks
+    wm_fps = wm_frames / max(wm_time, 1e-9)
+    real_fps = sim_frames / max(sim_time, 1e-9)
+    return SpeedReport(
+        num_envs=b,
+        chunk_size=chunk,
+        image_size=int(images.shape[1]),
+        timed_chunks=chunks,
+        world_model_fps=wm_fps,
+        imagined_env_fps=wm_frames / max(wm_time + reward_time, 1e-9),
+        real_fps=real_fps,
+        ratio=wm_fps / max(real_fps, 1e-9),
+        sim_workers=int(getattr(sim, "cfg", SimulatorConfig()).num_workers),
+        device=str(world_model.device),
+    )
+
+
+def imagined_successes(
+    env: ImaginedEnv, entry_ids: list[int], actions: np.ndarray, masks: np.ndarray, chunk: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Roll one batch through the imagined env: (success [B], max score [B]) over masked steps."""
+    env.reset(entry_ids)
+    success, scores, valid = [], [], []
+    for i in range(actions.shape[1] // chunk):
+        result = env.chunk_step(actions[:, i * chunk : (i + 1) * chunk])
+        success.append(result.success)
+        scores.append(result.info["scores"])
+        valid.append(result.info["valid"])
+    seen = np.concatenate(valid, axis=1) & masks
+    score = np.where(seen, np.concatenate(scores, axis=1), -np.inf).max(axis=1)
+    return (np.concatenate(success, axis=1) & masks).any(axis=1), score
+
+
+def real_successes(
+    sim: Any,
+    init_ids: list[int],
+    states: list[np.ndarray],
+    actions: np.ndarray,
+    masks: np.ndarray,
+    chunk: int,
+) -> np.ndarray:
+    """Replay one batch in the simulator from stored states: success [B] over masked steps."""
+    sim.reset(init_ids, states)
+    success = []
+    for i in range(actions.shape[1] // chunk):
+        result = sim.chunk_step(actions[:, i * chunk : (i + 1) * chunk])
+        success.append(result.success & result.info["valid"])
+    return (np.concatenate(success, axis=1) & masks).any(axis=1)
+
+
+# -- the whole evaluation ----------------------------------------------------------------------
+
+
+def evaluate_world_model(
+    world_model: WorldModel,
+    reward_model: RewardModel,
+    store: EpisodeStore,
+    episode_ids: Sequence[int],
+    sim_cfg: SimulatorConfig,
+    horizon: int = 32,
+    chunk_starts: Sequence[int] = (0,),
+    threshold: float | None = None,
+    progress: bool = True,
+    *,
+    keyframes: bool = True,
+    speed_chunks: int = 3,
+    seed: int = 0,
+    keep_videos: int = 4,
+    world_model_name: str | None = None,
+    reward_model_name: str | None = None,
+) -> ReliabilityReport:
+    """Fidelity, speed and success agreement of a world model on `episode_ids` of `store`.
+
+    sim_cfg.num_envs is the batch size of both worlds; suite, image size and seeds come from
+    the episodes (see `replay_sim_config`). chunk_starts: chunk indices from which success is
+    compared in every episode (0: the episode start); keyframes adds the KIR rule's points.
+    """
+    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+    from wmrl_cli.sims.suites import get_suite
+
+    if horizon < 1:
+        raise WmrlError(f"the horizon must be at least 1 step, got {horizon}")
+    ids = sorted({int(i) for i in episode_ids})
+    episodes = {i: store.load(i) for i in ids}
+    ordered = [episodes[i] for i in ids]
+    _check_inputs(world_model, ordered)
+    chunk = ordered[0].chunk_size
+    length = -(-horizon // chunk) * chunk
+    thr, thr_source = resolve_threshold(threshold, reward_model)
+    cfg = replay_sim_config(store, ordered, sim_cfg)
+    b = cfg.num_envs
+
+    world_model.eval()
+    open_loop = open_loop_eval(
+        world_model, ordered, horizon, batch_size=b, seed=seed, keep_videos=keep_videos
+    )
+
+    starts = start_points(episodes, chunk_starts, keyframes)
+    if not starts:
+        raise WmrlError("no start point has a stored simulator state (chunk boundaries do)")
+    _attach_entries(store, starts, world_model.num_context_frames)
+    plans = [_chunk_actions(episodes[s.episode_id], s.step, length) for s in starts]
+    actions = np.stack([p[0] for p in plans])
+    masks = np.arange(length)[None] < np.array([p[1] for p in plans])[:, None]
+    batches = _batches(len(starts), b)
+
+    task_names = get_suite(cfg.suite).task_names
+    entries = [s.entry for s in starts]
+    env = ImaginedEnv(
+        world_model,
+        reward_model,
+        entries,
+        task_names,
+        num_envs=b,
+        max_steps=cfg.max_steps,
+        success_threshold=thr,
+        seed=seed,
+    )
+    imagined = np.zeros(len(starts), dtype=bool)
+    max_score = np.zeros(len(starts))
+    with progress_task("imagined rollouts", len(batches), progress) as advance:
+        for idx in batches:
+            success, score = imagined_successes(env, idx, actions[idx], masks[idx], chunk)
+            imagined[idx], max_score[idx] = success, score
+            advance()
+
+    # The simulator seeds an episode with its seed + init_id: one simulator per seed offset.
+    groups: dict[int, list[int]] = {}
+    for i, s in enumerate(starts):
+        groups.setdefault(_seed_offset(episodes[s.episode_id]), []).append(i)
+    real = np.zeros(len(starts), dtype=bool)
+    speed: SpeedReport | None = None
+    with progress_task("simulator replays", len(batches), progress) as advance:
+        for offset, group in sorted(groups.items()):
+            with MetaWorldSim(cfg.model_copy(update={"seed": offset}), num_envs=b) as sim:
+                for n, sub in enumerate(_batches(len(group), b)):
+                    idx = [group[j] for j in sub]
+                    init_ids = [episodes[starts[i].episode_id].init_id for i in idx]
+                    if speed is None and n == 0:  # on the envs the replays then reuse
+                        first = [starts[i].entry for i in idx]
+                        speed = measure_speed(
+                            world_model,
+                            reward_model,
+                            sim,
+                            np.stack([e.context[-1] for e in first]),
+                            np.array([e.task_id for e in first]),
+                            init_ids,
+                            chunk,
+                            speed_chunks,
+                            seed,
+                        )
+                    states = [starts[i].entry.sim_state for i in idx]
+                    real[idx] = real_successes(
+                        sim, init_ids, states, actions[idx], masks[idx], chunk
+                    )
+                    advance()
+    assert speed is not None
+
+    results = []
+    for i, s in enumerate(starts):
+        episode = episodes[s.episode_id]
+        steps = int(masks[i].sum())
+        results.append(
+            StartResult(
+                episode_id=s.episode_id,
+                init_id=episode.init_id,
+                task=episode.task_name,
+                step=s.step,
+                kind=s.kind,
+                steps=steps,
+                imagined_success=bool(imagined[i]),
+                real_success=bool(real[i]),
+                recorded_success=bool(episode.success[s.step : s.step + steps].any()),
+                max_score=float(max_score[i]),
+            )
+        )
+    kinds = sorted({r.kind for r in results})
+    by_kind = {
+        kind: success_agreement(
+            [r.imagined_success for r in results if r.kind == kind],
+            [r.real_success for r in results if r.kind == kind],
+        )
+        for kind in kinds
+    }
+    return ReliabilityReport(
+        world_model=world_model_name or type(world_model).__name__,
+        reward_model=reward_model_name or str(getattr(reward_model, "kind", "reward model")),
+        suite=cfg.suite,
+        episodes=len(ordered),
+        horizon=horizon,
+        chunk_size=chunk,
+        threshold=thr,
+        threshold_source=thr_source,
+        open_loop=open_loop,
+        speed=speed,
+        agreement=success_agreement(imagined, real),
+        agreement_by_kind=by_kind if len(kinds) > 1 else {},
+        starts=results,
+    )

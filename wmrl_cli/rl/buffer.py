@@ -1,0 +1,79 @@
+"""What one rollout of a batch of envs leaves for the update: per env, per chunk step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from wmrl_cli.envs.interface import Env
+from wmrl_cli.rl.masks import valid_step_mask
+
+
+@dataclass
+class Rollout:
+    """B trajectories of at most T chunk steps (C actions of dimension A each).
+
+    images uint8 [B,T,H,W,3]: the observation each chunk was chosen from; tokens, logprobs
+    [B,T,C,A]; values [B,T] (zeros without a critic); rewards [B,T] (summed over the chunk);
+    dones [B,T]; success [B] (success_once); step_mask [B,T]: steps up to the first done.
+    """
+
+    images: np.ndarray
+    instructions: list[str]
+    tokens: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor
+    success: torch.Tensor
+    step_mask: torch.Tensor
+    episode_len: torch.Tensor  # env steps (actions) taken before the first done
+    last_value: torch.Tensor  # [B] bootstrap value after the last step (0 when done)
+
+
+@torch.no_grad()
+def collect_rollout(env: Env, policy, init_ids: list[int], max_chunks: int,
+                    temperature: float, top_k: int | None, generator: torch.Generator) -> Rollout:
+    """Policy and env alternate chunk by chunk until every env is done or `max_chunks`."""
+    obs = env.reset(init_ids)
+    b = len(init_ids)
+    images, tokens, logprobs, values, rewards, dones = [], [], [], [], [], []
+    success = np.zeros(b, dtype=bool)
+    done = np.zeros(b, dtype=bool)
+    steps = np.zeros(b, dtype=np.int64)
+    for t in range(max_chunks):
+        out = policy.act(obs.images, obs.instructions, sample=True, temperature=temperature,
+                         top_k=top_k, generator=generator)
+        images.append(obs.images)
+        tokens.append(torch.as_tensor(out.tokens))
+        logprobs.append(torch.as_tensor(out.logprobs))
+        values.append(torch.zeros(b) if out.values is None else torch.as_tensor(out.values))
+        result = env.chunk_step(out.actions)
+        valid = result.info.get("valid", np.ones_like(result.rewards, dtype=bool))
+        steps += valid.sum(1)
+        ended = (result.terminated | result.truncated).any(1)
+        if t == max_chunks - 1:
+            ended = np.ones(b, dtype=bool)  # the step limit truncates whatever is still running
+        success |= (result.success & valid).any(1)
+        rewards.append(torch.as_tensor(result.rewards.sum(1), dtype=torch.float32))
+        dones.append(torch.as_tensor(ended | done))
+        done |= ended
+        obs = result.obs
+        if done.all():
+            break
+    done_t = torch.stack(dones, 1).float()
+    return Rollout(
+        images=np.stack(images, 1),
+        instructions=list(obs.instructions),
+        tokens=torch.stack(tokens, 1),
+        logprobs=torch.stack(logprobs, 1).float(),
+        values=torch.stack(values, 1).float(),
+        rewards=torch.stack(rewards, 1),
+        dones=done_t,
+        success=torch.as_tensor(success),
+        step_mask=valid_step_mask(done_t),
+        episode_len=torch.as_tensor(steps),
+        last_value=torch.zeros(b),
+    )
