@@ -68,8 +68,9 @@ def test_success_terminates_with_sparse_or_relative_reward(parts) -> None:
     out = rel.chunk_step(np.zeros((4, 8, 4), np.float32))
     # The relative rewards telescope: their sum is coef * (last score - score at reset).
     start = rel._score(np.stack([e.context[-1] for e in rel._entries])[:, None])[:, 0]
-    np.testing.assert_allclose(out.rewards.sum(1), 2.0 * (out.info["scores"][:, -1] - start),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        out.rewards.sum(1), 2.0 * (out.info["scores"][:, -1] - start), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_group_reset_sampler() -> None:

@@ -1,7 +1,9 @@
-"""`wmrl eval`: success rate of a policy in the real simulator, per task, with videos."""
+"""`wmrl eval`: success rate of a policy in the real simulator, per task, with videos; or,
+with `--world-model`, the reliability of a world model (evaluation/reliability.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,8 +25,33 @@ from wmrl_cli.cli.common import (
     build_config,
     handle_errors,
 )
+from wmrl_cli.config import RunConfig
+from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import console
 from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+
+WorldModelOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--world-model",
+        help="Evaluate this world model (a train-wm run or model directory) instead of a "
+        "policy: open-loop PSNR/SSIM, imagined vs real frames/s, imagined vs real success.",
+    ),
+]
+RewardModelOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--reward-model",
+        help="With --world-model: a train-reward run or model directory, or an RLinf .pth.",
+    ),
+]
+DataOpt = Annotated[
+    Path | None,
+    typer.Option(help="With --world-model: the episode store to evaluate on (held-out episodes)."),
+]
+HorizonOpt = Annotated[
+    int | None, typer.Option(help="With --world-model: open-loop horizon in steps (default 32).")
+]
 
 
 @handle_errors
@@ -45,8 +72,14 @@ def eval_command(
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
+    world_model: WorldModelOpt = None,
+    reward_model: RewardModelOpt = None,
+    data: DataOpt = None,
+    horizon: HorizonOpt = None,
 ) -> None:
-    """Evaluate a policy on every task x trial of a suite with fixed seeds (success_once)."""
+    """Evaluate a policy on every task x trial of a suite with fixed seeds (success_once); with --world-model, evaluate a world model's reliability on stored episodes instead."""  # noqa: E501
+    if world_model is None and (reward_model or data or horizon is not None):
+        raise WmrlError("--reward-model, --data and --horizon apply only with --world-model")
     from wmrl_cli.evaluation.policy_eval import evaluate_policy
     from wmrl_cli.policies.registry import build_policy
     from wmrl_cli.sims.metaworld_sim import ACTION_DIM, MetaWorldSim
@@ -66,8 +99,14 @@ def eval_command(
         simulator__num_envs=num_envs,
         simulator__num_workers=num_workers,
         simulator__image_size=image_size,
+        world_model__path=None if world_model is None else str(world_model),
+        world_model__val_horizon=horizon,
+        reward_model__path=None if reward_model is None else str(reward_model),
         output_dir=out,
     )
+    if world_model is not None:
+        _eval_world_model(cfg, data, save_video)
+        return
     sim_cfg = cfg.simulator
     agent = build_policy(
         cfg.policy, get_suite(sim_cfg.suite), ACTION_DIM, sim_cfg.chunk_size, seed=sim_cfg.seed
@@ -90,5 +129,52 @@ def eval_command(
             progress=cfg.logging.progress,
         )
     report.save(run_dir)
+    console.print(report.table())
+    console.print(f"report: {run_dir / 'report.json'}")
+
+
+def _eval_world_model(cfg: RunConfig, data: Path | None, save_video: bool) -> None:
+    """`wmrl eval --world-model`: checks the paths, loads, and hands over to the library."""
+    import torch
+
+    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.evaluation.reliability import (
+        episodes_per_task,
+        evaluate_world_model,
+        load_reward_model_from,
+    )
+    from wmrl_cli.training.world_model_trainer import load_world_model
+
+    wm_path, rm_path = cfg.world_model.path, cfg.reward_model.path
+    if data is None:
+        raise WmrlError("--world-model needs --data STORE: the episodes to evaluate it on")
+    if rm_path is None:
+        raise WmrlError("--world-model needs --reward-model PATH to judge imagined success")
+    if not Path(wm_path).exists():
+        raise WmrlError(f"{wm_path}: no such world model (expected a train-wm run directory)")
+    store = EpisodeStore.open(data)
+    ids = episodes_per_task(store, cfg.eval.episodes_per_task)
+    if not ids:
+        raise WmrlError(f"{data}: the episode store holds no episodes")
+    run_dir = prepare_run_dir(cfg, "eval-wm")
+    configure_threads(cfg.num_threads)
+    seed_everything(cfg.simulator.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    wm = load_world_model(wm_path, device=device).eval()
+    rm = load_reward_model_from(rm_path).to(device)
+    report = evaluate_world_model(
+        wm,
+        rm,
+        store,
+        ids,
+        cfg.simulator,
+        horizon=cfg.world_model.val_horizon,
+        threshold=cfg.reward_model.success_threshold,
+        progress=cfg.logging.progress,
+        seed=cfg.simulator.seed,
+        world_model_name=str(wm_path),
+        reward_model_name=str(rm_path),
+    )
+    report.save(run_dir, save_video=save_video)
     console.print(report.table())
     console.print(f"report: {run_dir / 'report.json'}")

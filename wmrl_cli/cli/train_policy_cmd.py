@@ -34,17 +34,27 @@ def _relaunch(num_processes: int) -> None:
         if arg.startswith("--num-processes="):
             continue
         argv.append(arg)
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={num_processes}",
-           f"--master_port={_free_port()}", "-m", "wmrl_cli", *argv]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={num_processes}",
+        f"--master_port={_free_port()}",
+        "-m",
+        "wmrl_cli",
+        *argv,
+    ]
     raise typer.Exit(subprocess.call(cmd))
 
 
 @handle_errors
 def train_policy_command(
-    policy: Annotated[str | None, typer.Option(help="Base policy: a wmrl sft run or policy dir.")]
-    = None,
-    world_model: Annotated[str | None, typer.Option(help="A wmrl train-wm run or model dir.")]
-    = None,
+    policy: Annotated[
+        str | None, typer.Option(help="Base policy: a wmrl sft run or policy dir.")
+    ] = None,
+    world_model: Annotated[
+        str | None, typer.Option(help="A wmrl train-wm run or model dir.")
+    ] = None,
     reward_model: Annotated[
         str | None, typer.Option(help="A wmrl train-reward run, model dir or RLinf .pth.")
     ] = None,
@@ -60,9 +70,16 @@ def train_policy_command(
     set_: SetOpt = None,
 ) -> None:
     """GRPO/PPO in imagination: the policy and the world model alternate chunk by chunk, the reward model scores every frame, token-level clipped updates; periodic evaluation in the real simulator. Starting the same command again resumes from RUN/checkpoints."""  # noqa: E501
-    cfg = build_config(preset, set_, policy__name=policy, world_model__path=world_model,
-                       reward_model__path=reward_model, world_model__reset_set=reset_set,
-                       training__steps=steps, output_dir=out)
+    cfg = build_config(
+        preset,
+        set_,
+        policy__name=policy,
+        world_model__path=world_model,
+        reward_model__path=reward_model,
+        world_model__reset_set=reset_set,
+        training__steps=steps,
+        output_dir=out,
+    )
     if num_processes > 1 and "LOCAL_RANK" not in os.environ:
         if cfg.output_dir is None:
             raise typer.BadParameter("--num-processes needs --out so that every rank agrees")
@@ -80,10 +97,12 @@ def train_policy_command(
     if policy_dir is None:
         from wmrl_cli.errors import WmrlError
 
-        raise WmrlError(f"'{cfg.policy.name}' is not a policy checkpoint; pass --policy RUN "
-                        "(a wmrl sft run)")
-    accelerator = Accelerator(cpu=not torch.cuda.is_available(),
-                              mixed_precision="bf16" if cfg.training.bf16 else "no")
+        raise WmrlError(
+            f"'{cfg.policy.name}' is not a policy checkpoint; pass --policy RUN (a wmrl sft run)"
+        )
+    accelerator = Accelerator(
+        cpu=not torch.cuda.is_available(), mixed_precision="bf16" if cfg.training.bf16 else "no"
+    )
     run_dir = Path(cfg.output_dir) if cfg.output_dir else None
     if accelerator.is_main_process:
         run_dir = prepare_run_dir(cfg, "train-policy")
@@ -95,8 +114,9 @@ def train_policy_command(
     from wmrl_cli.policies.checkpoint import from_pretrained
 
     model = from_pretrained(policy_dir, device=str(accelerator.device))
-    env = build_imagined_env(cfg, cfg.algorithm.num_envs // accelerator.num_processes,
-                             str(accelerator.device))
+    env = build_imagined_env(
+        cfg, cfg.algorithm.num_envs // accelerator.num_processes, str(accelerator.device)
+    )
     evaluate = real_eval_callback(cfg, run_dir) if accelerator.is_main_process else None
     trainer = PolicyTrainer(cfg, run_dir, model, env, accelerator, evaluate)
     out_dir = trainer.train()

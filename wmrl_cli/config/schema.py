@@ -49,8 +49,9 @@ class WorldModelConfig(Section):
     size: Literal["tiny", "full"] = "tiny"
     path: str | None = Field(None, description="checkpoint directory or asset name")
     reset_set: str | None = Field(
-        None, description="initial states of the imagined env: an episode store or an RLinf "
-        "reset folder (dataset/trajN.npy)"
+        None,
+        description="initial states of the imagined env: an episode store or an RLinf "
+        "reset folder (dataset/trajN.npy)",
     )
     context_frames: int = Field(4, ge=1, le=16)
     num_inference_steps: int | None = Field(

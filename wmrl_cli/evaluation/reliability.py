@@ -505,7 +505,7 @@ def measure_speed(
         imagined_env_fps=wm_frames / max(wm_time + reward_time, 1e-9),
         real_fps=real_fps,
         ratio=wm_fps / max(real_fps, 1e-9),
-        sim_workers=int(getattr(sim, "cfg", SimulatorConfig()).num_workers),
+        sim_workers=min(int(sim.cfg.num_workers), b),
         device=str(world_model.device),
     )
 

@@ -34,8 +34,15 @@ class Rollout:
 
 
 @torch.no_grad()
-def collect_rollout(env: Env, policy, init_ids: list[int], max_chunks: int,
-                    temperature: float, top_k: int | None, generator: torch.Generator) -> Rollout:
+def collect_rollout(
+    env: Env,
+    policy,
+    init_ids: list[int],
+    max_chunks: int,
+    temperature: float,
+    top_k: int | None,
+    generator: torch.Generator,
+) -> Rollout:
     """Policy and env alternate chunk by chunk until every env is done or `max_chunks`."""
     obs = env.reset(init_ids)
     b = len(init_ids)
@@ -44,8 +51,14 @@ def collect_rollout(env: Env, policy, init_ids: list[int], max_chunks: int,
     done = np.zeros(b, dtype=bool)
     steps = np.zeros(b, dtype=np.int64)
     for t in range(max_chunks):
-        out = policy.act(obs.images, obs.instructions, sample=True, temperature=temperature,
-                         top_k=top_k, generator=generator)
+        out = policy.act(
+            obs.images,
+            obs.instructions,
+            sample=True,
+            temperature=temperature,
+            top_k=top_k,
+            generator=generator,
+        )
         images.append(obs.images)
         tokens.append(torch.as_tensor(out.tokens))
         logprobs.append(torch.as_tensor(out.logprobs))

@@ -3,7 +3,6 @@ reset set, the imagined env of this rank, and the real-simulator evaluation call
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from wmrl_cli.config import RunConfig
@@ -23,8 +22,13 @@ def load_reset_set(cfg: RunConfig) -> tuple[list[ResetEntry], list[str]]:
     """Reset entries and task names from an episode store (with its kir.json) or RLinf layout."""
     from wmrl_cli.data.collection import read_keyframes
 
-    path = Path(_required(cfg.world_model.reset_set, "world_model.reset_set",
-                          "pass --reset-set STORE (wmrl rollout --kir output) or an RLinf folder"))
+    path = Path(
+        _required(
+            cfg.world_model.reset_set,
+            "world_model.reset_set",
+            "pass --reset-set STORE (wmrl rollout --kir output) or an RLinf folder",
+        )
+    )
     if (path / "index.json").is_file():
         store = EpisodeStore.open(path)
         keys = read_keyframes(path) if cfg.algorithm.enable_kir else []
@@ -32,8 +36,9 @@ def load_reset_set(cfg: RunConfig) -> tuple[list[ResetEntry], list[str]]:
         names: dict[int, str] = {int(m["task_id"]): m["task_name"] for m in store.index}
         entries = reset_set_from_store(store, ids, keys, cfg.world_model.context_frames)
     elif path.is_dir():
-        entries = load_rlinf_reset_set(path, cfg.algorithm.enable_kir,
-                                       cfg.world_model.context_frames)
+        entries = load_rlinf_reset_set(
+            path, cfg.algorithm.enable_kir, cfg.world_model.context_frames
+        )
         names = {}
     else:
         raise WmrlError(f"{path}: not an episode store or an RLinf reset folder")
@@ -50,10 +55,14 @@ def build_imagined_env(cfg: RunConfig, num_envs: int, device: str) -> ImaginedEn
     from wmrl_cli.rewards.loading import load_reward_model
     from wmrl_cli.training.world_model_trainer import load_world_model
 
-    wm_path = _required(cfg.world_model.path, "world_model.path",
-                        "pass --world-model RUN (a wmrl train-wm run)")
-    rm_path = _required(cfg.reward_model.path, "reward_model.path",
-                        "pass --reward-model RUN (a wmrl train-reward run)")
+    wm_path = _required(
+        cfg.world_model.path, "world_model.path", "pass --world-model RUN (a wmrl train-wm run)"
+    )
+    rm_path = _required(
+        cfg.reward_model.path,
+        "reward_model.path",
+        "pass --reward-model RUN (a wmrl train-reward run)",
+    )
     world_model = load_world_model(wm_path, device=device).eval()
     if cfg.world_model.num_inference_steps is not None:
         world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
@@ -62,10 +71,18 @@ def build_imagined_env(cfg: RunConfig, num_envs: int, device: str) -> ImaginedEn
     threshold = cfg.reward_model.success_threshold
     if threshold is None:
         threshold = reward_model.threshold if reward_model.threshold is not None else 0.9
-    return ImaginedEnv(world_model, reward_model, entries, task_names, num_envs,
-                       cfg.algorithm.max_episode_steps, success_threshold=threshold,
-                       use_rel_reward=cfg.reward_model.use_rel_reward,
-                       reward_coef=cfg.reward_model.reward_coef, seed=cfg.simulator.seed)
+    return ImaginedEnv(
+        world_model,
+        reward_model,
+        entries,
+        task_names,
+        num_envs,
+        cfg.algorithm.max_episode_steps,
+        success_threshold=threshold,
+        use_rel_reward=cfg.reward_model.use_rel_reward,
+        reward_coef=cfg.reward_model.reward_coef,
+        seed=cfg.simulator.seed,
+    )
 
 
 def real_eval_callback(cfg: RunConfig, run_dir: Path):
@@ -79,10 +96,16 @@ def real_eval_callback(cfg: RunConfig, run_dir: Path):
         policy = LearnedPolicy(model, top_k=cfg.policy.top_k, seed=cfg.simulator.seed)
         with MetaWorldSim(cfg.simulator) as sim:
             report = evaluate_policy(
-                sim, policy, suite=cfg.simulator.suite, trials=cfg.algorithm.eval_trials,
-                chunk_size=cfg.simulator.chunk_size, base_seed=cfg.simulator.seed,
-                sample=not cfg.policy.greedy, temperature=cfg.policy.temperature,
-                progress=cfg.logging.progress)
+                sim,
+                policy,
+                suite=cfg.simulator.suite,
+                trials=cfg.algorithm.eval_trials,
+                chunk_size=cfg.simulator.chunk_size,
+                base_seed=cfg.simulator.seed,
+                sample=not cfg.policy.greedy,
+                temperature=cfg.policy.temperature,
+                progress=cfg.logging.progress,
+            )
         model.train()
         atomic_write_text(run_dir / "eval" / f"step_{step:06d}.json", report.to_json())
         out = {"eval/success_once": report.overall}

@@ -52,8 +52,9 @@ def ensure_value_head(model) -> None:
 
     if model.value_head is None:
         model.config.value_head = True
-        model.value_head = ValueHead(model.config.llm.hidden_size,
-                                     model.config.value_hidden_size).to(model.device)
+        model.value_head = ValueHead(
+            model.config.llm.hidden_size, model.config.value_hidden_size
+        ).to(model.device)
 
 
 @dataclass
@@ -63,8 +64,15 @@ class StepResult:
 
 
 class PolicyTrainer:
-    def __init__(self, cfg: RunConfig, run_dir: Path, model, env: Env, accelerator,
-                 evaluate: Callable[[Any, int], dict[str, float]] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        model,
+        env: Env,
+        accelerator,
+        evaluate: Callable[[Any, int], dict[str, float]] | None = None,
+    ) -> None:
         self.cfg, self.alg, self.run_dir = cfg, cfg.algorithm, run_dir
         self.accelerator = accelerator
         self.env = env
@@ -73,22 +81,28 @@ class PolicyTrainer:
         if self.alg.num_envs % (world * self.alg.group_size):
             raise ConfigError(
                 f"invalid value for 'algorithm.num_envs': {self.alg.num_envs} must be a multiple "
-                f"of group_size x processes ({self.alg.group_size} x {world})")
+                f"of group_size x processes ({self.alg.group_size} x {world})"
+            )
         self.local_envs = self.alg.num_envs // world
-        self.sampler = GroupResetSampler(len(env.reset_set), self.alg.num_envs,
-                                         self.alg.group_size, seed=cfg.simulator.seed)
+        self.sampler = GroupResetSampler(
+            len(env.reset_set), self.alg.num_envs, self.alg.group_size, seed=cfg.simulator.seed
+        )
         self.rank = rank
         if self.alg.name == "ppo":
             ensure_value_head(model)
         critic = [p for n, p in model.named_parameters() if n.startswith("value_head.")]
-        actor = [p for n, p in model.named_parameters()
-                 if not n.startswith("value_head.") and p.requires_grad]
+        actor = [
+            p
+            for n, p in model.named_parameters()
+            if not n.startswith("value_head.") and p.requires_grad
+        ]
         t = cfg.training
         groups = [{"params": actor, "lr": t.lr}]
         if critic:
             groups.append({"params": critic, "lr": t.value_lr})
-        self.optimizer = torch.optim.AdamW(groups, betas=t.adam_betas, eps=t.adam_eps,
-                                           weight_decay=t.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            groups, betas=t.adam_betas, eps=t.adam_eps, weight_decay=t.weight_decay
+        )
         self.model = model
         self.step = 0
         checkpoint = latest_checkpoint(run_dir)
@@ -105,8 +119,9 @@ class PolicyTrainer:
         self.wrapped, self.optimizer = accelerator.prepare(model, self.optimizer)
         self.unwrapped = accelerator.unwrap_model(self.wrapped)
         self.generator = torch.Generator()
-        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard,
-                                    enabled=accelerator.is_main_process)
+        self.logger = MetricsLogger(
+            run_dir, cfg.logging.tensorboard, enabled=accelerator.is_main_process
+        )
         self._local_metrics: dict[str, float] = {}
         self._stepped_ids: list[list[int]] = []
 
@@ -122,8 +137,9 @@ class PolicyTrainer:
                 keep = varied_outcome_groups(returns, g).repeat_interleave(g)
             step_adv = broadcast_advantages(adv, ro.step_mask)
             return step_adv, returns[:, None].expand_as(step_adv), keep
-        adv, ret = gae(ro.rewards, ro.values, ro.dones, ro.last_value, self.alg.gamma,
-                       self.alg.gae_lambda)
+        adv, ret = gae(
+            ro.rewards, ro.values, ro.dones, ro.last_value, self.alg.gamma, self.alg.gae_lambda
+        )
         return adv, ret, torch.ones(adv.shape[0], dtype=torch.bool)
 
     # -- one step --------------------------------------------------------------------------
@@ -133,16 +149,24 @@ class PolicyTrainer:
         t0 = time.time()
         # Counter-based seeding (seed, step, rank): a resumed run draws what an uninterrupted
         # one would, with no generator state to checkpoint.
-        seed = int(np.random.default_rng([self.cfg.simulator.seed, self.step, self.rank])
-                   .integers(2**62))
+        seed = int(
+            np.random.default_rng([self.cfg.simulator.seed, self.step, self.rank]).integers(2**62)
+        )
         self.generator.manual_seed(seed)
         if hasattr(self.env, "generator"):
             self.env.generator.manual_seed(seed + 1)
-        ids = self.sampler.sample()[self.rank * self.local_envs:(self.rank + 1) * self.local_envs]
+        ids = self.sampler.sample()[self.rank * self.local_envs : (self.rank + 1) * self.local_envs]
         max_chunks = -(-alg.max_episode_steps // self.unwrapped.chunk_size)
         self.wrapped.eval()
-        ro = collect_rollout(self.env, self.unwrapped, ids, max_chunks,
-                             self.cfg.policy.temperature, self.cfg.policy.top_k, self.generator)
+        ro = collect_rollout(
+            self.env,
+            self.unwrapped,
+            ids,
+            max_chunks,
+            self.cfg.policy.temperature,
+            self.cfg.policy.top_k,
+            self.generator,
+        )
         timings["time/rollout"] = time.time() - t0
         if hasattr(self.env, "pop_timings"):
             timings.update({f"time/{k}": v for k, v in self.env.pop_timings().items()})
@@ -158,10 +182,11 @@ class PolicyTrainer:
             order = torch.randperm(b, generator=self.generator)
             self.optimizer.zero_grad(set_to_none=True)
             for start in range(0, b, alg.minibatch_trajectories):
-                idx = order[start:start + alg.minibatch_trajectories]
+                idx = order[start : start + alg.minibatch_trajectories]
                 mb_mask = step_mask[idx]
-                loss, mb_stats = self._minibatch_loss(ro, idx, mb_mask, adv[idx], returns[idx],
-                                                      c, a)
+                loss, mb_stats = self._minibatch_loss(
+                    ro, idx, mb_mask, adv[idx], returns[idx], c, a
+                )
                 acc.backward(loss * len(idx) / b)
                 for k, v in mb_stats.items():
                     stats.setdefault(k, []).append(float(v))
@@ -179,9 +204,16 @@ class PolicyTrainer:
         self._stepped_ids.append(ids)
         return StepResult(self._reduce(metrics), ro)
 
-    def _minibatch_loss(self, ro: Rollout, idx: torch.Tensor, mask: torch.Tensor,
-                        adv: torch.Tensor, returns: torch.Tensor, c: int, a: int
-                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _minibatch_loss(
+        self,
+        ro: Rollout,
+        idx: torch.Tensor,
+        mask: torch.Tensor,
+        adv: torch.Tensor,
+        returns: torch.Tensor,
+        c: int,
+        a: int,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         alg = self.alg
         sel = mask.nonzero(as_tuple=False)  # (traj, step) pairs to forward
         if len(sel) == 0:  # every rank must run the same forwards (DDP): a zero-weight one
@@ -190,36 +222,56 @@ class PolicyTrainer:
         images = torch.from_numpy(ro.images[idx.numpy()][rows, cols])
         prompts = [ro.instructions[int(idx[i])] for i in sel[:, 0]]
         tokens = ro.tokens[idx][sel[:, 0], sel[:, 1]]
-        out = self.wrapped(images, prompts, tokens, self.cfg.policy.temperature,
-                           self.cfg.policy.top_k)
+        out = self.wrapped(
+            images, prompts, tokens, self.cfg.policy.temperature, self.cfg.policy.top_k
+        )
         shape = (len(idx), mask.shape[1], c, a)
         logp = torch.zeros(shape).index_put((sel[:, 0], sel[:, 1]), out.log_probs.cpu())
         ent = torch.zeros(shape).index_put((sel[:, 0], sel[:, 1]), out.entropy.cpu())
         tok_mask = token_mask(mask, c, a)
         adv_tok = adv[:, :, None, None].expand(shape)
-        loss, pm = policy_loss(logp, ro.logprobs[idx], adv_tok, tok_mask, alg.clip_low,
-                               alg.clip_high, alg.dual_clip, alg.aggregation)
+        loss, pm = policy_loss(
+            logp,
+            ro.logprobs[idx],
+            adv_tok,
+            tok_mask,
+            alg.clip_low,
+            alg.clip_high,
+            alg.dual_clip,
+            alg.aggregation,
+        )
         ent_loss = entropy_loss(ent, tok_mask, alg.aggregation)
         total = loss - alg.entropy_coef * ent_loss
-        stats = {"train/actor/policy_loss": pm["policy_loss"],
-                 "train/actor/approx_kl": pm["approx_kl"],
-                 "train/actor/clip_fraction": pm["clip_fraction"],
-                 "train/actor/clipped_ratio": pm["clipped_ratio"],
-                 "train/entropy_loss": ent_loss.detach()}
+        stats = {
+            "train/actor/policy_loss": pm["policy_loss"],
+            "train/actor/approx_kl": pm["approx_kl"],
+            "train/actor/clip_fraction": pm["clip_fraction"],
+            "train/actor/clipped_ratio": pm["clipped_ratio"],
+            "train/entropy_loss": ent_loss.detach(),
+        }
         if alg.name == "ppo" and out.values is not None:
             values = torch.zeros(mask.shape).index_put((sel[:, 0], sel[:, 1]), out.values.cpu())
-            vloss, vm = value_loss(values, ro.values[idx], returns, mask, alg.value_clip,
-                                   alg.huber_delta, alg.aggregation)
+            vloss, vm = value_loss(
+                values,
+                ro.values[idx],
+                returns,
+                mask,
+                alg.value_clip,
+                alg.huber_delta,
+                alg.aggregation,
+            )
             total = total + vloss
             stats["train/critic/value_loss"] = vm["value_loss"]
             stats["train/critic/value_clip_ratio"] = vm["value_clip_ratio"]
             stats["train/critic/explained_variance"] = explained_variance(
-                values.detach(), returns, mask)
+                values.detach(), returns, mask
+            )
         stats["train/loss"] = total.detach()
         return total.to(self.accelerator.device), stats
 
-    def _rollout_metrics(self, ro: Rollout, adv: torch.Tensor, keep: torch.Tensor
-                         ) -> dict[str, float]:
+    def _rollout_metrics(
+        self, ro: Rollout, adv: torch.Tensor, keep: torch.Tensor
+    ) -> dict[str, float]:
         mask = ro.step_mask
         adv_stats = masked_stats(adv, mask & keep[:, None])
         returns = (ro.rewards * mask).sum(1)
@@ -238,8 +290,9 @@ class PolicyTrainer:
     def _reduce(self, metrics: dict[str, float]) -> dict[str, float]:
         """Mean over ranks (every rank logs the same keys in the same order)."""
         keys = sorted(metrics)
-        values = torch.tensor([metrics[k] for k in keys], dtype=torch.float64,
-                              device=self.accelerator.device)
+        values = torch.tensor(
+            [metrics[k] for k in keys], dtype=torch.float64, device=self.accelerator.device
+        )
         values = self.accelerator.reduce(values, "mean")
         return dict(zip(keys, values.cpu().tolist()))
 
@@ -249,10 +302,15 @@ class PolicyTrainer:
         digest = hashlib.sha256()
         for _, p in sorted(self.unwrapped.state_dict().items()):
             digest.update(p.detach().float().cpu().numpy().tobytes())
-        body = {"rank": self.rank, "weights_sha256": digest.hexdigest(),
-                "init_ids": self._stepped_ids, "last_metrics": self._local_metrics}
-        atomic_write_text(self.run_dir / "ranks" / f"rank_{self.rank}.json",
-                          json.dumps(body, indent=1))
+        body = {
+            "rank": self.rank,
+            "weights_sha256": digest.hexdigest(),
+            "init_ids": self._stepped_ids,
+            "last_metrics": self._local_metrics,
+        }
+        atomic_write_text(
+            self.run_dir / "ranks" / f"rank_{self.rank}.json", json.dumps(body, indent=1)
+        )
 
     # -- the loop ----------------------------------------------------------------------------
     def train(self) -> Path:
@@ -260,24 +318,32 @@ class PolicyTrainer:
         acc = self.accelerator
         if self._resumed_from:
             console.print(f"resuming policy training from {self._resumed_from}")
-        with progress_task(f"{self.alg.name} in imagination", t.steps,
-                           self.cfg.logging.progress and acc.is_main_process) as advance:
+        with progress_task(
+            f"{self.alg.name} in imagination",
+            t.steps,
+            self.cfg.logging.progress and acc.is_main_process,
+        ) as advance:
             advance(self.step)
             while self.step < t.steps:
                 result = self.train_step()
                 self.step += 1
                 metrics = result.metrics
                 every = self.alg.eval_every
-                if self.evaluate is not None and ((every and self.step % every == 0)
-                                                  or self.step == t.steps):
+                if self.evaluate is not None and (
+                    (every and self.step % every == 0) or self.step == t.steps
+                ):
                     metrics.update(self.evaluate(self.unwrapped, self.step))
                 self.logger.log(metrics, self.step)
                 if self.step % t.save_every == 0 or self.step == t.steps:
                     acc.wait_for_everyone()
                     if acc.is_main_process:
-                        save_checkpoint(self.run_dir, self.step, self.unwrapped.save_pretrained,
-                                        [self.optimizer],
-                                        {"sampler": self.sampler.state_dict()})
+                        save_checkpoint(
+                            self.run_dir,
+                            self.step,
+                            self.unwrapped.save_pretrained,
+                            [self.optimizer],
+                            {"sampler": self.sampler.state_dict()},
+                        )
                 advance()
         self.logger.close()
         self._write_rank_summary()
