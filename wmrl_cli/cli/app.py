@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from wmrl_cli import __version__
+from wmrl_cli.cli.co_evolve_cmd import co_evolve_command
 from wmrl_cli.cli.download_cmd import download_command
 from wmrl_cli.cli.eval_cmd import eval_command
 from wmrl_cli.cli.presets_cmd import presets_app
@@ -49,6 +50,7 @@ app.command("sft")(sft_command)
 app.command("train-wm")(train_wm_command)
 app.command("train-reward")(train_reward_command)
 app.command("train-policy")(train_policy_command)
+app.command("co-evolve")(co_evolve_command)
 app.add_typer(presets_app, name="presets")
 
 

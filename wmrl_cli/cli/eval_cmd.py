@@ -105,7 +105,7 @@ def eval_command(
         output_dir=out,
     )
     if world_model is not None:
-        _eval_world_model(cfg, data, save_video)
+        _eval_world_model(cfg, data)
         return
     sim_cfg = cfg.simulator
     agent = build_policy(
@@ -133,7 +133,7 @@ def eval_command(
     console.print(f"report: {run_dir / 'report.json'}")
 
 
-def _eval_world_model(cfg: RunConfig, data: Path | None, save_video: bool) -> None:
+def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
     """`wmrl eval --world-model`: checks the paths, loads, and hands over to the library."""
     import torch
 
@@ -156,12 +156,12 @@ def _eval_world_model(cfg: RunConfig, data: Path | None, save_video: bool) -> No
     ids = episodes_per_task(store, cfg.eval.episodes_per_task)
     if not ids:
         raise WmrlError(f"{data}: the episode store holds no episodes")
-    run_dir = prepare_run_dir(cfg, "eval-wm")
     configure_threads(cfg.num_threads)
-    seed_everything(cfg.simulator.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    wm = load_world_model(wm_path, device=device).eval()
     rm = load_reward_model_from(rm_path).to(device)
+    wm = load_world_model(wm_path, device=device).eval()
+    run_dir = prepare_run_dir(cfg, "eval-wm")  # only once the inputs are known to be good
+    seed_everything(cfg.simulator.seed)
     report = evaluate_world_model(
         wm,
         rm,
@@ -175,6 +175,6 @@ def _eval_world_model(cfg: RunConfig, data: Path | None, save_video: bool) -> No
         world_model_name=str(wm_path),
         reward_model_name=str(rm_path),
     )
-    report.save(run_dir, save_video=save_video)
+    report.save(run_dir, save_video=cfg.eval.save_video, fps=cfg.eval.video_fps)
     console.print(report.table())
     console.print(f"report: {run_dir / 'report.json'}")

@@ -189,6 +189,20 @@ class SftConfig(Section):
     log_every: int = Field(10, ge=1)
 
 
+class CoEvolveConfig(Section):
+    """PACE co-evolution (`wmrl co-evolve`): stage 1 RL in WM_base, real rollouts of the evolved
+    policy refine the world and reward models, stage 2 RL in WM_evo (WoVR, REFERENCE.md)."""
+
+    base_rollouts_per_task: int = Field(10, ge=1, description="base-policy rollouts (WM data)")
+    evolved_rollouts_per_task: int = Field(5, ge=1, description="real rollouts per refinement")
+    refinements: int = Field(1, ge=0, le=10, description="refine-then-RL rounds after stage 1")
+    refine_steps: int = Field(500, ge=1, description="world-model fine-tuning steps")
+    refine_reward_steps: int = Field(300, ge=1)
+    frozen_control: bool = Field(False, description="also run the last stage in the frozen WM")
+    eval_trials: int = Field(10, ge=1, description="real evaluation trials per task per stage")
+    videos: bool = Field(True, description="save videos of the final evaluation")
+
+
 class LoggingConfig(Section):
     tensorboard: bool = True
     progress: bool = True
@@ -206,6 +220,7 @@ class RunConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     sft: SftConfig = Field(default_factory=SftConfig)
+    coevolve: CoEvolveConfig = Field(default_factory=CoEvolveConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     output_dir: Path | None = Field(None, description="run directory (default: runs/<cmd>-<time>)")
     num_threads: int = Field(0, ge=0, le=256, description="torch threads per process (0: auto)")

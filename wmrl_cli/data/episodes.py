@@ -191,18 +191,21 @@ class EpisodeStore:
         for i in ids:
             yield self.load(i)
 
-    def split(self, val_fraction: float = 0.1, seed: int = 0) -> tuple[list[int], list[int]]:
-        """Split by episode, stratified by task, deterministically: (train_ids, val_ids).
-        Every task with at least two episodes contributes at least one validation episode."""
+    def split(
+        self, val_fraction: float = 0.1, seed: int = 0, stratify: tuple[str, ...] = ("task_id",)
+    ) -> tuple[list[int], list[int]]:
+        """Split by episode, stratified by the index fields in `stratify` (task by default),
+        deterministically: (train_ids, val_ids). Every stratum with at least two episodes
+        contributes at least one validation episode."""
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         rng = np.random.default_rng(seed)
-        by_task: dict[int, list[int]] = {}
+        strata: dict[tuple, list[int]] = {}
         for meta in self._index:
-            by_task.setdefault(int(meta["task_id"]), []).append(int(meta["id"]))
+            strata.setdefault(tuple(meta[k] for k in stratify), []).append(int(meta["id"]))
         train, val = [], []
-        for task in sorted(by_task):
-            ids = list(rng.permutation(by_task[task]))
+        for key in sorted(strata):
+            ids = list(rng.permutation(strata[key]))
             n_val = int(round(val_fraction * len(ids)))
             if val_fraction > 0 and len(ids) >= 2:
                 n_val = min(max(n_val, 1), len(ids) - 1)

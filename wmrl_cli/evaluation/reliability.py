@@ -195,10 +195,11 @@ class ReliabilityReport:
             for s in steps
         ]
         sp = self.speed
+        workers = f"{sp.sim_workers} worker processes" if sp.sim_workers else "in-process"
         speed = [
             ["world model (predict)", _fmt(sp.world_model_fps, 1)],
             ["imagined env (+ reward model)", _fmt(sp.imagined_env_fps, 1)],
-            [f"real simulator ({sp.sim_workers} workers)", _fmt(sp.real_fps, 1)],
+            [f"real simulator ({workers})", _fmt(sp.real_fps, 1)],
             ["ratio world model / real", f"{sp.ratio:.2f}x"],
         ]
         groups = {"all": self.agreement, **self.agreement_by_kind}
@@ -231,7 +232,7 @@ class ReliabilityReport:
                 f"imagined vs real success over {self.horizon} steps "
                 f"(threshold {self.threshold:.3f}, {self.threshold_source}; "
                 f"replay mismatches {self.replay_mismatches})",
-                ["starts", "n", "TP/FP/FN/TN", "precision", "recall", "F1", "hallucination"],
+                ["starts", "n", "TP/FP/FN/TN", "precision", "recall", "F1", "halluc."],
                 agreement,
             ),
         ]
@@ -258,6 +259,13 @@ class ReliabilityReport:
             lines += ["", f"## {title}", "", "| " + " | ".join(columns) + " |"]
             lines.append("|" + "---|" * len(columns))
             lines += ["| " + " | ".join(row) + " |" for row in rows]
+        lines += [
+            "",
+            "Success is imagined when a chunk's highest reward-model score reaches the threshold; "
+            "real when the simulator replaying the same actions from the stored state succeeds. "
+            "halluc. = FP / (TP + FP), the share of imagined successes the simulator does not "
+            "confirm.",
+        ]
         return "\n".join(lines) + "\n"
 
     def save(self, run_dir: str | Path, save_video: bool = False, fps: int = 10) -> None:
@@ -516,14 +524,19 @@ def imagined_successes(
     """Roll one batch through the imagined env: (success [B], max score [B]) over masked steps."""
     env.reset(entry_ids)
     success, scores, valid = [], [], []
+    done = np.zeros(len(entry_ids), dtype=bool)
     for i in range(actions.shape[1] // chunk):
         result = env.chunk_step(actions[:, i * chunk : (i + 1) * chunk])
         success.append(result.success)
         scores.append(result.info["scores"])
         valid.append(result.info["valid"])
-    seen = np.concatenate(valid, axis=1) & masks
+        done |= (result.terminated | result.truncated).any(axis=1)
+        if done.all():  # every env has its outcome: later chunks would change nothing
+            break
+    seen = np.concatenate(valid, axis=1)
+    seen &= masks[:, : seen.shape[1]]
     score = np.where(seen, np.concatenate(scores, axis=1), -np.inf).max(axis=1)
-    return (np.concatenate(success, axis=1) & masks).any(axis=1), score
+    return (np.concatenate(success, axis=1) & seen).any(axis=1), score
 
 
 def real_successes(
@@ -536,11 +549,66 @@ def real_successes(
 ) -> np.ndarray:
     """Replay one batch in the simulator from stored states: success [B] over masked steps."""
     sim.reset(init_ids, states)
-    success = []
+    success = np.zeros(len(init_ids), dtype=bool)
     for i in range(actions.shape[1] // chunk):
-        result = sim.chunk_step(actions[:, i * chunk : (i + 1) * chunk])
-        success.append(result.success & result.info["valid"])
-    return (np.concatenate(success, axis=1) & masks).any(axis=1)
+        part = slice(i * chunk, (i + 1) * chunk)
+        result = sim.chunk_step(actions[:, part])
+        success |= (result.success & result.info["valid"] & masks[:, part]).any(axis=1)
+        if (result.terminated | result.truncated).any(axis=1).all():
+            break
+    return success
+
+
+def _replay_and_time(
+    world_model: WorldModel,
+    reward_model: RewardModel,
+    cfg: SimulatorConfig,
+    starts: list[_Start],
+    episodes: dict[int, Episode],
+    actions: np.ndarray,
+    masks: np.ndarray,
+    speed_chunks: int,
+    seed: int,
+    progress: bool,
+) -> tuple[np.ndarray, SpeedReport]:
+    """Real success of every start point, and the speed of both worlds, timed on the first
+    batch's envs (which the replays then reuse: building a Meta-World env takes a second)."""
+    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+
+    b, chunk = cfg.num_envs, episodes[starts[0].episode_id].chunk_size
+    # The simulator seeds an episode with its seed + init_id: one simulator per seed offset.
+    groups: dict[int, list[int]] = {}
+    for i, s in enumerate(starts):
+        groups.setdefault(_seed_offset(episodes[s.episode_id]), []).append(i)
+    total = sum(len(_batches(len(g), b)) for g in groups.values())
+    real = np.zeros(len(starts), dtype=bool)
+    speed: SpeedReport | None = None
+    with progress_task("simulator replays", total, progress) as advance:
+        for offset, group in sorted(groups.items()):
+            with MetaWorldSim(cfg.model_copy(update={"seed": offset}), num_envs=b) as sim:
+                for sub in _batches(len(group), b):
+                    idx = [group[j] for j in sub]
+                    init_ids = [episodes[starts[i].episode_id].init_id for i in idx]
+                    entries = [starts[i].entry for i in idx]
+                    if speed is None:
+                        speed = measure_speed(
+                            world_model,
+                            reward_model,
+                            sim,
+                            np.stack([e.context[-1] for e in entries]),
+                            np.array([e.task_id for e in entries]),
+                            init_ids,
+                            chunk,
+                            speed_chunks,
+                            seed,
+                        )
+                    states = [e.sim_state for e in entries]
+                    real[idx] = real_successes(
+                        sim, init_ids, states, actions[idx], masks[idx], chunk
+                    )
+                    advance()
+    assert speed is not None  # there is at least one start point
+    return real, speed
 
 
 # -- the whole evaluation ----------------------------------------------------------------------
@@ -570,7 +638,6 @@ def evaluate_world_model(
     the episodes (see `replay_sim_config`). chunk_starts: chunk indices from which success is
     compared in every episode (0: the episode start); keyframes adds the KIR rule's points.
     """
-    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
     from wmrl_cli.sims.suites import get_suite
 
     if horizon < 1:
@@ -597,15 +664,12 @@ def evaluate_world_model(
     plans = [_chunk_actions(episodes[s.episode_id], s.step, length) for s in starts]
     actions = np.stack([p[0] for p in plans])
     masks = np.arange(length)[None] < np.array([p[1] for p in plans])[:, None]
-    batches = _batches(len(starts), b)
 
-    task_names = get_suite(cfg.suite).task_names
-    entries = [s.entry for s in starts]
     env = ImaginedEnv(
         world_model,
         reward_model,
-        entries,
-        task_names,
+        [s.entry for s in starts],
+        get_suite(cfg.suite).task_names,
         num_envs=b,
         max_steps=cfg.max_steps,
         success_threshold=thr,
@@ -613,43 +677,16 @@ def evaluate_world_model(
     )
     imagined = np.zeros(len(starts), dtype=bool)
     max_score = np.zeros(len(starts))
+    batches = _batches(len(starts), b)
     with progress_task("imagined rollouts", len(batches), progress) as advance:
         for idx in batches:
             success, score = imagined_successes(env, idx, actions[idx], masks[idx], chunk)
             imagined[idx], max_score[idx] = success, score
             advance()
-
-    # The simulator seeds an episode with its seed + init_id: one simulator per seed offset.
-    groups: dict[int, list[int]] = {}
-    for i, s in enumerate(starts):
-        groups.setdefault(_seed_offset(episodes[s.episode_id]), []).append(i)
-    real = np.zeros(len(starts), dtype=bool)
-    speed: SpeedReport | None = None
-    with progress_task("simulator replays", len(batches), progress) as advance:
-        for offset, group in sorted(groups.items()):
-            with MetaWorldSim(cfg.model_copy(update={"seed": offset}), num_envs=b) as sim:
-                for n, sub in enumerate(_batches(len(group), b)):
-                    idx = [group[j] for j in sub]
-                    init_ids = [episodes[starts[i].episode_id].init_id for i in idx]
-                    if speed is None and n == 0:  # on the envs the replays then reuse
-                        first = [starts[i].entry for i in idx]
-                        speed = measure_speed(
-                            world_model,
-                            reward_model,
-                            sim,
-                            np.stack([e.context[-1] for e in first]),
-                            np.array([e.task_id for e in first]),
-                            init_ids,
-                            chunk,
-                            speed_chunks,
-                            seed,
-                        )
-                    states = [starts[i].entry.sim_state for i in idx]
-                    real[idx] = real_successes(
-                        sim, init_ids, states, actions[idx], masks[idx], chunk
-                    )
-                    advance()
-    assert speed is not None
+    real, speed = _replay_and_time(
+        world_model, reward_model, cfg, starts, episodes, actions, masks, speed_chunks, seed,
+        progress,
+    )  # fmt: skip
 
     results = []
     for i, s in enumerate(starts):

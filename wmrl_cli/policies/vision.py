@@ -122,4 +122,5 @@ def images_to_tensor(images: np.ndarray | torch.Tensor, device: torch.device) ->
         raise WmrlError(f"images must be a numpy array or a tensor, got {type(images).__name__}")
     if tensor.ndim != 4 or tensor.shape[-1] != 3:
         raise WmrlError(f"images must be [B,H,W,3], got shape {tuple(tensor.shape)}")
-    return tensor.to(device).permute(0, 3, 1, 2).float().div_(255.0)
+    # contiguous: channels-last views hit a oneDNN convolution bug on CPU (rewards/base.py)
+    return tensor.to(device).permute(0, 3, 1, 2).float().div_(255.0).contiguous()

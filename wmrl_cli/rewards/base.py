@@ -43,8 +43,10 @@ def as_frames(frames: np.ndarray | torch.Tensor) -> torch.Tensor:
 
 
 def to_unit_range(frames: torch.Tensor) -> torch.Tensor:
-    """uint8 [..., H, W, 3] -> float32 [..., 3, H, W] in [0, 1]."""
-    return frames.movedim(-1, -3).float() / 255.0
+    """uint8 [..., H, W, 3] -> float32 [..., 3, H, W] in [0, 1], contiguous: a channels-last
+    view sends small convolutions down a oneDNN path that corrupts the heap in backward
+    (seen with torch 2.13 on CPU, ResNet width 4)."""
+    return (frames.movedim(-1, -3).float() / 255.0).contiguous()
 
 
 def resize_square(images: torch.Tensor, size: int) -> torch.Tensor:

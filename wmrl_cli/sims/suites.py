@@ -46,6 +46,7 @@ _MW10 = (
 SUITES: dict[str, Suite] = {
     "mw10": Suite("mw10", _MW10, "ten Meta-World v3 tasks whose success shows in the image"),
     "mw3": Suite("mw3", _MW10[:3], "three Meta-World tasks, for quick checks"),
+    "mw2": Suite("mw2", (_MW10[6], _MW10[7]), "two short tasks (under 40 expert steps), for smoke"),
 }
 
 

@@ -71,7 +71,10 @@ def train_reward_model(
             "train-reward trains the ResNet reward models (reward_model.kind resnet "
             "or taskemb_resnet); VideoMAE checkpoints load from WMPO's files"
         )
-    train_ids, val_ids = store.split(rc.val_fraction, seed=cfg.simulator.seed)
+    # Stratified by outcome too, so that successes land on both sides of the split.
+    train_ids, val_ids = store.split(
+        rc.val_fraction, seed=cfg.simulator.seed, stratify=("task_id", "success")
+    )
     train, val = labelled_frames(store, train_ids), labelled_frames(store, val_ids)
     for name, part in (("training", train), ("held-out", val)):
         if not part.labels.any():

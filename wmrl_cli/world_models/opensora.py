@@ -748,7 +748,7 @@ class OpenSoraWorldModel(WorldModel):
 
     def _to_vae_input(self, frames: torch.Tensor) -> torch.Tensor:
         """uint8 [B,T,H,W,3] -> [B*T,3,H,W] in [-1, 1]."""
-        x = frames.to(self.device, non_blocking=True).flatten(0, 1).permute(0, 3, 1, 2)
+        x = frames.to(self.device, non_blocking=True).flatten(0, 1).permute(0, 3, 1, 2).contiguous()
         return x.to(self.vae_dtype) / 127.5 - 1.0
 
     def _latent_affine(self) -> tuple[float, float]:

@@ -460,7 +460,7 @@ class WanWorldModel(WorldModel):
     # -- autoencoder ---------------------------------------------------------------------------
 
     def _to_vae_input(self, frames: torch.Tensor) -> torch.Tensor:
-        x = frames.to(self.device, non_blocking=True).permute(0, 4, 1, 2, 3)
+        x = frames.to(self.device, non_blocking=True).permute(0, 4, 1, 2, 3).contiguous()
         return x.to(self.vae_dtype) / 127.5 - 1.0
 
     def encode_frames(self, frames: TensorLike, normalize: bool = True) -> torch.Tensor:

@@ -1,0 +1,75 @@
+"""`wmrl co-evolve --profile smoke`: the whole pipeline end to end, killed and resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import imageio.v2 as imageio
+
+
+def _command(out) -> list[str]:
+    return [sys.executable, "-m", "wmrl_cli", "co-evolve", "--profile", "smoke", "--out", str(out)]
+
+
+def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
+    # First attempt: killed with SIGKILL as soon as RL stage 1 has written a checkpoint.
+    proc = subprocess.Popen(
+        _command(out),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    marker = out / "stage1" / "checkpoints" / "latest"
+    deadline = time.time() + 400
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), "stage 1 never checkpointed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = json.loads((out / "stages.json").read_text())
+    assert {"sft", "eval_base", "base_rollouts", "world_model", "reward_model"} <= set(before)
+    assert "stage1" not in before
+
+    done = subprocess.run(_command(out), env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for stage in before:
+        assert f"stage {stage}: done, skipped" in done.stdout
+    assert "resuming policy training from step_000001" in done.stdout
+    after = json.loads((out / "stages.json").read_text())
+    assert all(after[name] == before[name] for name in before)  # finished stages untouched
+
+    # Every stage left its artifacts, and the report covers every evaluated stage.
+    for path in (
+        "sft/policy/config.json",
+        "sft/demos/index.json",
+        "data/base/index.json",
+        "data/base/kir.json",
+        "wm_base/world_model/model.safetensors",
+        "wm_base/world_model/reliability.json",
+        "rm_base/reward_model/config.json",
+        "stage1/policy/model.safetensors",
+        "data/evolved1/index.json",
+        "wm_evo1/world_model/config.json",
+        "rm_evo1/reward_model/config.json",
+        "stage2/policy/config.json",
+        "frozen_control/policy/config.json",
+        "report.md",
+        "report.json",
+        "success_per_stage.png",
+    ):
+        assert (out / path).is_file(), path
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["success"]) == ["base", "stage1", "stage2", "frozen_control"]
+    assert set(report["world_model_reliability"]) == {"wm_base", "wm_evo1"}
+    assert report["wall_time_s"]["sft"] == before["sft"]["wall_s"]
+    videos = sorted((out / "eval" / "stage2" / "videos").glob("*_grid.mp4"))
+    assert len(videos) == 2 and imageio.get_reader(videos[0]).get_data(0).ndim == 3
+    assert "| **overall** |" in (out / "report.md").read_text()

@@ -1,0 +1,211 @@
+"""World-model reliability: success agreement arithmetic, the full report on real expert
+episodes with tiny untrained models, and `wmrl eval --world-model`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from tests.conftest import small_sim_config
+from wmrl_cli.cli.app import app
+from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.data.kir import Keyframe
+from wmrl_cli.data.reset_set import reset_set_from_store
+from wmrl_cli.evaluation.reliability import (
+    episodes_per_task,
+    evaluate_world_model,
+    replay_sim_config,
+    start_points,
+    success_agreement,
+)
+from wmrl_cli.rewards.loading import save_reward_model
+from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
+from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
+
+runner = CliRunner()
+SIM = dict(image_size=64, num_envs=2, max_steps=80)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> EpisodeStore:
+    """Expert episodes at 64x64: door-open (fails within 80 steps), drawer-close (succeeds at
+    step 78, so the KIR keyframes just before it replay to real successes)."""
+    from wmrl_cli.envs.runner import iter_episodes
+    from wmrl_cli.sims.experts import ExpertPolicy
+    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+
+    cfg = small_sim_config(**SIM)
+    with MetaWorldSim(cfg) as sim:
+        episodes = list(
+            iter_episodes(
+                sim,
+                ExpertPolicy(sim.suite),
+                [0, 2],
+                chunk_size=cfg.chunk_size,
+                seed_of=lambda i: cfg.seed + i,
+                suite=cfg.suite,
+            )
+        )
+    root = tmp_path_factory.mktemp("store")
+    out = EpisodeStore(root)
+    out.add(episodes)
+    (root / "config.yaml").write_text("simulator:\n  camera: corner\n  max_steps: 80\n")
+    return out
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[OpenSoraWorldModel, torch.nn.Module]:
+    torch.manual_seed(0)
+    config = OpenSoraWorldModelConfig.tiny()
+    config.transformer.action_dim = 4
+    config.num_inference_steps = 2
+    return OpenSoraWorldModel(config).eval(), build_resnet_reward_model(ResnetRewConfig(width=4))
+
+
+@pytest.fixture(scope="module")
+def report(store, models):
+    wm, rm = models
+    # Threshold 0: every imagined rollout succeeds, so the confusion counts are known from the
+    # simulator alone (TP = real successes, FN = 0).
+    return evaluate_world_model(
+        wm, rm, store, [0, 1], small_sim_config(**{**SIM, "max_steps": 10}), horizon=16,
+        threshold=0.0, progress=False, speed_chunks=1,
+    )  # fmt: skip
+
+
+def test_success_agreement_arithmetic() -> None:
+    imagined = [True, True, True, False, False, False, False, True]
+    real = [True, False, True, True, False, False, False, False]
+    a = success_agreement(imagined, real)
+    assert (a.tp, a.fp, a.fn, a.tn) == (2, 2, 1, 3) and a.total == 8
+    assert a.precision == pytest.approx(0.5) and a.recall == pytest.approx(2 / 3)
+    assert a.f1 == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))
+    assert a.accuracy == pytest.approx(5 / 8) and a.hallucination_rate == pytest.approx(0.5)
+    # Undefined rates are None, not 0: no imagined success, then no success at all.
+    never = success_agreement([False, False], [True, False])
+    assert never.precision is None and never.hallucination_rate is None and never.f1 is None
+    assert never.recall == 0.0 and never.fn == 1
+    empty = success_agreement([False], [False])
+    assert empty.recall is None and empty.accuracy == 1.0
+    with pytest.raises(ValueError):
+        success_agreement([True], [True, False])
+
+
+def test_start_points_follow_chunks_and_kir(store) -> None:
+    episodes = {i: store.load(i) for i in (0, 1)}
+    starts = start_points(episodes, chunk_starts=(0, 2), keyframes=True)
+    by_episode = {i: {s.step: s.kind for s in starts if s.episode_id == i} for i in (0, 1)}
+    assert by_episode[0][0] == "start" and by_episode[0][16] == "chunk"
+    # drawer-close succeeds at step 78, in chunk 9: KIR keyframes at 72, 64 and 48.
+    assert episodes[1].success_step == 78
+    assert {72: "before_success", 64: "before_success", 48: "before_success"}.items() <= (
+        by_episode[1].items()
+    )
+    assert all(s.step % 8 == 0 and s.step < episodes[s.episode_id].length for s in starts)
+    assert start_points(episodes, chunk_starts=(99,), keyframes=False) == []
+
+
+def test_replay_config_from_store(store) -> None:
+    cfg = replay_sim_config(store, [store.load(0)], small_sim_config(image_size=32, max_steps=5))
+    assert (cfg.suite, cfg.image_size, cfg.max_steps, cfg.camera) == ("mw3", 64, 80, "corner")
+
+
+def test_report_fields_agreement_and_speed(report, store) -> None:
+    assert report.episodes == 2 and report.horizon == 16 and report.chunk_size == 8
+    assert len(report.open_loop.psnr) == 16 and np.isfinite(report.open_loop.copy_psnr).all()
+    assert report.threshold == 0.0 and report.threshold_source == "given"
+    # The replay from stored states reproduces the recording; drawer-close succeeds from the
+    # keyframes within 16 steps of its success, never from the episode start.
+    assert report.replay_mismatches == 0
+    real = {(s.episode_id, s.step): s.real_success for s in report.starts}
+    assert real[(1, 72)] and real[(1, 64)] and not real[(1, 48)] and not real[(0, 0)]
+    a = report.agreement
+    n_real = sum(real.values())
+    assert (a.tp, a.fp, a.fn, a.tn) == (n_real, len(real) - n_real, 0, 0)
+    assert a.recall == 1.0 and a.precision == pytest.approx(n_real / len(real))
+    assert {"before_success", "start"} <= set(report.agreement_by_kind)
+    assert all(s.steps == min(16, store.load(s.episode_id).length - s.step) for s in report.starts)
+    sp = report.speed
+    assert sp.num_envs == 2 and sp.image_size == 64 and sp.chunk_size == 8
+    assert sp.world_model_fps > 0 and sp.real_fps > 0 and sp.imagined_env_fps > 0
+    assert sp.ratio == pytest.approx(sp.world_model_fps / sp.real_fps)
+
+
+def test_report_renders_and_serializes(report, tmp_path) -> None:
+    body = json.loads(report.to_json())
+    assert "videos" not in body["open_loop"] and body["replay_mismatches"] == 0
+    assert body["speed"]["ratio"] > 0 and body["agreement"]["hallucination_rate"] is not None
+    assert report.videos is not None and report.videos.shape[-1] == 3
+    console = Console(record=True, width=120)
+    console.print(report.table())
+    text = console.export_text()
+    assert "open-loop fidelity" in text and "frames/s" in text and "halluc." in text
+    report.save(tmp_path, save_video=True)
+    assert (tmp_path / "videos" / "open_loop_truth_vs_model.mp4").stat().st_size > 0
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# World-model reliability") and md.count("## ") == 3
+    assert json.loads((tmp_path / "report.json").read_text()) == body
+
+
+def test_episodes_per_task(store) -> None:
+    assert episodes_per_task(store, None) == [0, 1] and episodes_per_task(store, 1) == [0, 1]
+
+
+def test_reset_entries_match_reset_set(store) -> None:
+    """The imagined rollouts start from exactly what the RL reset set would hold."""
+    from wmrl_cli.evaluation.reliability import _attach_entries
+
+    starts = start_points({1: store.load(1)}, chunk_starts=(0,), keyframes=True)
+    _attach_entries(store, starts, context=4)
+    expected = reset_set_from_store(store, [1], [Keyframe(1, s.step, "") for s in starts[1:]])
+    for start, entry in zip(starts, expected):
+        assert start.entry.step == entry.step == start.step
+        assert np.array_equal(start.entry.context, entry.context)
+        assert np.array_equal(start.entry.sim_state, store.load(1).sim_states[start.step])
+
+
+def test_cli_world_model_eval(store, models, tmp_path) -> None:
+    wm, rm = models
+    wm.save_pretrained(tmp_path / "wm-run" / "world_model")
+    save_reward_model(rm, tmp_path / "rm-run" / "reward_model")
+    small = EpisodeStore(tmp_path / "store")  # one episode keeps the command quick
+    small.add([store.load(1)])
+    out = tmp_path / "eval"
+    args = ["eval", "--world-model", str(tmp_path / "wm-run"), "--reward-model",
+            str(tmp_path / "rm-run"), "--data", str(small.root), "--horizon", "8",
+            "--num-envs", "2", "--num-workers", "0", "-o", str(out)]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    body = json.loads((out / "report.json").read_text())
+    assert body["horizon"] == 8 and body["episodes"] == 1 and body["replay_mismatches"] == 0
+    # An uncalibrated reward model falls back to the default threshold, and says so.
+    assert body["threshold"] == 0.5 and body["threshold_source"].startswith("default")
+    assert (out / "report.md").is_file() and "frames/s" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--world-model", "{tmp}/nope", "--reward-model", "{tmp}", "--data", "{tmp}"],
+         "no such world model"),
+        (["--world-model", "{tmp}", "--reward-model", "{tmp}"], "needs --data"),
+        (["--world-model", "{tmp}", "--data", "{tmp}"], "needs --reward-model"),
+        (["--data", "{tmp}"], "apply only with --world-model"),
+        (["--world-model", "{tmp}", "--reward-model", "{tmp}/nope.pth", "--data", "{store}"],
+         "no such reward model"),
+        (["--world-model", "{tmp}", "--reward-model", "{tmp}", "--data", "{tmp}"],
+         "not an episode store"),
+    ],
+)  # fmt: skip
+def test_cli_one_line_errors(args, message, store, tmp_path) -> None:
+    filled = [a.format(tmp=tmp_path, store=store.root) for a in args]
+    result = runner.invoke(app, ["eval", *filled, "-o", str(tmp_path / "run")])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,38 @@
+"""`wmrl co-evolve`: the whole method end to end (PACE), resumable stage by stage."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from wmrl_cli.cli.common import OutOpt, PresetOpt, SetOpt, build_config, handle_errors
+from wmrl_cli.logging import console
+
+PROFILES = {"default": "mw-coevolve", "smoke": "mw-coevolve-smoke"}
+
+
+@handle_errors
+def co_evolve_command(
+    profile: Annotated[
+        str, typer.Option(help="default (the embedded main job) or smoke (minutes, for CI).")
+    ] = "default",
+    out: OutOpt = None,
+    preset: PresetOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Expert demos -> SFT base policy -> base rollouts -> world model + reward model -> RL stage 1 -> real rollouts of the evolved policy -> refinement -> RL stage 2, with real-simulator evaluation after every stage and report.md / report.json / a success plot. Run the same command again to resume an interrupted run."""  # noqa: E501
+    from wmrl_cli.errors import ConfigError
+    from wmrl_cli.pace import co_evolve
+    from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+
+    if profile not in PROFILES:
+        raise ConfigError(f"unknown profile '{profile}': expected {' or '.join(PROFILES)}")
+    cfg = build_config(preset or PROFILES[profile], set_, output_dir=out)
+    run_dir = prepare_run_dir(cfg, f"co-evolve-{profile}")
+    configure_threads(cfg.num_threads)
+    seed_everything(cfg.simulator.seed)
+    report = co_evolve(cfg, run_dir)
+    rows = ", ".join(f"{stage} {100 * r['overall']:.1f}%" for stage, r in report["success"].items())
+    console.print(f"real success: {rows}")
+    console.print(f"report: {run_dir / 'report.md'}")

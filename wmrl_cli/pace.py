@@ -1,0 +1,301 @@
+"""PACE co-evolution (WoVR) as one resumable pipeline: `wmrl co-evolve`.
+
+    demos -> sft -> eval base -> base rollouts -> world model + reward model
+      -> stage 1 RL in WM_base -> eval -> [real rollouts of the evolved policy -> refine the
+         world and reward models on base + new data (KIR refreshed) -> RL in WM_evo -> eval]
+      x refinements -> (optional frozen-WM control) -> report
+
+Every stage writes into its own folder of the run directory and is recorded in `stages.json`
+when complete; running the same command again skips finished stages, and the stage that was
+interrupted resumes from its own checkpoints (SFT, world model and RL trainers all resume).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from wmrl_cli.config import RunConfig
+from wmrl_cli.data.episodes import EpisodeStore, atomic_write_text
+from wmrl_cli.logging import console
+
+STAGES_FILE = "stages.json"
+
+
+class Pipeline:
+    """Runs named stages once each, recording outputs and wall times in stages.json."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        path = run_dir / STAGES_FILE
+        self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        if name in self.state:
+            console.print(f"[dim]stage {name}: done, skipped[/]")
+            return self.state[name]["result"]
+        console.rule(f"stage: {name}")
+        start = time.time()
+        result = fn()
+        self.state[name] = {"result": result, "wall_s": round(time.time() - start, 1)}
+        atomic_write_text(self.run_dir / STAGES_FILE, json.dumps(self.state, indent=1))
+        return result
+
+
+def _sub(cfg: RunConfig, output_dir: Path, **changes: Any) -> RunConfig:
+    """A deep copy of the run config for one stage, with dotted-key changes."""
+    sub = cfg.model_copy(deep=True)
+    for dotted, value in changes.items():
+        *path, key = dotted.split("__")
+        node = sub
+        for part in path:
+            node = getattr(node, part)
+        setattr(node, key, value)
+    sub.output_dir = output_dir
+    return sub
+
+
+def _collect(cfg: RunConfig, out: Path, policy: str, per_task: int, seed: int) -> str:
+    """Real rollouts into `out` (temp dir, then rename), with KIR keyframes."""
+    from wmrl_cli.data.collection import collect_rollouts
+
+    if (out / "index.json").is_file():
+        return str(out)
+    tmp = out.with_name(f".{out.name}-tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    sub = _sub(
+        cfg,
+        tmp,
+        policy__name=policy,
+        rollout__episodes_per_task=per_task,
+        simulator__seed=seed,
+        simulator__terminate_on_success=False,
+    )
+    sub.rollout.kir.enabled = True
+    collect_rollouts(sub)
+    tmp.rename(out)
+    return str(out)
+
+
+def _merge(stores: list[str], out: Path, cfg: RunConfig) -> str:
+    """One store holding the episodes of several (copied), KIR recomputed over all."""
+    from wmrl_cli.data.collection import write_keyframes
+
+    if (out / "index.json").is_file():
+        return str(out)
+    tmp = out.with_name(f".{out.name}-tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    merged = EpisodeStore(tmp)
+    for path in stores:
+        for episode in EpisodeStore.open(path):
+            merged.add([episode])
+    write_keyframes(merged, cfg)
+    tmp.rename(out)
+    return str(out)
+
+
+def _evaluate(cfg: RunConfig, policy_dir: str, out: Path, videos: bool) -> dict[str, Any]:
+    from wmrl_cli.evaluation.policy_eval import evaluate_policy
+    from wmrl_cli.policies.registry import load_learned_policy
+    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+
+    policy = load_learned_policy(policy_dir, top_k=cfg.policy.top_k, seed=cfg.simulator.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    with MetaWorldSim(cfg.simulator) as sim:
+        report = evaluate_policy(
+            sim,
+            policy,
+            suite=cfg.simulator.suite,
+            trials=cfg.coevolve.eval_trials,
+            chunk_size=cfg.simulator.chunk_size,
+            base_seed=cfg.simulator.seed,
+            sample=not cfg.policy.greedy,
+            temperature=cfg.policy.temperature,
+            video_dir=out / "videos" if videos else None,
+            progress=cfg.logging.progress,
+        )
+    report.save(out)
+    return {"overall": report.overall, "per_task": report.per_task}
+
+
+def _train_wm(cfg: RunConfig, data: str, out: Path, init: str | None, steps: int) -> str:
+    from wmrl_cli.training.world_model_trainer import WorldModelTrainer
+
+    store = EpisodeStore.open(data)
+    sub = _sub(cfg, out)
+    if init is not None:
+        sub.world_model.steps = steps
+    out.mkdir(parents=True, exist_ok=True)
+    a_dim = int(store.load(0).actions.shape[1])
+    model_dir = WorldModelTrainer(sub, out, store, a_dim).run(init=init)
+    return str(model_dir)
+
+
+def _train_rm(cfg: RunConfig, data: str, out: Path, steps: int) -> dict[str, Any]:
+    from wmrl_cli.training.reward_trainer import train_reward_model
+
+    store = EpisodeStore.open(data)
+    sub = _sub(cfg, out, reward_model__steps=steps)
+    out.mkdir(parents=True, exist_ok=True)
+    n_tasks = 1 + max(int(m["task_id"]) for m in store.index)
+    model_dir, metrics = train_reward_model(sub, out, store, n_tasks)
+    return {
+        "path": str(model_dir),
+        "f1": metrics.f1,
+        "precision": metrics.precision,
+        "recall": metrics.recall,
+        "threshold": metrics.threshold,
+    }
+
+
+def _rl(
+    cfg: RunConfig, out: Path, policy: str, world_model: str, reward_model: str, reset_set: str
+) -> str:
+    import torch
+    from accelerate import Accelerator
+
+    from wmrl_cli.policies.checkpoint import from_pretrained
+    from wmrl_cli.policies.registry import resolve_policy_dir
+    from wmrl_cli.rl.setup import build_imagined_env
+    from wmrl_cli.rl.trainer import PolicyTrainer
+
+    sub = _sub(
+        cfg,
+        out,
+        policy__name=policy,
+        world_model__path=world_model,
+        reward_model__path=reward_model,
+        world_model__reset_set=reset_set,
+    )
+    sub.algorithm.eval_every = 0
+    out.mkdir(parents=True, exist_ok=True)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    model = from_pretrained(resolve_policy_dir(policy), device=str(accelerator.device))
+    env = build_imagined_env(sub, sub.algorithm.num_envs, str(accelerator.device))
+    return str(PolicyTrainer(sub, out, model, env, accelerator, evaluate=None).train())
+
+
+def _wm_reliability(model_dir: str) -> dict[str, Any]:
+    path = Path(model_dir) / "reliability.json"
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    out = {"beats_copy_baseline": data.get("beats_copy_baseline")}
+    for step in (8, 16, 32):
+        if step <= data["horizon"]:
+            out[f"psnr@{step}"] = data["psnr"][step - 1]
+            out[f"copy_psnr@{step}"] = data["copy_psnr"][step - 1]
+    return out
+
+
+def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """The whole pipeline; returns the report (also written to report.json / report.md)."""
+    from wmrl_cli.evaluation.pace_report import write_report
+    from wmrl_cli.training.sft import collect_demos, train_bc
+
+    ce = cfg.coevolve
+    p = Pipeline(run_dir)
+    seed = cfg.simulator.seed
+
+    def sft() -> str:
+        sft_dir = run_dir / "sft"
+        sft_dir.mkdir(parents=True, exist_ok=True)
+        sub = _sub(cfg, sft_dir)
+        return str(train_bc(sub, sft_dir, collect_demos(sub, sft_dir)))
+
+    base_policy = p.run("sft", sft)
+    evals = {
+        "base": p.run(
+            "eval_base", lambda: _evaluate(cfg, base_policy, run_dir / "eval" / "base", False)
+        )
+    }
+    rollouts = p.run(
+        "base_rollouts",
+        lambda: _collect(
+            cfg, run_dir / "data" / "base", base_policy, ce.base_rollouts_per_task, seed + 2_000_000
+        ),
+    )
+    # The world and reward models learn from the base policy's rollouts and the demonstrations
+    # (which hold the successes a weak base policy rarely shows).
+    base_data = p.run(
+        "merge0",
+        lambda: _merge(
+            [str(run_dir / "sft" / "demos"), rollouts], run_dir / "data" / "base_merged", cfg
+        ),
+    )
+    wm = p.run("world_model", lambda: _train_wm(cfg, base_data, run_dir / "wm_base", None, 0))
+    rm = p.run(
+        "reward_model",
+        lambda: _train_rm(cfg, base_data, run_dir / "rm_base", cfg.reward_model.steps),
+    )
+    policy = p.run(
+        "stage1", lambda: _rl(cfg, run_dir / "stage1", base_policy, wm, rm["path"], base_data)
+    )
+    evals["stage1"] = p.run(
+        "eval_stage1",
+        lambda: _evaluate(
+            cfg, policy, run_dir / "eval" / "stage1", ce.videos and ce.refinements == 0
+        ),
+    )
+    reliability = {"wm_base": _wm_reliability(wm)}
+    reward_metrics = {"rm_base": rm}
+    data = [base_data]
+    frozen_input = (policy, wm, rm["path"], base_data)
+    for r in range(1, ce.refinements + 1):
+        stage = f"stage{r + 1}"
+        new = p.run(
+            f"evolved_rollouts{r}",
+            lambda r=r, pol=policy: _collect(
+                cfg,
+                run_dir / "data" / f"evolved{r}",
+                pol,
+                ce.evolved_rollouts_per_task,
+                seed + 2_000_000 + 100_000 * r,
+            ),
+        )
+        data.append(new)
+        merged = p.run(
+            f"merge{r}",
+            lambda r=r, d=tuple(data): _merge(list(d), run_dir / "data" / f"merged{r}", cfg),
+        )
+        frozen_input = (policy, wm, rm["path"], merged)
+        wm = p.run(
+            f"refine_wm{r}",
+            lambda r=r, w=wm, m=merged: _train_wm(
+                cfg, m, run_dir / f"wm_evo{r}", w, ce.refine_steps
+            ),
+        )
+        rm = p.run(
+            f"refine_rm{r}",
+            lambda r=r, m=merged: _train_rm(cfg, m, run_dir / f"rm_evo{r}", ce.refine_reward_steps),
+        )
+        reliability[f"wm_evo{r}"] = _wm_reliability(wm)
+        reward_metrics[f"rm_evo{r}"] = rm
+        policy = p.run(
+            stage,
+            lambda s=stage, pol=policy, w=wm, rr=rm, m=merged: _rl(
+                cfg, run_dir / s, pol, w, rr["path"], m
+            ),
+        )
+        last = r == ce.refinements
+        evals[stage] = p.run(
+            f"eval_{stage}",
+            lambda s=stage, pol=policy, last=last: _evaluate(
+                cfg, pol, run_dir / "eval" / s, ce.videos and last
+            ),
+        )
+    if ce.frozen_control and ce.refinements > 0:
+        pol, w, rpath, m = frozen_input
+        control = p.run(
+            "frozen_control", lambda: _rl(cfg, run_dir / "frozen_control", pol, w, rpath, m)
+        )
+        evals["frozen_control"] = p.run(
+            "eval_frozen_control",
+            lambda: _evaluate(cfg, control, run_dir / "eval" / "frozen_control", False),
+        )
+    walls = {name: item["wall_s"] for name, item in p.state.items()}
+    return write_report(run_dir, cfg, evals, reliability, reward_metrics, walls)
