@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # A CPU build of torch where there is no NVIDIA GPU; the default (CUDA) build otherwise.
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "torch" || echo "torch==2.13.0")
 
-.PHONY: install demo main test lint bench-sim clean
+.PHONY: install demo main smoke test lint bench-sim clean
 
 $(BIN)/wmrl: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -16,9 +16,13 @@ $(BIN)/wmrl: pyproject.toml
 
 install: $(BIN)/wmrl
 
-# The main job on the embedded default (Meta-World, no download, no GPU).
+# The main job on the embedded default (Meta-World, no download, no GPU): co-evolution end to
+# end; run it again to resume. `make smoke` runs every stage at toy size in a few minutes.
 main demo: install
-	MUJOCO_GL=egl $(BIN)/wmrl eval --policy expert --episodes-per-task 3 --save-video --out runs/expert-eval
+	MUJOCO_GL=egl $(BIN)/wmrl co-evolve --out runs/co-evolve
+
+smoke: install
+	MUJOCO_GL=egl $(BIN)/wmrl co-evolve --profile smoke --out runs/co-evolve-smoke
 
 test: install
 	MUJOCO_GL=egl $(BIN)/python -m pytest -q -m "not slow"

@@ -108,6 +108,8 @@ class WorldModelTrainer:
     def __init__(self, cfg: RunConfig, run_dir: Path, store: EpisodeStore, action_dim: int):
         self.cfg, self.wm, self.run_dir, self.store = cfg, cfg.world_model, run_dir, store
         train_ids, val_ids = store.split(self.wm.val_fraction, seed=cfg.simulator.seed)
+        if not val_ids and len(train_ids) >= 2:  # one episode per task: hold one out anyway
+            val_ids = [train_ids.pop()]
         chunk = cfg.simulator.chunk_size
         self.train = build_windows(
             store, train_ids, self.wm.context_frames, chunk, self.wm.window_stride

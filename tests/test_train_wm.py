@@ -1,0 +1,67 @@
+"""`wmrl train-wm` for both backends at a toy size: stages, outputs, reload, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from wmrl_cli.cli.app import app
+from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.training.world_model_trainer import load_world_model
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, expert_episodes):
+    root = tmp_path_factory.mktemp("wm-data")
+    EpisodeStore(root).add(expert_episodes)
+    return root
+
+
+@pytest.mark.parametrize("backend", ["wan", "opensora"])
+def test_train_wm_backends(backend, store, tmp_path) -> None:
+    common = [
+        "train-wm",
+        "--data",
+        str(store),
+        "--backend",
+        backend,
+        "--vae-steps",
+        "2",
+        "--out",
+        str(tmp_path / "run"),
+        "--set",
+        "simulator.image_size=32",
+        "--set",
+        "world_model.batch_size=2",
+        "--set",
+        "world_model.val_every=2",
+        "--set",
+        "world_model.save_every=2",
+        "--set",
+        "world_model.val_episodes=1",
+        "--set",
+        "world_model.val_horizon=16",
+        "--set",
+        "world_model.window_stride=16",
+        "--set",
+        "world_model.num_inference_steps=1",
+        "--set",
+        "num_threads=1",
+    ]
+    first = runner.invoke(app, [*common, "--steps", "2"])
+    assert first.exit_code == 0, first.output
+    reliability = json.loads((tmp_path / "run" / "world_model" / "reliability.json").read_text())
+    assert len(reliability["psnr"]) == 16 and len(reliability["copy_psnr"]) == 16
+    model = load_world_model(tmp_path / "run")
+    assert (
+        type(model).__name__ == {"wan": "WanWorldModel", "opensora": "OpenSoraWorldModel"}[backend]
+    )
+    # More steps on the same run directory continue from its checkpoint (no autoencoder again).
+    more = runner.invoke(app, [*common, "--steps", "4"])
+    assert more.exit_code == 0 and "resuming world-model training from step 2" in more.output
+    steps = [json.loads(line).get("step") for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert max(steps) == 4
