@@ -15,15 +15,25 @@ Frames are uint8 RGB [..., H, W, 3]; actions are float in the policy's (normaliz
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from wmrl_cli.errors import WmrlError
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
 
 TensorLike = torch.Tensor | np.ndarray
 
@@ -160,3 +170,66 @@ class WorldModel(nn.Module, ABC):
     def onload(self, device: torch.device | str) -> None:
         """Move weights (and any held context) to `device`."""
         self.to(device)
+
+    # -- persistence (shared by the backends) ---------------------------------------------------
+
+    backend: ClassVar[str]
+    title: ClassVar[str]  # for messages: "Wan", "OpenSora"
+    config_class: ClassVar[Any]  # a dataclass with to_dict() / from_dict()
+    config: Any
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write config.json + model.safetensors atomically: into a temp dir, then renamed over
+        any previous copy, so a crash never leaves a half-written model."""
+        directory = Path(directory)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+        try:
+            (tmp / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+            state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+            save_file(
+                state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt", "wmrl": self.backend}
+            )
+            if directory.exists():
+                old = directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}")
+                directory.rename(old)
+                tmp.rename(directory)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return directory
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | Path,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> WorldModel:
+        directory = Path(directory)
+        for name in (CONFIG_NAME, WEIGHTS_NAME):
+            if not (directory / name).is_file():
+                raise WmrlError(
+                    f"{directory} is not {'an' if cls.title[0] in 'AEIOU' else 'a'} "
+                    f"{cls.title} world-model directory (no {name})"
+                )
+        try:
+            config = cls.config_class.from_dict(json.loads((directory / CONFIG_NAME).read_text()))
+        except json.JSONDecodeError as exc:
+            raise WmrlError(f"{directory / CONFIG_NAME} is not valid JSON: {exc}") from exc
+        model = cls.from_state_dict(
+            config, load_file(str(directory / WEIGHTS_NAME)), str(directory)
+        )
+        if device is not None or dtype is not None:
+            model.to(device=device, dtype=dtype)
+        return model
+
+    @classmethod
+    @abstractmethod
+    def from_state_dict(
+        cls, config: Any, state_dict: Mapping[str, torch.Tensor], what: str
+    ) -> WorldModel:
+        """Build from a config and load weights, without a random initialization first."""

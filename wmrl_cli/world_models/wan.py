@@ -31,14 +31,9 @@ Prediction parameterisations (`delta_prediction`):
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
-import tempfile
-import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,7 +42,6 @@ from diffusers import AutoencoderKLWan
 from diffusers.models.embeddings import TimestepEmbedding, Timesteps
 from diffusers.models.normalization import FP32LayerNorm
 from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed, WanTransformerBlock
-from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -421,6 +415,10 @@ class WanWorldModel(WorldModel):
     trades compute for memory.
     """
 
+    title = "Wan"
+    backend = "wan"
+    config_class = WanWorldModelConfig
+
     def __init__(self, config: WanWorldModelConfig) -> None:
         super().__init__()
         validate_config(config)
@@ -730,51 +728,6 @@ class WanWorldModel(WorldModel):
         return F.mse_loss(out, fm.velocity_target(x0, noise))
 
     # -- persistence --------------------------------------------------------------------------
-
-    def save_pretrained(self, directory: str | Path) -> Path:
-        """Write config.json + model.safetensors atomically (temp dir, then rename)."""
-        directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-        try:
-            (tmp / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
-            state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-            save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt", "wmrl": "wan"})
-            if directory.exists():
-                old = directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}")
-                directory.rename(old)
-                tmp.rename(directory)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return directory
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        directory: str | Path,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> WanWorldModel:
-        directory = Path(directory)
-        for name in (CONFIG_NAME, WEIGHTS_NAME):
-            if not (directory / name).is_file():
-                raise WmrlError(f"{directory} is not a Wan world-model directory (no {name})")
-        try:
-            config = WanWorldModelConfig.from_dict(
-                json.loads((directory / CONFIG_NAME).read_text())
-            )
-        except json.JSONDecodeError as exc:
-            raise WmrlError(f"{directory / CONFIG_NAME} is not valid JSON: {exc}") from exc
-        model = cls.from_state_dict(
-            config, load_file(str(directory / WEIGHTS_NAME)), str(directory)
-        )
-        if device is not None or dtype is not None:
-            model.to(device=device, dtype=dtype)
-        return model
 
     @classmethod
     def from_state_dict(
