@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from wmrl_cli.cli.common import OutOpt, PresetOpt, SetOpt, build_config, handle_errors
+from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import console
 
 
@@ -95,17 +96,16 @@ def train_policy_command(
 
     policy_dir = resolve_policy_dir(cfg.policy.name)
     if policy_dir is None:
-        from wmrl_cli.errors import WmrlError
-
         raise WmrlError(
             f"'{cfg.policy.name}' is not a policy checkpoint; pass --policy RUN (a wmrl sft run)"
         )
     accelerator = Accelerator(
         cpu=not torch.cuda.is_available(), mixed_precision="bf16" if cfg.training.bf16 else "no"
     )
-    run_dir = Path(cfg.output_dir) if cfg.output_dir else None
+    if accelerator.num_processes > 1 and cfg.output_dir is None:
+        raise WmrlError("several ranks need --out so that every rank writes to the same run")
     if accelerator.is_main_process:
-        run_dir = prepare_run_dir(cfg, "train-policy")
+        prepare_run_dir(cfg, "train-policy")  # sets cfg.output_dir when it was not given
     accelerator.wait_for_everyone()
     run_dir = Path(cfg.output_dir)
     configure_threads(cfg.num_threads)
