@@ -156,8 +156,9 @@ def _metrics(path):
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 
-def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch) -> None:
-    straight = runner.invoke(app, args(assets, tmp_path / "a", 3))
+@pytest.mark.parametrize("extra", [[], ["--set", "training.lora_rank=4"]], ids=["full", "lora"])
+def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, extra) -> None:
+    straight = runner.invoke(app, [*args(assets, tmp_path / "a", 3), *extra])
     assert straight.exit_code == 0, straight.output
 
     import wmrl_cli.rl.trainer as trainer
@@ -169,10 +170,10 @@ def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch) 
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trainer, "save_checkpoint", save_then_die)
-    killed = runner.invoke(app, args(assets, tmp_path / "b", 3))
+    killed = runner.invoke(app, [*args(assets, tmp_path / "b", 3), *extra])
     assert killed.exit_code == 130
     monkeypatch.setattr(trainer, "save_checkpoint", real_save)
-    resumed = runner.invoke(app, args(assets, tmp_path / "b", 3))
+    resumed = runner.invoke(app, [*args(assets, tmp_path / "b", 3), *extra])
     assert resumed.exit_code == 0 and "resuming policy training from step_000001" in resumed.output
     a, b = _metrics(tmp_path / "a" / "metrics.jsonl"), _metrics(tmp_path / "b" / "metrics.jsonl")
     assert [r["step"] for r in b] == [1, 2, 3]

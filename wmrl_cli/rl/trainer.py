@@ -88,6 +88,20 @@ class PolicyTrainer:
             len(env.reset_set), self.alg.num_envs, self.alg.group_size, seed=cfg.simulator.seed
         )
         self.rank = rank
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is not None:  # the saved policy, LoRA adapters and value head included
+            from wmrl_cli.policies.checkpoint import from_pretrained
+            from wmrl_cli.policies.lora import lora_active
+
+            model = from_pretrained(checkpoint / "model", device=str(model.device))
+            if lora_active(model):  # as apply_lora left it: LoRA trains, the vision towers do not
+                model.vision_towers.requires_grad_(False)
+        elif cfg.training.lora_rank:
+            from wmrl_cli.policies.config import LoraSpec
+            from wmrl_cli.policies.lora import apply_lora
+
+            r = cfg.training.lora_rank
+            apply_lora(model, LoraSpec(rank=r, alpha=r))
         if self.alg.name == "ppo":
             ensure_value_head(model)
         critic = [p for n, p in model.named_parameters() if n.startswith("value_head.")]
@@ -105,13 +119,8 @@ class PolicyTrainer:
         )
         self.model = model
         self.step = 0
-        checkpoint = latest_checkpoint(run_dir)
         self._resumed_from = None
         if checkpoint is not None:
-            from safetensors.torch import load_file
-
-            state = load_file(checkpoint / "model" / "model.safetensors")
-            model.load_state_dict(state)
             info = load_checkpoint(checkpoint, [self.optimizer])
             self.step = info["step"]
             self.sampler.load_state_dict(info["extra"]["sampler"])
