@@ -90,7 +90,7 @@ def train_policy_command(
     from accelerate import Accelerator
 
     from wmrl_cli.policies.registry import resolve_policy_dir
-    from wmrl_cli.rl.setup import build_imagined_env, real_eval_callback
+    from wmrl_cli.rl.setup import build_imagined_env, check_inputs, real_eval_callback
     from wmrl_cli.rl.trainer import PolicyTrainer
     from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
 
@@ -99,6 +99,7 @@ def train_policy_command(
         raise WmrlError(
             f"'{cfg.policy.name}' is not a policy checkpoint; pass --policy RUN (a wmrl sft run)"
         )
+    check_inputs(cfg)
     accelerator = Accelerator(
         cpu=not torch.cuda.is_available(), mixed_precision="bf16" if cfg.training.bf16 else "no"
     )

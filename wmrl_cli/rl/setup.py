@@ -18,6 +18,25 @@ def _required(value: str | None, key: str, hint: str) -> str:
     return value
 
 
+def check_inputs(cfg: RunConfig) -> None:
+    """Fail before anything is written if a path the imagined env needs is missing."""
+    for key, value, hint in (
+        ("world_model.path", cfg.world_model.path, "pass --world-model RUN (a wmrl train-wm run)"),
+        (
+            "reward_model.path",
+            cfg.reward_model.path,
+            "pass --reward-model RUN (a wmrl train-reward run)",
+        ),
+        (
+            "world_model.reset_set",
+            cfg.world_model.reset_set,
+            "pass --reset-set STORE (wmrl rollout --kir output) or an RLinf folder",
+        ),
+    ):
+        if not Path(_required(value, key, hint)).exists():
+            raise WmrlError(f"{key}: {value} does not exist")
+
+
 def load_reset_set(cfg: RunConfig) -> tuple[list[ResetEntry], list[str]]:
     """Reset entries and task names from an episode store (with its kir.json) or RLinf layout."""
     from wmrl_cli.data.collection import read_keyframes
