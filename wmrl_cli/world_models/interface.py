@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from wmrl_cli.errors import WmrlError
+from wmrl_cli.errors import ConfigError, WmrlError
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -81,6 +81,32 @@ class WorldModelBatch:
     def to(self, device: torch.device | str) -> WorldModelBatch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         return WorldModelBatch(**{k: None if v is None else v.to(device) for k, v in moved.items()})
+
+
+def check_config_keys(prefix: str, data: Any, cls: type, title: str) -> None:
+    """A config mapping may only hold the dataclass's fields; anything else is a typo."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping")
+    unknown = sorted(set(data) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ConfigError(
+            f"unknown {title} world-model config key(s): {[prefix + k for k in unknown]}"
+        )
+
+
+def config_from_dict(cls: type, transformer_cls: type, data: Mapping[str, Any], title: str) -> Any:
+    """Rebuild a backend's config dataclass (config.json) with its nested transformer config."""
+    check_config_keys("", data, cls, title)
+    values = dict(data)
+    if "transformer" in values:
+        check_config_keys("transformer.", values["transformer"], transformer_cls, title)
+        tcfg = dict(values["transformer"])
+        if "patch_size" in tcfg:
+            tcfg["patch_size"] = tuple(tcfg["patch_size"])
+        values["transformer"] = transformer_cls(**tcfg)
+    if "vae" in values:
+        values["vae"] = dict(values["vae"])
+    return cls(**values)
 
 
 def as_batch(batch: WorldModelBatch | Mapping[str, TensorLike | None]) -> WorldModelBatch:

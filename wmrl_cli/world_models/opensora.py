@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -62,6 +62,7 @@ from wmrl_cli.world_models.interface import (
     as_batch,
     check_actions,
     check_frames,
+    config_from_dict,
 )
 from wmrl_cli.world_models.wan import load_into
 
@@ -200,27 +201,7 @@ class OpenSoraWorldModelConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OpenSoraWorldModelConfig:
-        _check_keys("", data, cls)
-        values = dict(data)
-        if "transformer" in values:
-            _check_keys("transformer.", values["transformer"], STDiT3Config)
-            tcfg = dict(values["transformer"])
-            if "patch_size" in tcfg:
-                tcfg["patch_size"] = tuple(tcfg["patch_size"])
-            values["transformer"] = STDiT3Config(**tcfg)
-        if "vae" in values:
-            values["vae"] = dict(values["vae"])
-        return cls(**values)
-
-
-def _check_keys(prefix: str, data: Any, cls: type) -> None:
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping")
-    unknown = sorted(set(data) - {f.name for f in fields(cls)})
-    if unknown:
-        raise ConfigError(
-            f"unknown OpenSora world-model config key(s): {[prefix + k for k in unknown]}"
-        )
+        return config_from_dict(cls, STDiT3Config, data, "OpenSora")
 
 
 def vae_downsample_factor(vae_config: Mapping[str, Any]) -> int:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -54,6 +54,7 @@ from wmrl_cli.world_models.interface import (
     as_batch,
     check_actions,
     check_frames,
+    config_from_dict,
 )
 
 FRAMES_PER_LATENT = 4  # the Wan VAE's temporal compression (hard-wired in its causal encoder)
@@ -222,25 +223,7 @@ class WanWorldModelConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WanWorldModelConfig:
-        _check_keys("", data, cls)
-        values = dict(data)
-        if "transformer" in values:
-            _check_keys("transformer.", values["transformer"], WanTransformerConfig)
-            tcfg = dict(values["transformer"])
-            if "patch_size" in tcfg:
-                tcfg["patch_size"] = tuple(tcfg["patch_size"])
-            values["transformer"] = WanTransformerConfig(**tcfg)
-        if "vae" in values:
-            values["vae"] = dict(values["vae"])
-        return cls(**values)
-
-
-def _check_keys(prefix: str, data: Any, cls: type) -> None:
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping")
-    unknown = sorted(set(data) - {f.name for f in fields(cls)})
-    if unknown:
-        raise ConfigError(f"unknown Wan world-model config key(s): {[prefix + k for k in unknown]}")
+        return config_from_dict(cls, WanTransformerConfig, data, "Wan")
 
 
 def validate_config(config: WanWorldModelConfig) -> None:
