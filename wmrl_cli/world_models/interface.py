@@ -197,6 +197,25 @@ class WorldModel(nn.Module, ABC):
         """Move weights (and any held context) to `device`."""
         self.to(device)
 
+    # -- the autoencoder (shared: each backend provides `vae` and `_to_vae_input`) ------------
+
+    vae: nn.Module
+
+    @abstractmethod
+    def _to_vae_input(self, frames: torch.Tensor) -> torch.Tensor:
+        """uint8 frames [B,T,H,W,3] -> the VAE's input tensor in [-1, 1]."""
+
+    def autoencoder_loss(
+        self, frames: TensorLike, kl_weight: float = 1e-6, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Reconstruction MSE (pixels in [-1,1]) + kl_weight * KL, for training the VAE itself."""
+        frames = check_frames("frames", frames, 5, self.height, self.width)
+        x = self._to_vae_input(frames)
+        posterior = self.vae.encode(x).latent_dist
+        recon = self.vae.decode(posterior.sample(generator=generator)).sample
+        kl = 0.5 * (posterior.mean.pow(2) + posterior.var - 1.0 - posterior.logvar).mean()
+        return torch.nn.functional.mse_loss(recon.float(), x.float()) + kl_weight * kl
+
     # -- persistence (shared by the backends) ---------------------------------------------------
 
     backend: ClassVar[str]

@@ -470,17 +470,6 @@ class WanWorldModel(WorldModel):
         self.latents_mean = self._stat("latents_mean").to(self.device)
         self.latents_std = self._stat("latents_std").to(self.device)
 
-    def autoencoder_loss(
-        self, frames: TensorLike, kl_weight: float = 1e-6, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        """Reconstruction MSE (pixels in [-1,1]) + kl_weight * KL, for training the VAE itself."""
-        frames = check_frames("frames", frames, 5, self.height, self.width)
-        x = self._to_vae_input(frames)
-        posterior = self.vae.encode(x).latent_dist
-        recon = self.vae.decode(posterior.sample(generator=generator)).sample
-        kl = 0.5 * (posterior.mean.pow(2) + posterior.var - 1.0 - posterior.logvar).mean()
-        return F.mse_loss(recon.float(), x.float()) + kl_weight * kl
-
     # -- the denoiser -------------------------------------------------------------------------
 
     def _window_actions(
