@@ -20,8 +20,12 @@ class Section(BaseModel):
 class SimulatorConfig(Section):
     """The real simulator that evaluation and data collection talk to."""
 
-    name: Literal["metaworld"] = "metaworld"
-    suite: str = Field("mw10", description="task suite; see `wmrl presets show` for its tasks")
+    name: Literal["metaworld", "libero"] = Field(
+        "metaworld", description="simulator backend: metaworld (embedded) or libero"
+    )
+    suite: str = Field(
+        "mw10", description="task suite: mw10, mw3, mw2 (metaworld) or libero_spatial, ... (libero)"
+    )
     image_size: int = Field(64, ge=16, le=512, description="square camera image side, pixels")
     camera: str = Field("corner", description="MuJoCo camera name")
     max_steps: int = Field(128, ge=1, le=10_000, description="env steps before truncation")
@@ -114,7 +118,9 @@ class AlgorithmConfig(Section):
     minibatch_trajectories: int = Field(8, ge=1, description="trajectories per forward pass")
     enable_kir: bool = True
     eval_every: int = Field(0, ge=0, description="real-simulator evaluation every N steps (0: end)")
-    eval_trials: int = Field(5, ge=1)
+    eval_trials: int = Field(
+        5, ge=0, description="real-simulator trials per task (0: no real-simulator evaluation)"
+    )
 
 
 class TrainingConfig(Section):
@@ -223,4 +229,9 @@ class RunConfig(Section):
     coevolve: CoEvolveConfig = Field(default_factory=CoEvolveConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     output_dir: Path | None = Field(None, description="run directory (default: runs/<cmd>-<time>)")
+    assets_dir: Path | None = Field(
+        None,
+        description="where `wmrl download` put the published assets that config values name "
+        "(default: $WMRL_ASSETS, else ./assets)",
+    )
     num_threads: int = Field(0, ge=0, le=256, description="torch threads per process (0: auto)")
