@@ -82,8 +82,13 @@ def eval_command(
         raise WmrlError("--reward-model, --data and --horizon apply only with --world-model")
     from wmrl_cli.evaluation.policy_eval import evaluate_policy
     from wmrl_cli.policies.registry import build_policy
-    from wmrl_cli.sims.metaworld_sim import ACTION_DIM, MetaWorldSim
-    from wmrl_cli.sims.suites import get_suite
+    from wmrl_cli.sims.backends import (
+        check_scripted_policy,
+        resolve_simulator,
+        simulator_action_dim,
+        simulator_class,
+        simulator_suite,
+    )
 
     cfg = build_config(
         preset,
@@ -107,14 +112,20 @@ def eval_command(
     if world_model is not None:
         _eval_world_model(cfg, data)
         return
-    sim_cfg = cfg.simulator
+    cfg.simulator = sim_cfg = resolve_simulator(cfg.simulator)
+    check_scripted_policy(sim_cfg, cfg.policy.name)
+    simulator = simulator_class(sim_cfg)  # LIBERO: fails here if it is not installed
     agent = build_policy(
-        cfg.policy, get_suite(sim_cfg.suite), ACTION_DIM, sim_cfg.chunk_size, seed=sim_cfg.seed
+        cfg.policy,
+        simulator_suite(sim_cfg),
+        simulator_action_dim(sim_cfg),
+        sim_cfg.chunk_size,
+        seed=sim_cfg.seed,
     )
     run_dir = prepare_run_dir(cfg, "eval")
     configure_threads(cfg.num_threads)
     seed_everything(sim_cfg.seed)
-    with MetaWorldSim(sim_cfg) as sim:
+    with simulator(sim_cfg) as sim:
         report = evaluate_policy(
             sim,
             agent,

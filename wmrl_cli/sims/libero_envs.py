@@ -1,0 +1,226 @@
+"""A batch of LIBERO environments stepped inside one process (a `LiberoSim` worker).
+
+The episode protocol is OpenVLA-OFT's run_libero_eval: one `OffScreenRenderEnv` per task
+(seeded 0), `reset()`, then the suite's fixed init state for the trial, then
+`NUM_STEPS_WAIT` dummy actions while the objects settle (not counted in the episode's steps);
+the episode ends at the first success or after the suite's step limit. Everything crossing
+the process pipe is plain numpy.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering without a display
+os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+
+import contextlib  # noqa: E402
+import io  # noqa: E402
+import logging  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from wmrl_cli.sims.libero_suites import (  # noqa: E402
+    ACTION_DIM,
+    DUMMY_ACTION,
+    NUM_STEPS_WAIT,
+    get_libero_suite,
+    proprio_from_obs,
+    task_and_trial,
+    to_libero_actions,
+    upright,
+)
+
+
+def load_init_states(path: str | Path) -> np.ndarray:
+    """A `.pruned_init` file (a torch-saved float64 array [50, state]) without unpickling
+    anything but numpy arrays (LIBERO itself uses weights_only=False)."""
+    import torch
+
+    core = getattr(np, "_core", None) or np.core  # numpy 2 renamed numpy.core
+    allowed = [
+        np.ndarray,
+        np.dtype,
+        type(np.dtype(np.float64)),
+        (core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
+    ]
+    with torch.serialization.safe_globals(allowed):
+        states = torch.load(str(path), weights_only=True)
+    states = np.asarray(states, dtype=np.float64)
+    if states.ndim != 2:
+        raise ValueError(f"{path}: expected init states [N, D], got shape {states.shape}")
+    return states
+
+
+@dataclass
+class _Slot:
+    task_id: int = -1
+    env: Any = None
+    done: bool = True
+    steps: int = 0
+    last_image: np.ndarray | None = None
+    last_proprio: np.ndarray | None = None
+
+
+class LiberoEnvs:
+    """B environment slots of one suite; a slot may switch task at every reset."""
+
+    def __init__(
+        self,
+        suite: str,
+        num_envs: int,
+        image_size: int,
+        camera: str,
+        max_steps: int,
+        terminate_on_success: bool,
+        assets_dir: str,
+    ) -> None:
+        self.suite = get_libero_suite(suite)
+        self.image_size = image_size
+        self.camera = camera
+        self.max_steps = max_steps
+        self.terminate_on_success = terminate_on_success
+        self.slots = [_Slot() for _ in range(num_envs)]
+        self._pool: dict[tuple[int, int], Any] = {}
+        self._init_states: dict[int, np.ndarray] = {}
+        # robosuite warns about its macro file on import; nothing a user can act on.
+        logging.getLogger("robosuite_logs").setLevel(logging.ERROR)
+        import libero.libero as libero_pkg
+
+        # hf-libero resolves meshes through this cache before trying to download them.
+        libero_pkg._assets_path_cache = assets_dir
+        from libero.libero import benchmark
+
+        with contextlib.redirect_stdout(io.StringIO()):  # "[info] using task orders ..."
+            self._benchmark = benchmark.get_benchmark_dict()[self.suite.name]()
+        names = [t.name for t in self._benchmark.tasks]
+        if names != list(self.suite.task_files):
+            raise RuntimeError(f"hf-libero's {self.suite.name} tasks differ from wmrl's: {names}")
+
+    # -- construction ---------------------------------------------------------------------
+    def _make(self, task_id: int) -> Any:
+        from libero.libero.envs import OffScreenRenderEnv
+
+        env = OffScreenRenderEnv(
+            bddl_file_name=self._benchmark.get_task_bddl_file_path(task_id),
+            camera_heights=self.image_size,
+            camera_widths=self.image_size,
+            camera_names=[self.camera],
+        )
+        env.seed(0)  # OpenVLA-OFT: the seed moves objects even under a fixed init state
+        return env
+
+    def init_states(self, task_id: int) -> np.ndarray:
+        if task_id not in self._init_states:
+            from libero.libero import get_libero_path
+
+            task = self._benchmark.get_task(task_id)
+            path = Path(get_libero_path("init_states")) / task.problem_folder
+            self._init_states[task_id] = load_init_states(path / task.init_states_file)
+        return self._init_states[task_id]
+
+    def _assign(self, task_ids: list[int]) -> None:
+        seen: dict[int, int] = {}
+        for slot, task_id in zip(self.slots, task_ids):
+            k = seen.get(task_id, 0)
+            seen[task_id] = k + 1
+            if (task_id, k) not in self._pool:
+                self._pool[(task_id, k)] = self._make(task_id)
+            slot.task_id = task_id
+            slot.env = self._pool[(task_id, k)]
+
+    def _observe(self, slot: _Slot, obs: dict[str, np.ndarray]) -> None:
+        slot.last_image = upright(obs[f"{self.camera}_image"])
+        slot.last_proprio = proprio_from_obs(obs)
+
+    @staticmethod
+    def get_state(slot: _Slot) -> np.ndarray:
+        """MuJoCo's flat state (time, qpos, qvel: LIBERO's init-state format) + step count."""
+        return np.concatenate([slot.env.get_sim_state(), [float(slot.steps)]])
+
+    # -- env API --------------------------------------------------------------------------
+    def reset(
+        self, init_ids: list[int], sim_states: list[np.ndarray | None] | None
+    ) -> dict[str, Any]:
+        """Reset slot i to init_ids[i]: task and trial from the id, the trial's fixed init
+        state, then the settling steps; a given sim state (keyframe reset) replaces the init
+        state and the settling steps."""
+        if len(init_ids) != len(self.slots):
+            raise ValueError(f"reset got {len(init_ids)} init ids for {len(self.slots)} envs")
+        n_tasks = len(self.suite.task_files)
+        self._assign([task_and_trial(i, n_tasks)[0] for i in init_ids])
+        for i, (slot, init_id) in enumerate(zip(self.slots, init_ids)):
+            task_id, trial = task_and_trial(init_id, n_tasks)
+            slot.env.reset()
+            state = sim_states[i] if sim_states is not None else None
+            if state is not None:
+                state = np.asarray(state, dtype=np.float64)
+                obs = slot.env.set_init_state(state[:-1])
+                slot.steps = int(state[-1])
+            else:
+                obs = slot.env.set_init_state(self.init_states(task_id)[trial])
+                for _ in range(NUM_STEPS_WAIT):
+                    obs, _, _, _ = slot.env.step(list(DUMMY_ACTION))
+                slot.steps = 0
+            slot.done = False
+            self._observe(slot, obs)
+        return self._observation()
+
+    def _observation(self) -> dict[str, Any]:
+        return {
+            "images": np.stack([s.last_image for s in self.slots]),
+            "proprio": np.stack([s.last_proprio for s in self.slots]),
+            "task_ids": np.array([s.task_id for s in self.slots], dtype=np.int64),
+            "sim_states": [self.get_state(s) for s in self.slots],
+        }
+
+    def chunk_step(self, actions: np.ndarray) -> dict[str, Any]:
+        """Policy actions [B, C, 7] (OpenVLA gripper convention), converted to LIBERO's;
+        `executed` holds the converted actions the simulator ran."""
+        b, c, a = actions.shape
+        if b != len(self.slots) or a != ACTION_DIM:
+            raise ValueError(
+                f"actions have shape {actions.shape}, expected [{len(self.slots)},C,{ACTION_DIM}]"
+            )
+        size = self.image_size
+        out = {
+            "frames": np.empty((b, c, size, size, 3), dtype=np.uint8),
+            "rewards": np.zeros((b, c), dtype=np.float32),
+            "terminated": np.zeros((b, c), dtype=bool),
+            "truncated": np.zeros((b, c), dtype=bool),
+            "success": np.zeros((b, c), dtype=bool),
+            "valid": np.zeros((b, c), dtype=bool),
+            "executed": np.zeros((b, c, a), dtype=np.float32),
+        }
+        env_actions = to_libero_actions(actions)
+        for i, slot in enumerate(self.slots):
+            for t in range(c):
+                if slot.done:
+                    out["frames"][i, t] = slot.last_image
+                    continue
+                obs, reward, done, _ = slot.env.step(env_actions[i, t].tolist())
+                slot.steps += 1
+                self._observe(slot, obs)
+                success = bool(done)  # LIBERO's done is its success predicate
+                terminated = success and self.terminate_on_success
+                truncated = slot.steps >= self.max_steps and not terminated
+                out["frames"][i, t] = slot.last_image
+                out["rewards"][i, t] = float(reward)
+                out["success"][i, t] = success
+                out["terminated"][i, t] = terminated
+                out["truncated"][i, t] = truncated
+                out["valid"][i, t] = True
+                out["executed"][i, t] = env_actions[i, t]
+                slot.done = terminated or truncated
+        out.update(self._observation())
+        return out
+
+    def close(self) -> None:
+        # Closing explicitly frees the EGL contexts before interpreter teardown, which
+        # otherwise prints EGLError tracebacks from robosuite's __del__.
+        for env in self._pool.values():
+            env.close()
+        self._pool.clear()
