@@ -62,6 +62,11 @@ class WorldModelConfig(Section):
         None, ge=1, le=1000, description="sampling steps (None: the backend's, Wan 5, OpenSora 10)"
     )
     # training (`wmrl train-wm`)
+    carry_detail: bool = Field(
+        True,
+        description="add what the autoencoder loses of the last real frame to every prediction "
+        "(world models trained by wmrl; the published ones run without it)",
+    )
     vae_steps: int = Field(1500, ge=0, description="autoencoder steps when training from scratch")
     vae_batch_size: int = Field(8, ge=1)
     vae_lr: float = Field(1e-3, gt=0.0)

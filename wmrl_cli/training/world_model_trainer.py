@@ -61,6 +61,7 @@ def build_world_model(cfg: RunConfig, action_dim: int) -> WorldModel:
     config.height = config.width = size
     config.num_context_frames = wm.context_frames
     config.num_target_frames = cfg.simulator.chunk_size
+    config.carry_detail = wm.carry_detail
     if wm.num_inference_steps is not None:
         config.num_inference_steps = wm.num_inference_steps
     return model_cls(config)
@@ -93,15 +94,28 @@ def calibrate_latents(model: WorldModel, clips: torch.Tensor) -> None:
             model.set_latent_scaling(1.0 / max(raw.std().item(), 1e-4), raw.mean().item())
 
 
-def _clips(windows: WindowSet, idx: np.ndarray, length: int) -> torch.Tensor:
-    """Clips of `length` consecutive frames (reference-free) starting at window starts."""
+def _clips(
+    windows: WindowSet, idx: np.ndarray, length: int, with_reference: bool = False
+) -> torch.Tensor:
+    """Clips of `length` consecutive frames starting at window starts, preceded by the episode's
+    first frame when `with_reference` (the layout a world-model window is encoded in)."""
     clips = []
     for i in idx:
         e, s = windows.starts[int(i)]
         frames = windows.episodes[int(e)].frames
         take = np.minimum(np.arange(s, s + length), len(frames) - 1)
-        clips.append(frames[take])
+        clips.append(np.concatenate([frames[:1], frames[take]]) if with_reference else frames[take])
     return torch.from_numpy(np.stack(clips))
+
+
+def autoencoder_clips(
+    model: WorldModel, windows: WindowSet, idx: np.ndarray, chunk: int
+) -> torch.Tensor:
+    """Training clips for the model's autoencoder: whole windows for a causal video VAE, short
+    per-frame clips (five frames) otherwise."""
+    if model.autoencoder_trains_on_windows:
+        return _clips(windows, idx, model.num_context_frames + chunk, with_reference=True)
+    return _clips(windows, idx, 5)
 
 
 class WorldModelTrainer:
@@ -129,7 +143,8 @@ class WorldModelTrainer:
         with progress_task("autoencoder", wm.vae_steps, self.cfg.logging.progress) as advance:
             for step in range(wm.vae_steps):
                 rng = np.random.default_rng([self.cfg.simulator.seed, 1, step])
-                clips = _clips(self.train, rng.integers(0, len(self.train), wm.vae_batch_size), 5)
+                idx = rng.integers(0, len(self.train), wm.vae_batch_size)
+                clips = autoencoder_clips(model, self.train, idx, self.cfg.simulator.chunk_size)
                 loss = model.autoencoder_loss(clips)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -140,7 +155,10 @@ class WorldModelTrainer:
                 advance()
         model.vae.eval()
         rng = np.random.default_rng([self.cfg.simulator.seed, 2])
-        calibrate_latents(model, _clips(self.train, rng.integers(0, len(self.train), 32), 5))
+        idx = rng.integers(0, len(self.train), 32)
+        calibrate_latents(
+            model, autoencoder_clips(model, self.train, idx, self.cfg.simulator.chunk_size)
+        )
 
     # -- stage 2 ----------------------------------------------------------------------------
     @torch.no_grad()

@@ -197,9 +197,33 @@ class WorldModel(nn.Module, ABC):
         """Move weights (and any held context) to `device`."""
         self.to(device)
 
+    # -- detail carry-over (`config.carry_detail`) -----------------------------------------------
+
+    @staticmethod
+    def reconstruction_detail(frames: torch.Tensor, reconstructed: torch.Tensor) -> torch.Tensor:
+        """What the autoencoder loses of real frames: int16 [B,H,W,3] (frames - reconstruction)."""
+        return frames.to(torch.int16) - reconstructed.to(frames.device, torch.int16)
+
+    @staticmethod
+    def with_detail(frames: torch.Tensor, detail: torch.Tensor | None) -> torch.Tensor:
+        """Add a held detail image to every decoded frame [B,T,H,W,3] (uint8 in and out).
+
+        A small autoencoder blurs the fine texture that barely changes between frames, so a
+        decoded prediction loses to copying the last frame at short horizons even when it models
+        the motion right. Adding back what the autoencoder lost of the last real frame restores
+        the static detail exactly and leaves the predicted change untouched.
+        """
+        if detail is None:
+            return frames
+        out = frames.to(torch.int16) + detail.to(frames.device)[:, None]
+        return out.clamp(0, 255).to(torch.uint8)
+
     # -- the autoencoder (shared: each backend provides `vae` and `_to_vae_input`) ------------
 
     vae: nn.Module
+    # A per-frame (2D) VAE learns from any short clip; a causal video VAE (Wan) must see the
+    # window layout it encodes at rollout time: the reference frame, then consecutive frames.
+    autoencoder_trains_on_windows: ClassVar[bool] = False
 
     @abstractmethod
     def _to_vae_input(self, frames: torch.Tensor) -> torch.Tensor:

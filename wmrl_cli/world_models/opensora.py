@@ -175,6 +175,9 @@ class OpenSoraWorldModelConfig:
     logit_std: float = 1.0
     context_timestep: float = WMPO_CONTEXT_TIMESTEP
     delta_prediction: bool = False
+    # Add the autoencoder's reconstruction error of the last real context frame to every
+    # predicted frame (`WorldModel.with_detail`); off for the published models.
+    carry_detail: bool = False
     loss_min_sigma: float = 0.05  # bounds the 1/sigma^2 weight of the delta-prediction loss
     action_q01: list[float] | None = None
     action_q99: list[float] | None = None
@@ -683,6 +686,7 @@ class OpenSoraWorldModel(WorldModel):
             nn.init.zeros_(self.transformer.final_layer.linear.weight)
             nn.init.zeros_(self.transformer.final_layer.linear.bias)
         self._context_latents: torch.Tensor | None = None
+        self._detail: torch.Tensor | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -840,8 +844,15 @@ class OpenSoraWorldModel(WorldModel):
         The reference frame and the context actions are checked but not used (see module doc).
         """
         ctx = self._check_reset_inputs(reference_frames, context_frames, context_actions)
-        latents = self.generate_latents(self.encode_frames(ctx), actions, generator)
-        return self.decode_latents(latents)
+        context = self.encode_frames(ctx)
+        latents = self.generate_latents(context, actions, generator)
+        return self.with_detail(self.decode_latents(latents), self._detail_of(ctx, context))
+
+    def _detail_of(self, ctx: torch.Tensor, context: torch.Tensor) -> torch.Tensor | None:
+        """The detail the autoencoder loses of the last real context frame (if carried)."""
+        if not self.config.carry_detail:
+            return None
+        return self.reconstruction_detail(ctx[:, -1], self.decode_latents(context[:, :, -1:])[:, 0])
 
     def _check_reset_inputs(
         self, reference_frames: TensorLike, context_frames: TensorLike, context_actions: TensorLike
@@ -868,11 +879,13 @@ class OpenSoraWorldModel(WorldModel):
         """Encode the K context frames once; the reference frame and actions are not used."""
         ctx = self._check_reset_inputs(reference_frames, context_frames, context_actions)
         self._context_latents = self.encode_frames(ctx)
+        self._detail = self._detail_of(ctx, self._context_latents)
 
     def reset_context_latents(self, latents: torch.Tensor) -> None:
         """Start episodes from already-encoded context latents [B,4,K,h,w]."""
         self._check_context_latents(latents)
         self._context_latents = latents.to(self.device).float().clone()
+        self._detail = None  # no real frames to take detail from
 
     @property
     def context_latents(self) -> torch.Tensor:
@@ -890,12 +903,14 @@ class OpenSoraWorldModel(WorldModel):
         self._context_latents = torch.cat([context, latents], dim=2)[
             :, :, -self.num_context_frames :
         ]
-        return self.decode_latents(latents)
+        return self.with_detail(self.decode_latents(latents), self._detail)
 
     def onload(self, device: torch.device | str) -> None:
         self.to(device)
         if self._context_latents is not None:
             self._context_latents = self._context_latents.to(device)
+        if self._detail is not None:
+            self._detail = self._detail.to(device)
 
     # -- training -----------------------------------------------------------------------------
 

@@ -176,6 +176,9 @@ class WanWorldModelConfig:
     logit_std: float = 1.0
     context_noise_sigma: float = RLINF_CONTEXT_NOISE_SIGMA
     delta_prediction: bool = False
+    # Add the autoencoder's reconstruction error of the last real context frame to every
+    # predicted frame (`WorldModel.with_detail`); off for the published models.
+    carry_detail: bool = False
     # The action paired with the reference frame when the caller gives none (None: zeros).
     # RLinf keeps zeros with the gripper open (-1) there, and never updates it.
     reference_action: list[float] | None = field(
@@ -401,6 +404,7 @@ class WanWorldModel(WorldModel):
     title = "Wan"
     backend = "wan"
     config_class = WanWorldModelConfig
+    autoencoder_trains_on_windows = True
 
     def __init__(self, config: WanWorldModelConfig) -> None:
         super().__init__()
@@ -566,7 +570,10 @@ class WanWorldModel(WorldModel):
         sigmas = fm.inference_sigmas(self.config.num_inference_steps, self.config.flow_shift)
         target = fm.euler_sample(velocity_fn, noise, sigmas)
         frames = self.decode_latents(torch.cat([cond, target], dim=2))
-        return frames[:, -chunk:]
+        detail = None
+        if self.config.carry_detail:  # the decoded window holds the context's reconstruction
+            detail = self.reconstruction_detail(ctx[:, -1], frames[:, -chunk - 1])
+        return self.with_detail(frames[:, -chunk:], detail)
 
     def reset_context(
         self,
