@@ -51,16 +51,30 @@ def _relaunch(num_processes: int) -> None:
 @handle_errors
 def train_policy_command(
     policy: Annotated[
-        str | None, typer.Option(help="Base policy: a wmrl sft run or policy dir.")
+        str | None,
+        typer.Option(
+            help="Base policy: a wmrl sft run, a policy dir (wmrl or prismatic) or an asset."
+        ),
     ] = None,
     world_model: Annotated[
-        str | None, typer.Option(help="A wmrl train-wm run or model dir.")
+        str | None,
+        typer.Option(
+            help="A wmrl train-wm run, a model dir, an RLinf Wan/OpenSora dir or an asset."
+        ),
     ] = None,
     reward_model: Annotated[
-        str | None, typer.Option(help="A wmrl train-reward run, model dir or RLinf .pth.")
+        str | None,
+        typer.Option(help="A wmrl train-reward run, a model dir, an RLinf .pth or an asset."),
     ] = None,
     reset_set: Annotated[
-        str | None, typer.Option(help="Initial states: an episode store or an RLinf folder.")
+        str | None,
+        typer.Option(help="Initial states: an episode store, an RLinf folder or an asset."),
+    ] = None,
+    assets_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where `wmrl download` put the assets named (default: $WMRL_ASSETS or ./assets)."
+        ),
     ] = None,
     steps: Annotated[int | None, typer.Option(help="RL steps (rollout + update).")] = None,
     num_processes: Annotated[
@@ -78,6 +92,7 @@ def train_policy_command(
         world_model__path=world_model,
         reward_model__path=reward_model,
         world_model__reset_set=reset_set,
+        assets_dir=assets_dir,
         training__steps=steps,
         output_dir=out,
     )
@@ -89,17 +104,11 @@ def train_policy_command(
     import torch
     from accelerate import Accelerator
 
-    from wmrl_cli.policies.registry import resolve_policy_dir
-    from wmrl_cli.rl.setup import build_imagined_env, check_inputs, real_eval_callback
+    from wmrl_cli.rl.setup import build_imagined_env, check_inputs, load_policy, real_eval_callback
     from wmrl_cli.rl.trainer import PolicyTrainer
     from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
 
-    policy_dir = resolve_policy_dir(cfg.policy.name)
-    if policy_dir is None:
-        raise WmrlError(
-            f"'{cfg.policy.name}' is not a policy checkpoint; pass --policy RUN (a wmrl sft run)"
-        )
-    check_inputs(cfg)
+    inputs = check_inputs(cfg)
     accelerator = Accelerator(
         cpu=not torch.cuda.is_available(), mixed_precision="bf16" if cfg.training.bf16 else "no"
     )
@@ -112,11 +121,10 @@ def train_policy_command(
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
 
-    from wmrl_cli.policies.checkpoint import from_pretrained
-
-    model = from_pretrained(policy_dir, device=str(accelerator.device))
+    device = str(accelerator.device)
+    model = load_policy(inputs, device)
     env = build_imagined_env(
-        cfg, cfg.algorithm.num_envs // accelerator.num_processes, str(accelerator.device)
+        cfg, cfg.algorithm.num_envs // accelerator.num_processes, device, inputs
     )
     evaluate = real_eval_callback(cfg, run_dir) if accelerator.is_main_process else None
     trainer = PolicyTrainer(cfg, run_dir, model, env, accelerator, evaluate)

@@ -1,53 +1,126 @@
-"""Assembling RL in imagination from paths in the config: policy, world model, reward model,
-reset set, the imagined env of this rank, and the real-simulator evaluation callback."""
+"""Assembling RL in imagination from the config: policy, world model, reward model, reset set,
+the imagined env of this rank, and the real-simulator evaluation callback.
+
+Each input is a wmrl run or model directory, a directory in a publisher's layout (told apart by
+its files), or the name of a published asset (`wmrl download --list`), found in `assets_dir`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+from wmrl_cli.assets.layout import asset_path, download_command
+from wmrl_cli.assets.registry import ASSETS, get_asset
 from wmrl_cli.config import RunConfig
+from wmrl_cli.config.schema import SimulatorConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.reset_set import ResetEntry, load_rlinf_reset_set, reset_set_from_store
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.policies.registry import resolve_policy_dir
+from wmrl_cli.world_models.interface import WorldModel
+from wmrl_cli.world_models.published import published_layout
+
+_HINTS = {
+    "policy.name": "pass --policy RUN (a wmrl sft run, a policy directory or an asset name)",
+    "world_model.path": "pass --world-model RUN (a wmrl train-wm run, a model directory or an "
+    "asset name)",
+    "reward_model.path": "pass --reward-model RUN (a wmrl train-reward run, a .pth file or an "
+    "asset name)",
+    "world_model.reset_set": "pass --reset-set STORE (wmrl rollout --kir output), an RLinf "
+    "folder or an asset name",
+}
 
 
-def _required(value: str | None, key: str, hint: str) -> str:
+def _required(value: str | None, key: str) -> str:
     if not value:
-        raise WmrlError(f"'{key}' is not set: {hint}")
+        raise WmrlError(f"'{key}' is not set: {_HINTS[key]}")
     return value
 
 
-def check_inputs(cfg: RunConfig) -> None:
-    """Fail before anything is written if a path the imagined env needs is missing."""
-    for key, value, hint in (
-        ("world_model.path", cfg.world_model.path, "pass --world-model RUN (a wmrl train-wm run)"),
-        (
-            "reward_model.path",
-            cfg.reward_model.path,
-            "pass --reward-model RUN (a wmrl train-reward run)",
-        ),
-        (
-            "world_model.reset_set",
-            cfg.world_model.reset_set,
-            "pass --reset-set STORE (wmrl rollout --kir output) or an RLinf folder",
-        ),
-    ):
-        if not Path(_required(value, key, hint)).exists():
-            raise WmrlError(f"{key}: {value} does not exist")
+@dataclass
+class Inputs:
+    """The paths train-policy reads, asset names resolved to their download directories."""
+
+    policy: Path
+    world_model: Path
+    reward_model: Path
+    reset_set: Path
+    unnorm_key: str | None = None  # the policy asset's, when the policy is one
 
 
-def load_reset_set(cfg: RunConfig) -> tuple[list[ResetEntry], list[str]]:
+def _missing_assets(failures: list[tuple[str, WmrlError]], assets_dir: Path | None) -> WmrlError:
+    """One line for one or several assets that are not (completely) downloaded."""
+    if len(failures) == 1:
+        return failures[0][1]
+    # asset_path's messages end with "; run: <command>": keep one command that fetches them all.
+    details = "; ".join(str(exc).split("; run: ")[0] for _, exc in failures)
+    command = download_command(" ".join(name for name, _ in failures), assets_dir)
+    return WmrlError(f"{details}; run: {command}")
+
+
+def resolve_inputs(cfg: RunConfig) -> Inputs:
+    """Every input of RL in imagination as a path; fails before anything is written.
+
+    A value that names a published asset (`wmrl download --list`) resolves to its directory
+    under `assets_dir`; assets that are missing or incomplete are reported together, with the
+    one `wmrl download` command that fetches them. Anything else is a path.
+    """
+    values = {key: _required(value, key) for key, value in _values(cfg).items()}
+    failures: list[tuple[str, WmrlError]] = []
+    assets: dict[str, Path] = {}
+    for name in dict.fromkeys(v for v in values.values() if v in ASSETS):
+        try:
+            assets[name] = asset_path(name, cfg.assets_dir)
+        except WmrlError as exc:
+            failures.append((name, exc))
+    if failures:
+        raise _missing_assets(failures, cfg.assets_dir)
+    paths = {key: assets.get(value, Path(value)) for key, value in values.items()}
+    for key, path in paths.items():
+        if key != "policy.name" and not path.exists():
+            raise WmrlError(f"{key}: {values[key]} does not exist")
+    layout = published_layout(paths["world_model.path"])
+    if layout is not None and layout.removeprefix("rlinf-") != cfg.world_model.backend:
+        raise WmrlError(
+            f"world_model.backend is {cfg.world_model.backend}, but {values['world_model.path']} "
+            f"holds RLinf's {layout.removeprefix('rlinf-')} world model"
+        )
+    policy = resolve_policy_dir(str(paths["policy.name"]))
+    if policy is None:
+        raise WmrlError(f"'{cfg.policy.name}' is not a policy checkpoint; {_HINTS['policy.name']}")
+    policy_asset = values["policy.name"] if values["policy.name"] in ASSETS else None
+    return Inputs(
+        policy=policy,
+        world_model=paths["world_model.path"],
+        reward_model=reward_model_source(paths["reward_model.path"]),
+        reset_set=paths["world_model.reset_set"],
+        unnorm_key=get_asset(policy_asset).unnorm_key if policy_asset else None,
+    )
+
+
+def _values(cfg: RunConfig) -> dict[str, str | None]:
+    return {
+        "world_model.path": cfg.world_model.path,
+        "reward_model.path": cfg.reward_model.path,
+        "world_model.reset_set": cfg.world_model.reset_set,
+        "policy.name": cfg.policy.name,
+    }
+
+
+def check_inputs(cfg: RunConfig) -> Inputs:
+    """Fail before anything is written if an input or the evaluation simulator is missing."""
+    inputs = resolve_inputs(cfg)
+    if cfg.algorithm.eval_trials:
+        simulator_class(cfg.simulator)
+    return inputs
+
+
+def load_reset_set(cfg: RunConfig, path: Path | None = None) -> tuple[list[ResetEntry], list[str]]:
     """Reset entries and task names from an episode store (with its kir.json) or RLinf layout."""
     from wmrl_cli.data.collection import read_keyframes
 
-    path = Path(
-        _required(
-            cfg.world_model.reset_set,
-            "world_model.reset_set",
-            "pass --reset-set STORE (wmrl rollout --kir output) or an RLinf folder",
-        )
-    )
+    path = path or Path(_required(cfg.world_model.reset_set, "world_model.reset_set"))
     if (path / "index.json").is_file():
         store = EpisodeStore.open(path)
         keys = read_keyframes(path) if cfg.algorithm.enable_kir else []
@@ -65,28 +138,61 @@ def load_reset_set(cfg: RunConfig) -> tuple[list[ResetEntry], list[str]]:
     return entries, [names.get(t, f"task{t}") for t in range(n_tasks)]
 
 
-def reward_model_dir(path: str) -> Path:
-    p = Path(path)
-    return p / "reward_model" if (p / "reward_model" / "config.json").is_file() else p
+def reward_model_source(path: Path) -> Path:
+    """A train-reward run's model directory, a published asset's `*rm.pth`, or `path` itself."""
+    if (path / "reward_model" / "config.json").is_file():
+        return path / "reward_model"
+    if path.is_dir() and not (path / "model.safetensors").is_file():
+        published = sorted(path.glob("*rm.pth"))  # resnet_rm.pth, taskemb_resnet_rm.pth
+        if len(published) > 1:
+            names = ", ".join(p.name for p in published)
+            raise WmrlError(f"{path}: several reward models ({names}); pass one file")
+        if published:
+            return published[0]
+    return path
 
 
-def build_imagined_env(cfg: RunConfig, num_envs: int, device: str) -> ImaginedEnv:
-    from wmrl_cli.rewards.loading import load_reward_model
+def load_any_world_model(
+    path: Path, height: int, width: int, cfg: RunConfig, device: str
+) -> WorldModel:
+    """A wmrl world model (run or model directory) or a published one (RLinf's Wan or OpenSora
+    directory, told apart by its files); frames of the reset set's size for published ones."""
     from wmrl_cli.training.world_model_trainer import load_world_model
+    from wmrl_cli.world_models.published import load_published_world_model
 
-    wm_path = _required(
-        cfg.world_model.path, "world_model.path", "pass --world-model RUN (a wmrl train-wm run)"
+    if published_layout(path) is None:
+        return load_world_model(path, device=device)
+    model = load_published_world_model(
+        path,
+        height=height,
+        width=width,
+        context_frames=cfg.world_model.context_frames,
+        chunk_size=cfg.simulator.chunk_size,
     )
-    rm_path = _required(
-        cfg.reward_model.path,
-        "reward_model.path",
-        "pass --reward-model RUN (a wmrl train-reward run)",
-    )
-    world_model = load_world_model(wm_path, device=device).eval()
+    return model.to(device)
+
+
+def load_policy(inputs: Inputs, device: str):
+    """The base policy. Published (prismatic) checkpoints are stored in bf16: RL keeps float32
+    master weights (training.bf16 turns on bf16 autocast) and uses the asset's unnorm key."""
+    from wmrl_cli.policies.checkpoint import from_pretrained, is_prismatic, read_config
+
+    dtype = "float32" if is_prismatic(read_config(inputs.policy)) else None
+    return from_pretrained(inputs.policy, device=device, dtype=dtype, unnorm_key=inputs.unnorm_key)
+
+
+def build_imagined_env(
+    cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None = None
+) -> ImaginedEnv:
+    from wmrl_cli.rewards.loading import load_reward_model
+
+    inputs = inputs or resolve_inputs(cfg)
+    entries, task_names = load_reset_set(cfg, inputs.reset_set)
+    height, width = entries[0].reference.shape[:2]
+    world_model = load_any_world_model(inputs.world_model, height, width, cfg, device).eval()
     if cfg.world_model.num_inference_steps is not None:
         world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
-    reward_model = load_reward_model(reward_model_dir(rm_path)).to(device)
-    entries, task_names = load_reset_set(cfg)
+    reward_model = load_reward_model(inputs.reward_model).to(device)
     threshold = cfg.reward_model.success_threshold
     if threshold is None:
         threshold = reward_model.threshold if reward_model.threshold is not None else 0.9
@@ -104,16 +210,36 @@ def build_imagined_env(cfg: RunConfig, num_envs: int, device: str) -> ImaginedEn
     )
 
 
+def simulator_class(sim_cfg: SimulatorConfig) -> type:
+    """The real simulator `simulator.name` names; a one-line error when it cannot be used."""
+    if sim_cfg.name == "libero":
+        try:
+            from wmrl_cli.sims.libero_sim import LiberoSim
+        except ImportError as exc:
+            raise WmrlError(
+                f"simulator.name=libero: the LIBERO backend cannot be loaded ({exc}); install "
+                "it, or set algorithm.eval_trials=0 to train without real-simulator evaluation"
+            ) from None
+        return LiberoSim
+    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+
+    return MetaWorldSim
+
+
 def real_eval_callback(cfg: RunConfig, run_dir: Path):
-    """Evaluate in the real simulator: success_once overall and per task (eval/*)."""
+    """Evaluate in the real simulator (`simulator.name`): success_once overall and per task
+    (eval/*); None when algorithm.eval_trials is 0."""
     from wmrl_cli.data.episodes import atomic_write_text
     from wmrl_cli.evaluation.policy_eval import evaluate_policy
     from wmrl_cli.policies.registry import LearnedPolicy
-    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+
+    if not cfg.algorithm.eval_trials:
+        return None
+    simulator = simulator_class(cfg.simulator)
 
     def evaluate(model, step: int) -> dict[str, float]:
         policy = LearnedPolicy(model, top_k=cfg.policy.top_k, seed=cfg.simulator.seed)
-        with MetaWorldSim(cfg.simulator) as sim:
+        with simulator(cfg.simulator) as sim:
             report = evaluate_policy(
                 sim,
                 policy,
