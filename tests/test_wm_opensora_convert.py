@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from diffusers import AutoencoderKL
-from safetensors.torch import save_file
+from published_layouts import stdit3_published_state, write_shards
 
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.world_models.opensora import (
@@ -51,32 +51,6 @@ def _source(hidden: int = 64, depth: int = 2) -> STDiT3:
     return model
 
 
-def _published_state(model: STDiT3) -> dict[str, torch.Tensor]:
-    """The model's tensors as a WMPO / RLinf file holds them: `model.` prefix, plus the unused
-    caption and fps embedders."""
-    hidden = model.config.hidden_size
-    state = {f"model.{k}": v.clone() for k, v in model.state_dict().items()}
-    state["model.y_embedder.y_embedding"] = torch.randn(300, 32)
-    state["model.y_embedder.y_proj.fc1.weight"] = torch.randn(hidden, 32)
-    state["model.y_embedder.y_proj.fc2.weight"] = torch.randn(hidden, hidden)
-    state["model.fps_embedder.mlp.0.weight"] = torch.randn(hidden, 256)
-    return state
-
-
-def _write_shards(directory: Path, state: dict[str, torch.Tensor]) -> Path:
-    """Two safetensors shards and the `model.safetensors.index.json` that maps keys to them."""
-    directory.mkdir(parents=True, exist_ok=True)
-    keys = sorted(state)
-    halves = {"model-00001.safetensors": keys[::2], "model-00002.safetensors": keys[1::2]}
-    weight_map = {}
-    for name, part in halves.items():
-        save_file({k: state[k].contiguous() for k in part}, str(directory / name))
-        weight_map.update(dict.fromkeys(part, name))
-    index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
-    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
-    return directory
-
-
 def _inputs() -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(1)
     latents = torch.randn(B, 4, 12, 8, 8, generator=gen)
@@ -87,7 +61,7 @@ def _inputs() -> tuple[torch.Tensor, ...]:
 
 def test_sharded_stdit3_checkpoint_loads_and_reproduces_outputs(tmp_path: Path) -> None:
     source = _source()
-    directory = _write_shards(tmp_path / "ckpt", _published_state(source))
+    directory = write_shards(tmp_path / "ckpt", stdit3_published_state(source))
     (directory / "config.json").write_text(json.dumps({"depth": 2, "num_heads": 4}))
 
     # The index, a shard (its siblings come along) and the directory all name the same weights.
@@ -123,15 +97,15 @@ def test_heads_come_from_config_json_or_the_qk_norm_size() -> None:
 
 
 def test_missing_and_unexpected_keys_are_one_line_errors(tmp_path: Path) -> None:
-    state = _published_state(_source())
+    state = stdit3_published_state(_source())
     del state["model.spatial_blocks.1.mlp.fc2.weight"]
-    directory = _write_shards(tmp_path / "missing", state)
+    directory = write_shards(tmp_path / "missing", state)
     with pytest.raises(WmrlError, match=r"missing 1 key\(s\): spatial_blocks\.1\.mlp\.fc2\.weight"):
         load_stdit3(directory)
 
-    state = _published_state(_source())
+    state = stdit3_published_state(_source())
     state["model.temporal_blocks.0.attn.extra.weight"] = torch.zeros(3)
-    directory = _write_shards(tmp_path / "unexpected", state)
+    directory = write_shards(tmp_path / "unexpected", state)
     with pytest.raises(WmrlError) as excinfo:
         load_stdit3(directory)
     assert "unexpected 1 key(s): temporal_blocks.0.attn.extra.weight" in str(excinfo.value)
@@ -143,8 +117,10 @@ def test_missing_and_unexpected_keys_are_one_line_errors(tmp_path: Path) -> None
 
 def test_open_sora_text_to_video_weights_start_a_world_model(tmp_path: Path) -> None:
     # WMPO starts from OpenSora-STDiT-v3, which has no action embedder.
-    state = {k: v for k, v in _published_state(_source()).items() if "action_embedder" not in k}
-    directory = _write_shards(tmp_path / "base", state)
+    state = {
+        k: v for k, v in stdit3_published_state(_source()).items() if "action_embedder" not in k
+    }
+    directory = write_shards(tmp_path / "base", state)
     with pytest.raises(WmrlError, match="missing"):
         load_stdit3(directory)
     model = load_stdit3(directory, allow_missing=("action_embedder.",))
@@ -153,14 +129,14 @@ def test_open_sora_text_to_video_weights_start_a_world_model(tmp_path: Path) -> 
 
 def test_pth_checkpoints_load_with_weights_only(tmp_path: Path) -> None:
     source = _source()
-    torch.save({"model": _published_state(source)}, tmp_path / "ema.pth")
+    torch.save({"model": stdit3_published_state(source)}, tmp_path / "ema.pth")
     loaded = load_stdit3(tmp_path / "ema.pth")
     torch.testing.assert_close(loaded.t_block[1].weight, source.t_block[1].weight)
 
 
 def test_rlinf_asset_directory_loads_into_the_world_model(tmp_path: Path) -> None:
     source = _source(hidden=32, depth=1)
-    asset = _write_shards(tmp_path / "RLinf-OpenSora-LIBERO-Spatial", _published_state(source))
+    asset = write_shards(tmp_path / "RLinf-OpenSora-LIBERO-Spatial", stdit3_published_state(source))
     (asset / "config.json").write_text(json.dumps({"model_type": "STDiT3", "num_heads": 4}))
     (asset / "dataset_statistics.json").write_text(json.dumps(STATS))
     torch.manual_seed(3)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from diffusers import AutoencoderKLWan
+from published_layouts import to_diffsynth_name, write_diffsynth_dit, write_wan22_vae
 from safetensors.torch import save_file
 
 from wmrl_cli.errors import UnsafeFileError, WmrlError
@@ -44,42 +44,6 @@ TINY_DIT = WanTransformerConfig(
     action_dim=7,
 )
 
-# DiffSynth's WanModel names, written out independently of wan_convert's table.
-DIFFSYNTH_NAMES = {
-    "condition_embedder.time_embedder.linear_1": "time_embedding.0",
-    "condition_embedder.time_embedder.linear_2": "time_embedding.2",
-    "condition_embedder.time_proj": "time_projection.1",
-    "proj_out": "head.head",
-}
-DIFFSYNTH_BLOCK_NAMES = {
-    "attn1.to_q": "self_attn.q",
-    "attn1.to_k": "self_attn.k",
-    "attn1.to_v": "self_attn.v",
-    "attn1.to_out.0": "self_attn.o",
-    "attn1.norm_q": "self_attn.norm_q",
-    "attn1.norm_k": "self_attn.norm_k",
-    "attn2.to_q": "cross_attn.q",
-    "attn2.to_k": "cross_attn.k",
-    "attn2.to_v": "cross_attn.v",
-    "attn2.to_out.0": "cross_attn.o",
-    "attn2.norm_q": "cross_attn.norm_q",
-    "attn2.norm_k": "cross_attn.norm_k",
-    "norm2": "norm3",
-    "ffn.net.0.proj": "ffn.0",
-    "ffn.net.2": "ffn.2",
-}
-
-
-def to_diffsynth_name(key: str) -> str:
-    if key == "scale_shift_table":
-        return "head.modulation"
-    if m := re.fullmatch(r"blocks\.(\d+)\.scale_shift_table", key):
-        return f"blocks.{m.group(1)}.modulation"
-    if m := re.fullmatch(r"blocks\.(\d+)\.(.+)\.(weight|bias)", key):
-        return f"blocks.{m.group(1)}.{DIFFSYNTH_BLOCK_NAMES[m.group(2)]}.{m.group(3)}"
-    module, leaf = key.rsplit(".", 1)
-    return f"{DIFFSYNTH_NAMES.get(module, module)}.{leaf}"
-
 
 def _tiny_dit() -> WanActionTransformer:
     torch.manual_seed(0)
@@ -100,20 +64,9 @@ def _dit_output(model: WanActionTransformer) -> torch.Tensor:
         return model(latents, timestep, *model.embed_actions(actions))
 
 
-def _write_diffsynth_dit(
-    model: WanActionTransformer, path: Path, extra: dict | None = None
-) -> dict:
-    state = {"model." + to_diffsynth_name(k): v.clone() for k, v in model.state_dict().items()}
-    # RLinf's file may still carry Wan's (unused) text projection.
-    state["model.text_embedding.0.weight"] = torch.randn(32, 8)
-    state.update(extra or {})
-    save_file(state, str(path))
-    return state
-
-
 def test_diffsynth_named_dit_loads_and_reproduces_outputs(tmp_path: Path) -> None:
     model = _tiny_dit()
-    state = _write_diffsynth_dit(model, tmp_path / "model-00001.safetensors")
+    state = write_diffsynth_dit(model, tmp_path / "model-00001.safetensors")
     assert "model.blocks.1.norm3.weight" in state and "model.action_mlp2.2.bias" in state
 
     loaded = wc.load_wan_transformer(tmp_path / "model-00001.safetensors", attention_head_dim=16)
@@ -238,8 +191,8 @@ def test_rlinf_layout_world_model_loads_end_to_end(tmp_path: Path) -> None:
     )
     torch.manual_seed(0)
     source = WanWorldModel(config).eval()
-    _write_diffsynth_dit(source.transformer, tmp_path / "model-00001.safetensors")
-    torch.save(wc.diffusers_to_original_vae(source.vae.state_dict()), tmp_path / "Wan2.2_VAE.pth")
+    write_diffsynth_dit(source.transformer, tmp_path / "model-00001.safetensors")
+    write_wan22_vae(source.vae, tmp_path / "Wan2.2_VAE.pth")
 
     loaded = wc.load_rlinf_wan_world_model(
         tmp_path / "model-00001.safetensors",
