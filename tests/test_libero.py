@@ -350,7 +350,7 @@ class CountingSim(ShardedEnvs):
     def __init__(self, num_envs: int, num_workers: int, target: str = "CountingEnvs") -> None:
         self.num_envs, self.action_dim = num_envs, 2
         self.task_names, self.instructions = ["even", "odd"], ["do even", "do odd"]
-        self._start(f"tests.test_libero:{target}", {"size": 4}, num_workers)
+        self._start(f"{__name__}:{target}", {"size": 4}, num_workers)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
