@@ -251,6 +251,26 @@ def test_check_libero_reports_missing_assets(clean_env, monkeypatch) -> None:
         check_libero()
 
 
+def test_init_states_refuse_anything_but_arrays(tmp_path) -> None:
+    import pickle
+
+    import torch
+
+    from wmrl_cli.sims.libero_envs import load_init_states
+
+    states = np.random.default_rng(0).normal(size=(50, 9))
+    torch.save(states, tmp_path / "ok.pruned_init")
+    assert np.array_equal(load_init_states(tmp_path / "ok.pruned_init"), states)
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    torch.save({"states": Payload()}, tmp_path / "evil.pruned_init")
+    with pytest.raises(pickle.UnpicklingError):
+        load_init_states(tmp_path / "evil.pruned_init")
+
+
 # -- the CLI ------------------------------------------------------------------------------
 
 

@@ -41,11 +41,13 @@ def load_init_states(path: str | Path) -> np.ndarray:
     import torch
 
     core = getattr(np, "_core", None) or np.core  # numpy 2 renamed numpy.core
+    reconstruct = core.multiarray._reconstruct
     allowed = [
         np.ndarray,
         np.dtype,
         type(np.dtype(np.float64)),
-        (core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
+        reconstruct,
+        (reconstruct, "numpy.core.multiarray._reconstruct"),  # files saved under numpy 1
     ]
     with torch.serialization.safe_globals(allowed):
         states = torch.load(str(path), weights_only=True)
