@@ -167,9 +167,12 @@ def test_quat2axisangle_and_proprio() -> None:
 
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
-    """No LIBERO variables, and a home and cache of the test's own."""
+    """No LIBERO variables, and a home and cache of the test's own. (Set, then deleted: the
+    code under test sets $LIBERO_CONFIG_PATH itself, and monkeypatch restores what setenv
+    saw.)"""
     for var in (libero_setup.ASSETS_ENV, libero_setup.CONFIG_ENV):
-        monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return tmp_path
@@ -461,6 +464,8 @@ def _libero_runs() -> bool:
 def test_libero_sim_episode_protocol(tmp_path, monkeypatch) -> None:
     """Two real LIBERO envs in one worker: upright frames, instructions, the step limit."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv(libero_setup.CONFIG_ENV, "")  # restored (unset) after the test
+    monkeypatch.delenv(libero_setup.CONFIG_ENV)
     from wmrl_cli.sims.libero_sim import LiberoSim
 
     cfg = SimulatorConfig(
