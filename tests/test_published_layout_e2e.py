@@ -19,14 +19,17 @@ import torch
 import yaml
 from hub_server import HubServer, hub, write_repo  # noqa: F401 - `hub` is a fixture
 from published_layouts import (
+    LIBERO_INSTRUCTIONS,
     directory_files,
     write_opensora_libero,
     write_openvla_oft_sft,
+    write_rlinf_reset_set,
     write_wan_libero,
 )
 from typer.testing import CliRunner
 
 from wmrl_cli.cli.app import app
+from wmrl_cli.errors import WmrlError
 
 runner = CliRunner()
 
@@ -164,3 +167,36 @@ def test_wan_vae_sizes_come_from_the_weights() -> None:
     with torch.device("meta"):
         small = AutoencoderKLWan(**tiny)
     assert infer_wan_vae_config(small.state_dict()) == tiny  # identity latent statistics
+
+
+def test_reset_instructions_give_libero_task_ids(tmp_path: Path) -> None:
+    from wmrl_cli.config import resolve_config
+    from wmrl_cli.rl.setup import load_reset_set
+
+    stove = "Pick up the black bowl on the stove and place it on the plate."  # case, period
+    write_rlinf_reset_set(tmp_path, [*LIBERO_INSTRUCTIONS[:2], stove], size=16, kir=False)
+    cfg = resolve_config("wan-spatial-grpo")
+    entries, names = load_reset_set(cfg, tmp_path)
+    assert [e.task_id for e in entries] == [0, 1, 7]  # LIBERO-Spatial's task order
+    assert len(names) == 10 and "on_the_stove" in names[7]
+
+    write_rlinf_reset_set(tmp_path, ["open the top drawer"], size=16, kir=False)
+    with pytest.raises(WmrlError, match="no libero_spatial task: 'open the top drawer'"):
+        load_reset_set(cfg, tmp_path)
+
+
+def test_unavailable_evaluation_simulator_stops_before_writing(tmp_path: Path, monkeypatch) -> None:
+    import wmrl_cli.rl.setup as setup
+
+    def unavailable(cfg):
+        raise WmrlError("LIBERO is not installed: run `pip install wmrl[libero]`")
+
+    monkeypatch.setattr(setup, "simulator_class", unavailable)
+    assets = tmp_path / "assets"
+    write_wan_libero(assets / "wan-libero-spatial")
+    write_openvla_oft_sft(assets / POLICY[0])
+    shrink = {k: v for k, v in SHRINK.items() if k != "algorithm.eval_trials"}
+    args = ["train-policy", "--preset", "wan-spatial-grpo", "--assets-dir", str(assets)]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "run"), *sets(shrink)])
+    assert_one_line_error(result, "LIBERO is not installed", "set algorithm.eval_trials=0")
+    assert not (tmp_path / "run").exists()

@@ -12,12 +12,13 @@ from pathlib import Path
 from wmrl_cli.assets.layout import asset_path, download_command
 from wmrl_cli.assets.registry import ASSETS, get_asset
 from wmrl_cli.config import RunConfig
-from wmrl_cli.config.schema import SimulatorConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.reset_set import ResetEntry, load_rlinf_reset_set, reset_set_from_store
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.policies.registry import resolve_policy_dir
+from wmrl_cli.sims.backends import resolve_simulator, simulator_class
+from wmrl_cli.sims.libero_suites import get_libero_suite
 from wmrl_cli.world_models.interface import WorldModel
 from wmrl_cli.world_models.published import published_layout
 
@@ -112,8 +113,18 @@ def check_inputs(cfg: RunConfig) -> Inputs:
     """Fail before anything is written if an input or the evaluation simulator is missing."""
     inputs = resolve_inputs(cfg)
     if cfg.algorithm.eval_trials:
-        simulator_class(cfg.simulator)
+        evaluation_simulator(cfg)
     return inputs
+
+
+def evaluation_simulator(cfg: RunConfig) -> type:
+    """The real simulator class of `cfg.simulator` (LIBERO: checked to be installed)."""
+    try:
+        return simulator_class(resolve_simulator(cfg.simulator))
+    except WmrlError as exc:
+        raise WmrlError(
+            f"{exc}; or set algorithm.eval_trials=0 to train without real-simulator evaluation"
+        ) from None
 
 
 def load_reset_set(cfg: RunConfig, path: Path | None = None) -> tuple[list[ResetEntry], list[str]]:
@@ -131,11 +142,35 @@ def load_reset_set(cfg: RunConfig, path: Path | None = None) -> tuple[list[Reset
         entries = load_rlinf_reset_set(
             path, cfg.algorithm.enable_kir, cfg.world_model.context_frames
         )
+        sim = resolve_simulator(cfg.simulator)
+        if sim.name == "libero":
+            return entries, assign_libero_tasks(entries, sim.suite, path)
         names = {}
     else:
         raise WmrlError(f"{path}: not an episode store or an RLinf reset folder")
     n_tasks = 1 + max(e.task_id for e in entries)
     return entries, [names.get(t, f"task{t}") for t in range(n_tasks)]
+
+
+def _words(text: str) -> str:
+    return " ".join(text.lower().replace("_", " ").rstrip(".").split())
+
+
+def assign_libero_tasks(entries: list[ResetEntry], suite_name: str, source: Path) -> list[str]:
+    """Task ids of RLinf reset entries from their instructions, in LIBERO's task order (what a
+    task-embedding reward model was trained on; the files carry no task id); the task names."""
+    suite = get_libero_suite(suite_name)
+    index = {_words(text): i for i, text in enumerate(suite.instructions)}
+    unknown = sorted({e.instruction for e in entries if _words(e.instruction) not in index})
+    if unknown:
+        raise WmrlError(
+            f"{source}: reset instructions that are no {suite_name} task: "
+            + "; ".join(repr(u) for u in unknown[:3])
+            + (f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else "")
+        )
+    for entry in entries:
+        entry.task_id = index[_words(entry.instruction)]
+    return suite.as_suite().task_names
 
 
 def reward_model_source(path: Path) -> Path:
@@ -210,22 +245,6 @@ def build_imagined_env(
     )
 
 
-def simulator_class(sim_cfg: SimulatorConfig) -> type:
-    """The real simulator `simulator.name` names; a one-line error when it cannot be used."""
-    if sim_cfg.name == "libero":
-        try:
-            from wmrl_cli.sims.libero_sim import LiberoSim
-        except ImportError as exc:
-            raise WmrlError(
-                f"simulator.name=libero: the LIBERO backend cannot be loaded ({exc}); install "
-                "it, or set algorithm.eval_trials=0 to train without real-simulator evaluation"
-            ) from None
-        return LiberoSim
-    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
-
-    return MetaWorldSim
-
-
 def real_eval_callback(cfg: RunConfig, run_dir: Path):
     """Evaluate in the real simulator (`simulator.name`): success_once overall and per task
     (eval/*); None when algorithm.eval_trials is 0."""
@@ -235,18 +254,19 @@ def real_eval_callback(cfg: RunConfig, run_dir: Path):
 
     if not cfg.algorithm.eval_trials:
         return None
-    simulator = simulator_class(cfg.simulator)
+    sim_cfg = resolve_simulator(cfg.simulator)
+    simulator = evaluation_simulator(cfg)
 
     def evaluate(model, step: int) -> dict[str, float]:
-        policy = LearnedPolicy(model, top_k=cfg.policy.top_k, seed=cfg.simulator.seed)
-        with simulator(cfg.simulator) as sim:
+        policy = LearnedPolicy(model, top_k=cfg.policy.top_k, seed=sim_cfg.seed)
+        with simulator(sim_cfg) as sim:
             report = evaluate_policy(
                 sim,
                 policy,
-                suite=cfg.simulator.suite,
+                suite=sim_cfg.suite,
                 trials=cfg.algorithm.eval_trials,
-                chunk_size=cfg.simulator.chunk_size,
-                base_seed=cfg.simulator.seed,
+                chunk_size=sim_cfg.chunk_size,
+                base_seed=sim_cfg.seed,
                 sample=not cfg.policy.greedy,
                 temperature=cfg.policy.temperature,
                 progress=cfg.logging.progress,
