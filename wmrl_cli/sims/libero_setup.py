@@ -46,7 +46,10 @@ class LiberoUnavailable(WmrlError, ImportError):
 def package_dir() -> Path:
     """`<site-packages>/libero/libero`, found without importing it (the import reads the
     config file); a one-line error naming the install command when hf-libero is missing."""
-    spec = importlib.util.find_spec("libero")
+    try:
+        spec = importlib.util.find_spec("libero")
+    except (ImportError, ValueError):  # a broken or half-removed installation
+        spec = None
     locations = list(spec.submodule_search_locations or []) if spec else []
     for location in locations:
         candidate = Path(location) / "libero"
