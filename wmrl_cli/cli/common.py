@@ -32,7 +32,13 @@ SetOpt = Annotated[
 OutOpt = Annotated[
     Path | None, typer.Option("--out", "-o", help="Run directory (default: runs/<command>-<time>).")
 ]
-SuiteOpt = Annotated[str | None, typer.Option(help="Task suite, e.g. mw10 (Meta-World, embedded).")]
+SuiteOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Task suite: mw10, mw3, mw2 (Meta-World, embedded) or libero_spatial, "
+        "libero_object, libero_goal, libero_10 (the libero extra)."
+    ),
+]
 PolicyOpt = Annotated[
     str | None,
     typer.Option(help="Policy: expert (scripted), random, or a policy checkpoint directory."),
