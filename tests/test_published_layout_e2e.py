@@ -65,6 +65,17 @@ METRICS = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state():
+    """The presets train with bf16 autocast; Accelerate keeps one process-wide state, which a
+    later in-process run without mixed precision could not change."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 def sets(overrides: dict) -> list[str]:
     return [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
 
