@@ -423,6 +423,7 @@ class WanWorldModel(WorldModel):
         self.register_buffer("latents_std", self._stat("latents_std"), persistent=False)
         self._reference: torch.Tensor | None = None
         self._reference_actions: torch.Tensor | None = None
+        self._detail: torch.Tensor | None = None
         self._context_frames: torch.Tensor | None = None
         self._context_actions: torch.Tensor | None = None
 
@@ -539,6 +540,27 @@ class WanWorldModel(WorldModel):
         reference_actions: TensorLike | None = None,
     ) -> torch.Tensor:
         """Stateless prediction: uint8 [B,C,H,W,3] for actions [B,C,A] after the given context."""
+        ctx = check_frames("context_frames", context_frames, 5, self.height, self.width)
+        window = self._window_frames(
+            reference_frames, ctx, context_actions, actions, generator, reference_actions
+        )
+        chunk = window.shape[1] - 1 - ctx.shape[1]
+        detail = None
+        if self.config.carry_detail:  # the decoded window holds the context's reconstruction
+            detail = self.reconstruction_detail(ctx[:, -1], window[:, -chunk - 1])
+        return self.with_detail(window[:, -chunk:], detail)
+
+    def _window_frames(
+        self,
+        reference_frames: TensorLike,
+        context_frames: TensorLike,
+        context_actions: TensorLike,
+        actions: TensorLike,
+        generator: torch.Generator | None,
+        reference_actions: TensorLike | None,
+    ) -> torch.Tensor:
+        """The decoded window [B,1+K+C,H,W,3]: reference and context reconstructions, then the
+        C predicted frames."""
         ref = check_frames("reference_frames", reference_frames, 4, self.height, self.width)
         ctx = check_frames("context_frames", context_frames, 5, self.height, self.width)
         batch, k = ctx.shape[:2]
@@ -569,11 +591,7 @@ class WanWorldModel(WorldModel):
 
         sigmas = fm.inference_sigmas(self.config.num_inference_steps, self.config.flow_shift)
         target = fm.euler_sample(velocity_fn, noise, sigmas)
-        frames = self.decode_latents(torch.cat([cond, target], dim=2))
-        detail = None
-        if self.config.carry_detail:  # the decoded window holds the context's reconstruction
-            detail = self.reconstruction_detail(ctx[:, -1], frames[:, -chunk - 1])
-        return self.with_detail(frames[:, -chunk:], detail)
+        return self.decode_latents(torch.cat([cond, target], dim=2))
 
     def reset_context(
         self,
@@ -604,6 +622,10 @@ class WanWorldModel(WorldModel):
         self._context_frames = ctx.to(device).clone()
         self._context_actions = ctx_act.to(device).clone()
         self._reference_actions = None if ref_act is None else ref_act.to(device).clone()
+        self._detail = None
+        if self.config.carry_detail:  # taken once from the real frames, then held
+            window = self.decode_latents(self.encode_frames(torch.cat([ref[:, None], ctx], 1)))
+            self._detail = self.reconstruction_detail(ctx[:, -1], window[:, -1]).to(device)
 
     def context(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The held (reference frames, context frames, context actions)."""
@@ -617,7 +639,10 @@ class WanWorldModel(WorldModel):
     ) -> torch.Tensor:
         reference, ctx, ctx_act = self.context()
         act = check_actions("actions", actions, ctx.shape[0], None, self.action_dim)
-        frames = self.generate(reference, ctx, ctx_act, act, generator, self._reference_actions)
+        window = self._window_frames(
+            reference, ctx, ctx_act, act, generator, self._reference_actions
+        )
+        frames = self.with_detail(window[:, -act.shape[1] :], self._detail)
         k = self.num_context_frames
         self._context_frames = torch.cat([ctx, frames.to(ctx.device)], dim=1)[:, -k:]
         self._context_actions = torch.cat([ctx_act, act.to(ctx_act.device)], dim=1)[:, -k:]
@@ -625,7 +650,14 @@ class WanWorldModel(WorldModel):
 
     def onload(self, device: torch.device | str) -> None:
         self.to(device)
-        for name in ("_reference", "_reference_actions", "_context_frames", "_context_actions"):
+        names = (
+            "_reference",
+            "_reference_actions",
+            "_context_frames",
+            "_context_actions",
+            "_detail",
+        )
+        for name in names:
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, value.to(device))
