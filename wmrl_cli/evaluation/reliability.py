@@ -195,7 +195,8 @@ class ReliabilityReport:
             for s in steps
         ]
         sp = self.speed
-        workers = f"{sp.sim_workers} worker processes" if sp.sim_workers else "in-process"
+        plural = "es" if sp.sim_workers != 1 else ""
+        workers = f"{sp.sim_workers} worker process{plural}" if sp.sim_workers else "in-process"
         speed = [
             ["world model (predict)", _fmt(sp.world_model_fps, 1)],
             ["imagined env (+ reward model)", _fmt(sp.imagined_env_fps, 1)],
