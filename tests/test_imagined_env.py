@@ -85,3 +85,30 @@ def test_group_reset_sampler() -> None:
     assert resumed.sample() == second
     with pytest.raises(ConfigError, match="group_size"):
         GroupResetSampler(5, 8, 3)
+
+
+def test_actions_reach_the_world_model_in_its_convention(parts, monkeypatch) -> None:
+    seen = []
+    wm = parts[0]
+    monkeypatch.setattr(wm, "predict", lambda a, generator=None: seen.append(a) or _still(a))
+    env = make_env(parts, action_transform=lambda a: -np.asarray(a))
+    env.reset([0, 1, 2, 0])
+    actions = np.full((4, 8, 4), 0.25, np.float32)
+    env.chunk_step(actions)
+    assert torch.equal(seen[0], torch.full((4, 8, 4), -0.25))
+
+
+def test_libero_runs_feed_the_world_model_libero_gripper_actions() -> None:
+    from wmrl_cli.config.schema import RunConfig
+    from wmrl_cli.rl.setup import world_model_actions
+
+    assert world_model_actions(RunConfig()) is None  # Meta-World: as the policy emits them
+    cfg = RunConfig.model_validate({"simulator": {"name": "libero", "suite": "libero_spatial"}})
+    convert = world_model_actions(cfg)
+    out = convert(np.array([[0.1, 0, 0, 0, 0, 0, 1.0], [0.1, 0, 0, 0, 0, 0, 0.0]]))
+    assert out[:, -1].tolist() == [-1.0, 1.0]  # OpenVLA open (1) -> LIBERO -1; close -> +1
+    assert out[:, 0].tolist() == [0.1, 0.1]
+
+
+def _still(actions: torch.Tensor) -> torch.Tensor:
+    return torch.zeros((actions.shape[0], actions.shape[1], 64, 64, 3), dtype=torch.uint8)

@@ -13,6 +13,7 @@ Either way a successful episode returns about reward_coef and a failed one about
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -37,7 +38,10 @@ class ImaginedEnv:
         use_rel_reward: bool = False,
         reward_coef: float = 5.0,
         seed: int = 0,
+        action_transform: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
+        """`action_transform` maps the policy's actions into the convention the world model was
+        trained in (RLinf's LIBERO world models: LIBERO's gripper sign, as the real env)."""
         if not reset_set:
             raise WmrlError("the imagined env needs a non-empty reset set")
         self.world_model = world_model
@@ -51,6 +55,7 @@ class ImaginedEnv:
         self.use_rel_reward = use_rel_reward
         self.reward_coef = reward_coef
         self.generator = torch.Generator().manual_seed(seed)
+        self.action_transform = action_transform
         # VideoMAE-style reward models score a clip ending at each frame: keep its history.
         self._history_len = max(int(getattr(reward_model, "clip_length", 1)) - 1, 0)
         self.timings = {"world_model": 0.0, "reward": 0.0}
@@ -97,6 +102,8 @@ class ImaginedEnv:
         return scores.float().cpu().numpy()
 
     def chunk_step(self, actions: np.ndarray) -> ChunkResult:
+        if self.action_transform is not None:
+            actions = self.action_transform(actions)
         actions = np.asarray(actions, dtype=np.float32)
         b, c, _ = actions.shape
         t0 = time.perf_counter()

@@ -6,8 +6,11 @@ its files), or the name of a published asset (`wmrl download --list`), found in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from wmrl_cli.assets.layout import asset_path, download_command
 from wmrl_cli.assets.registry import ASSETS, get_asset
@@ -242,7 +245,18 @@ def build_imagined_env(
         use_rel_reward=cfg.reward_model.use_rel_reward,
         reward_coef=cfg.reward_model.reward_coef,
         seed=cfg.simulator.seed,
+        action_transform=world_model_actions(cfg),
     )
+
+
+def world_model_actions(cfg: RunConfig) -> Callable[[np.ndarray], np.ndarray] | None:
+    """The policy -> world-model action conversion: RLinf feeds its LIBERO world models the
+    actions the real LIBERO env gets (gripper flipped to LIBERO's sign); Meta-World: none."""
+    if cfg.simulator.name == "libero":
+        from wmrl_cli.sims.libero_suites import to_libero_actions
+
+        return to_libero_actions
+    return None
 
 
 def real_eval_callback(cfg: RunConfig, run_dir: Path):
