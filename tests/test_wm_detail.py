@@ -26,9 +26,7 @@ def test_with_detail_adds_and_clamps() -> None:
     assert out[0, 0, 0, 0].tolist() == [0, 255, 5]
     assert out[0, 1, 0, 0].tolist() == [80, 110, 105]
     assert WorldModel.with_detail(frames, None) is frames
-    assert WorldModel.reconstruction_detail(frames[:, 0], out[:, 0]).tolist() == [
-        [[[10, -5, -5]]]
-    ]
+    assert WorldModel.reconstruction_detail(frames[:, 0], out[:, 0]).tolist() == [[[[10, -5, -5]]]]
 
 
 def _opensora(carry: bool) -> OpenSoraWorldModel:
