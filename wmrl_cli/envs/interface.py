@@ -47,6 +47,20 @@ class ChunkResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def empty_chunk_arrays(batch: int, chunk: int, action_dim: int, size: int) -> dict[str, Any]:
+    """The arrays an in-process simulator fills while stepping a chunk (what its worker sends
+    back): frames, per-step rewards and flags, `valid` steps and the `executed` actions."""
+    return {
+        "frames": np.empty((batch, chunk, size, size, 3), dtype=np.uint8),
+        "rewards": np.zeros((batch, chunk), dtype=np.float32),
+        "terminated": np.zeros((batch, chunk), dtype=bool),
+        "truncated": np.zeros((batch, chunk), dtype=bool),
+        "success": np.zeros((batch, chunk), dtype=bool),
+        "valid": np.zeros((batch, chunk), dtype=bool),
+        "executed": np.zeros((batch, chunk, action_dim), dtype=np.float32),
+    }
+
+
 class Env(Protocol):
     num_envs: int
     action_dim: int

@@ -23,6 +23,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from wmrl_cli.envs.interface import empty_chunk_arrays  # noqa: E402
 from wmrl_cli.sims.libero_suites import (  # noqa: E402
     ACTION_DIM,
     DUMMY_ACTION,
@@ -187,16 +188,7 @@ class LiberoEnvs:
             raise ValueError(
                 f"actions have shape {actions.shape}, expected [{len(self.slots)},C,{ACTION_DIM}]"
             )
-        size = self.image_size
-        out = {
-            "frames": np.empty((b, c, size, size, 3), dtype=np.uint8),
-            "rewards": np.zeros((b, c), dtype=np.float32),
-            "terminated": np.zeros((b, c), dtype=bool),
-            "truncated": np.zeros((b, c), dtype=bool),
-            "success": np.zeros((b, c), dtype=bool),
-            "valid": np.zeros((b, c), dtype=bool),
-            "executed": np.zeros((b, c, a), dtype=np.float32),
-        }
+        out = empty_chunk_arrays(b, c, a, self.image_size)
         env_actions = to_libero_actions(actions)
         for i, slot in enumerate(self.slots):
             for t in range(c):

@@ -16,6 +16,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from wmrl_cli.envs.interface import empty_chunk_arrays  # noqa: E402
 from wmrl_cli.sims.suites import Suite  # noqa: E402
 
 # MuJoCo's "integration state": time, qpos, qvel, actuator activations, warm-start
@@ -150,16 +151,7 @@ class MetaWorldEnvs:
             raise ValueError(
                 f"actions have shape {actions.shape}, expected [{len(self.slots)},C,4]"
             )
-        size = self.image_size
-        out = {
-            "frames": np.empty((b, c, size, size, 3), dtype=np.uint8),
-            "rewards": np.zeros((b, c), dtype=np.float32),
-            "terminated": np.zeros((b, c), dtype=bool),
-            "truncated": np.zeros((b, c), dtype=bool),
-            "success": np.zeros((b, c), dtype=bool),
-            "valid": np.zeros((b, c), dtype=bool),
-            "executed": np.zeros((b, c, a), dtype=np.float32),
-        }
+        out = empty_chunk_arrays(b, c, a, self.image_size)
         clipped = np.clip(actions, -1.0, 1.0)
         for i, slot in enumerate(self.slots):
             for t in range(c):
