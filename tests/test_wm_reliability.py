@@ -23,6 +23,7 @@ from wmrl_cli.evaluation.reliability import (
     start_points,
     success_agreement,
 )
+from wmrl_cli.rewards.calibration import binary_metrics
 from wmrl_cli.rewards.loading import save_reward_model
 from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
 from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
@@ -128,6 +129,12 @@ def test_report_fields_agreement_and_speed(report, store) -> None:
     n_real = sum(real.values())
     assert (a.tp, a.fp, a.fn, a.tn) == (n_real, len(real) - n_real, 0, 0)
     assert a.recall == 1.0 and a.precision == pytest.approx(n_real / len(real))
+    # The best-F1 threshold on the imagined scores reproduces its own confusion counts.
+    cal = report.imagined_calibration
+    scores = [s.max_score for s in report.starts]
+    assert cal == binary_metrics(scores, list(real.values()), cal.threshold)
+    assert cal.f1 >= a.f1
+    assert len(report.open_loop.other_actions_psnr) == 16
     assert {"before_success", "start"} <= set(report.agreement_by_kind)
     assert all(s.steps == min(16, store.load(s.episode_id).length - s.step) for s in report.starts)
     sp = report.speed

@@ -13,6 +13,12 @@ Three measurements on held-out episodes, in one run:
    model + reward model, success when a chunk's maximum score reaches the threshold) and
    replayed in the simulator from the stored state. Precision of imagined success against real
    success says how often the world model hallucinates success; recall, how often it misses it.
+   The report also gives the threshold that would agree best with the simulator on these
+   imagined frames (best F1 of the maximum score against real success): a reward model
+   calibrated on real frames often scores a world model's blurrier frames lower.
+
+The fidelity table also measures action sensitivity: the same open-loop rollouts driven by
+another episode's actions (`open_loop_eval(action_check=True)`).
 
 Both worlds see the same actions over the same steps: the horizon rounded up to whole chunks,
 cut at the end of the recording (later steps are masked on both sides).
@@ -43,6 +49,7 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.world_model_eval import OpenLoopReport, open_loop_eval
 from wmrl_cli.logging import progress_task
 from wmrl_cli.rewards.base import RewardModel
+from wmrl_cli.rewards.calibration import BinaryMetrics, best_f1_threshold
 from wmrl_cli.world_models.interface import WorldModel
 
 DEFAULT_THRESHOLD = 0.5  # for a reward model saved without a calibrated threshold
@@ -144,6 +151,7 @@ class ReliabilityReport:
     agreement: SuccessAgreement
     agreement_by_kind: dict[str, SuccessAgreement]
     starts: list[StartResult] = field(default_factory=list)
+    imagined_calibration: BinaryMetrics | None = None  # best-F1 threshold on imagined scores
 
     @property
     def videos(self) -> np.ndarray | None:
@@ -173,6 +181,9 @@ class ReliabilityReport:
             "agreement": asdict(self.agreement),
             "agreement_by_kind": {k: asdict(v) for k, v in self.agreement_by_kind.items()},
             "replay_mismatches": self.replay_mismatches,
+            "imagined_calibration": (
+                self.imagined_calibration.to_dict() if self.imagined_calibration else None
+            ),
             "starts": [asdict(s) for s in self.starts],
         }
         return _json_safe(body)
@@ -189,6 +200,7 @@ class ReliabilityReport:
                 str(s),
                 _fmt(ol.psnr[s - 1], 2),
                 _fmt(ol.copy_psnr[s - 1], 2),
+                _fmt(ol.action_gap(s), 2),
                 _fmt(ol.ssim[s - 1], 3),
                 _fmt(ol.copy_ssim[s - 1], 3),
             ]
@@ -216,11 +228,24 @@ class ReliabilityReport:
             ]
             for name, a in groups.items()
         ]
+        cal = self.imagined_calibration
+        if cal is not None:
+            agreement.append(
+                [
+                    f"all, threshold {cal.threshold:.3f} (best F1 here)",
+                    str(cal.tp + cal.fp + cal.fn + cal.tn),
+                    f"{cal.tp}/{cal.fp}/{cal.fn}/{cal.tn}",
+                    _fmt(cal.precision, 3),
+                    _fmt(cal.recall, 3),
+                    _fmt(cal.f1, 3),
+                    _fmt(cal.fp / (cal.tp + cal.fp) if cal.tp + cal.fp else None, 3),
+                ]
+            )
         return [
             (
                 f"open-loop fidelity on {ol.episodes} episodes (beats the copy baseline at "
                 f"every step: {'yes' if ol.beats_copy_baseline() else 'no'})",
-                ["step", "PSNR model", "PSNR copy", "SSIM model", "SSIM copy"],
+                ["step", "PSNR model", "PSNR copy", "action gap", "SSIM model", "SSIM copy"],
                 fidelity,
             ),
             (
@@ -265,7 +290,8 @@ class ReliabilityReport:
             "Success is imagined when a chunk's highest reward-model score reaches the threshold; "
             "real when the simulator replaying the same actions from the stored state succeeds. "
             "halluc. = FP / (TP + FP), the share of imagined successes the simulator does not "
-            "confirm.",
+            "confirm. action gap = PSNR with the recorded actions minus PSNR with another "
+            "episode's actions, same start and noise (dB): near 0, the model ignores its actions.",
         ]
         return "\n".join(lines) + "\n"
 
@@ -655,7 +681,13 @@ def evaluate_world_model(
 
     world_model.eval()
     open_loop = open_loop_eval(
-        world_model, ordered, horizon, batch_size=b, seed=seed, keep_videos=keep_videos
+        world_model,
+        ordered,
+        horizon,
+        batch_size=b,
+        seed=seed,
+        keep_videos=keep_videos,
+        action_check=True,
     )
 
     starts = start_points(episodes, chunk_starts, keyframes)
@@ -729,4 +761,8 @@ def evaluate_world_model(
         agreement=success_agreement(imagined, real),
         agreement_by_kind=by_kind if len(kinds) > 1 else {},
         starts=results,
+        # A start with no compared step scores -inf: any finite floor below every score does.
+        imagined_calibration=(
+            best_f1_threshold(np.maximum(max_score, -1.0), real) if real.any() else None
+        ),
     )

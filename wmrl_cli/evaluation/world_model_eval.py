@@ -4,6 +4,13 @@ From each held-out episode's first frame, the world model is fed the recorded ac
 chunk (never the true frames again) for `horizon` steps. Every predicted frame is compared with
 the recorded one (PSNR, SSIM), next to the copy-the-last-context-frame baseline, which predicts
 that nothing moves. Metrics per horizon step average over the episodes that last that long.
+
+With `action_check`, every episode is rolled out a second time from the same first frame and
+with the same sampling noise, but driven by another episode's actions. A world model that
+listens to its actions is clearly closer to the truth with the recorded actions than with the
+other ones; a gap near zero means the pixels are right for reasons the actions do not control
+(the scene and the average motion), and so will be the outcome: RL in such a model gets no
+signal from what the policy does.
 """
 
 from __future__ import annotations
@@ -28,6 +35,13 @@ class OpenLoopReport:
     copy_ssim: list[float]
     episodes: int
     videos: np.ndarray | None = field(default=None, repr=False)  # [N, T, H, 2W, 3]: truth | model
+    other_actions_psnr: list[float] | None = None  # the same rollouts driven by other actions
+
+    def action_gap(self, step: int) -> float | None:
+        """PSNR with the recorded actions minus PSNR with another episode's actions (dB)."""
+        if self.other_actions_psnr is None:
+            return None
+        return self.psnr[step - 1] - self.other_actions_psnr[step - 1]
 
     def at(self, step: int) -> dict[str, float]:
         i = step - 1
@@ -46,6 +60,9 @@ class OpenLoopReport:
         for step in (s for s in steps if s <= self.horizon):
             for key, value in self.at(step).items():
                 out[f"{key}@{step}"] = value
+            gap = self.action_gap(step)
+            if gap is not None:
+                out[f"action_gap@{step}"] = gap
         return out
 
 
@@ -57,32 +74,24 @@ def open_loop_eval(
     batch_size: int = 8,
     seed: int = 0,
     keep_videos: int = 4,
+    action_check: bool = False,
 ) -> OpenLoopReport:
     c = episodes[0].chunk_size
-    k = world_model.num_context_frames
     n_chunks = -(-horizon // c)
     steps = n_chunks * c
-    gen = torch.Generator().manual_seed(seed)
-    sums = {name: np.zeros(horizon) for name in ("psnr", "ssim", "copy_psnr", "copy_ssim")}
+    names = ["psnr", "ssim", "copy_psnr", "copy_ssim"]
+    check = action_check and len(episodes) > 1
+    if check:
+        names.append("other_actions_psnr")
+    sums = {name: np.zeros(horizon) for name in names}
     counts = np.zeros(horizon)
     videos = []
     for start in range(0, len(episodes), batch_size):
         batch = episodes[start : start + batch_size]
         a_dim = batch[0].actions.shape[1]
         first = np.stack([e.frames[0] for e in batch])
-        world_model.reset_context(
-            first,
-            np.repeat(first[:, None], k, axis=1),
-            np.tile(rest_action(a_dim), (len(batch), k, 1)),
-        )
         actions = np.stack([_padded(e.actions, steps, a_dim) for e in batch])
-        preds = torch.cat(
-            [
-                world_model.predict(torch.from_numpy(actions[:, i * c : (i + 1) * c]), gen).cpu()
-                for i in range(n_chunks)
-            ],
-            dim=1,
-        )[:, :horizon]
+        preds = _rollout(world_model, first, actions, c, horizon, seed + start)
         truth = torch.from_numpy(np.stack([_padded_frames(e.frames, horizon) for e in batch]))
         copy = torch.from_numpy(first)[:, None].expand_as(truth)
         valid = np.array([[t < e.length for t in range(horizon)] for e in batch], dtype=float)
@@ -93,6 +102,12 @@ def open_loop_eval(
             ("copy_ssim", ssim(copy, truth)),
         ):
             sums[name] += (value.numpy() * valid).sum(0)
+        if check:
+            # Episode j is driven by episode j+1's actions (cyclically over the whole list).
+            others = [episodes[(start + j + 1) % len(episodes)] for j in range(len(batch))]
+            other_actions = np.stack([_padded(e.actions, steps, a_dim) for e in others])
+            other = _rollout(world_model, first, other_actions, c, horizon, seed + start)
+            sums["other_actions_psnr"] += (psnr(other, truth).numpy() * valid).sum(0)
         counts += valid.sum(0)
         if len(videos) < keep_videos:
             videos.extend(torch.cat([truth, preds], dim=3).numpy()[: keep_videos - len(videos)])
@@ -106,6 +121,30 @@ def open_loop_eval(
         videos=np.stack(videos) if videos else None,
         **means,
     )
+
+
+def _rollout(
+    world_model: WorldModel,
+    first: np.ndarray,
+    actions: np.ndarray,
+    chunk: int,
+    horizon: int,
+    seed: int,
+) -> torch.Tensor:
+    """Frames [B, horizon, H, W, 3] predicted from `first` [B,H,W,3] under `actions`
+    [B, steps, A], `chunk` steps at a time; the same seed gives the same sampling noise."""
+    k = world_model.num_context_frames
+    world_model.reset_context(
+        first,
+        np.repeat(first[:, None], k, axis=1),
+        np.tile(rest_action(actions.shape[2]), (len(first), k, 1)),
+    )
+    gen = torch.Generator().manual_seed(seed)
+    chunks = [
+        world_model.predict(torch.from_numpy(actions[:, i : i + chunk]), gen).cpu()
+        for i in range(0, actions.shape[1], chunk)
+    ]
+    return torch.cat(chunks, dim=1)[:, :horizon]
 
 
 def _padded(actions: np.ndarray, steps: int, a_dim: int) -> np.ndarray:
