@@ -1,13 +1,17 @@
 """Imagined vs real frames per second, side by side in one run, over world-model settings.
 
     python benchmarks/wm_fps.py [--backend opensora] [--steps 1 2 4 10] [--envs 10 32 64]
-                                [--threads 2] [--chunks 3]
+                                [--threads 2] [--chunks 3] [--flops]
 
 Speed does not depend on the weights, so each setting uses a freshly built model of the
 configured size (tiny by default: the embedded default's world model, 64x64 frames). The real
 simulator (Meta-World, 2 worker processes) is measured in the same run with
 `benchmarks/sim_fps.py`'s loop. A world-model setting is timed over `--chunks` 8-frame chunks
-after one warm-up chunk. Results: docs/benchmarks.md.
+after one warm-up chunk. With `--flops`, each row also gives the floating-point operations per
+frame of the whole prediction and of its VAE decoder (counted by torch's FlopCounterMode on one
+chunk), the arithmetic rate the measured speed implies, and the frame rate the decoder alone
+would allow at that rate: an upper bound on any world model with that decoder.
+Results: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import torch  # noqa: E402
 from sim_fps import measure as measure_sim  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from wmrl_cli.config.schema import RunConfig, SimulatorConfig  # noqa: E402
 from wmrl_cli.sims.suites import get_suite  # noqa: E402
@@ -43,6 +48,26 @@ def measure_world_model(cfg: RunConfig, envs: int, chunks: int) -> float:
     return envs * c * chunks / (time.perf_counter() - start)
 
 
+@torch.no_grad()
+def flops_per_frame(cfg: RunConfig, envs: int) -> tuple[float, float]:
+    """(FLOPs per predicted frame of a whole chunk prediction, of its VAE decoder alone)."""
+    model = build_world_model(cfg, ACTION_DIM).eval()
+    size, k, c = cfg.simulator.image_size, cfg.world_model.context_frames, 8
+    frames = torch.zeros(envs, k, size, size, 3, dtype=torch.uint8)
+    model.reset_context(frames[:, 0], frames, torch.zeros(envs, k, ACTION_DIM))
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model.predict(torch.zeros(envs, c, ACTION_DIM))
+    per_module = counter.get_flop_counts()
+    # FlopCounterMode names modules by class path; the VAE decoder is a top-level "...Decoder..."
+    decoder = sum(
+        sum(ops.values())
+        for name, ops in per_module.items()
+        if "." not in name and "Decoder" in name
+    )
+    return counter.get_total_flops() / (envs * c), decoder / (envs * c)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="opensora", choices=["opensora", "wan"])
@@ -52,6 +77,7 @@ def main() -> None:
     parser.add_argument("--envs", type=int, nargs="+", default=[10, 32, 64])
     parser.add_argument("--threads", type=int, default=2, help="torch threads for the model")
     parser.add_argument("--chunks", type=int, default=3)
+    parser.add_argument("--flops", action="store_true", help="count FLOPs per frame as well")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -62,8 +88,15 @@ def main() -> None:
     real = measure_sim(sim_cfg, steps=96, repeats=2)
     print(f"real simulator (mw10, 2 workers, {args.image_size}px): {real:.1f} frames/s")
     print(f"{args.backend} {args.size} world model, {args.threads} torch thread(s):")
-    print("| sampling steps | envs | frames/s | ratio to real |")
-    print("|---|---|---|---|")
+    if args.flops:
+        print(
+            "| sampling steps | envs | frames/s | ratio to real | GFLOP/frame | decoder "
+            "GFLOP/frame | GFLOP/s | decoder-only bound, frames/s |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+    else:
+        print("| sampling steps | envs | frames/s | ratio to real |")
+        print("|---|---|---|---|")
     for steps in args.steps:
         for envs in args.envs:
             cfg = RunConfig.model_validate(
@@ -77,7 +110,15 @@ def main() -> None:
                 }
             )
             fps = measure_world_model(cfg, envs, args.chunks)
-            print(f"| {steps} | {envs} | {fps:.1f} | {fps / real:.2f}x |", flush=True)
+            row = f"| {steps} | {envs} | {fps:.1f} | {fps / real:.2f}x |"
+            if args.flops:
+                total, decoder = flops_per_frame(cfg, envs)
+                rate = fps * total
+                row += (
+                    f" {total / 1e9:.3f} | {decoder / 1e9:.3f} | {rate / 1e9:.1f} |"
+                    f" {rate / max(decoder, 1.0):.0f} |"
+                )
+            print(row, flush=True)
 
 
 if __name__ == "__main__":
