@@ -135,6 +135,12 @@ def test_report_fields_agreement_and_speed(report, store) -> None:
     assert cal == binary_metrics(scores, list(real.values()), cal.threshold)
     assert cal.f1 >= a.f1
     assert len(report.open_loop.other_actions_psnr) == 16
+    # At threshold 0 the reward model also "detects" success on every replay of real frames;
+    # its per-start scores are the simulator frames' (in [0, 1]), not the imagined ones.
+    r = report.reward_on_real
+    assert (r.tp, r.fp, r.fn, r.tn) == (a.tp, a.fp, a.fn, a.tn)
+    assert all(0.0 <= s.real_max_score <= 1.0 for s in report.starts)
+    assert [s.real_max_score for s in report.starts] != scores
     assert {"before_success", "start"} <= set(report.agreement_by_kind)
     assert all(s.steps == min(16, store.load(s.episode_id).length - s.step) for s in report.starts)
     sp = report.speed

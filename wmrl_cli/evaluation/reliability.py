@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +134,7 @@ class StartResult:
     real_success: bool
     recorded_success: bool  # the recording over the same steps: the replay must match it
     max_score: float
+    real_max_score: float  # the reward model's highest score on the replay's real frames
 
 
 @dataclass
@@ -152,6 +153,9 @@ class ReliabilityReport:
     agreement_by_kind: dict[str, SuccessAgreement]
     starts: list[StartResult] = field(default_factory=list)
     imagined_calibration: BinaryMetrics | None = None  # best-F1 threshold on imagined scores
+    # The reward model on the simulator's own frames of the same replays: separates what the
+    # reward model gets wrong from what the world model does.
+    reward_on_real: SuccessAgreement | None = None
 
     @property
     def videos(self) -> np.ndarray | None:
@@ -181,6 +185,7 @@ class ReliabilityReport:
             "agreement": asdict(self.agreement),
             "agreement_by_kind": {k: asdict(v) for k, v in self.agreement_by_kind.items()},
             "replay_mismatches": self.replay_mismatches,
+            "reward_on_real": asdict(self.reward_on_real) if self.reward_on_real else None,
             "imagined_calibration": (
                 self.imagined_calibration.to_dict() if self.imagined_calibration else None
             ),
@@ -216,6 +221,8 @@ class ReliabilityReport:
             ["ratio world model / real", f"{sp.ratio:.2f}x"],
         ]
         groups = {"all": self.agreement, **self.agreement_by_kind}
+        if self.reward_on_real is not None:
+            groups["all, reward model on real frames"] = self.reward_on_real
         agreement = [
             [
                 name,
@@ -290,8 +297,10 @@ class ReliabilityReport:
             "Success is imagined when a chunk's highest reward-model score reaches the threshold; "
             "real when the simulator replaying the same actions from the stored state succeeds. "
             "halluc. = FP / (TP + FP), the share of imagined successes the simulator does not "
-            "confirm. action gap = PSNR with the recorded actions minus PSNR with another "
-            "episode's actions, same start and noise (dB): near 0, the model ignores its actions.",
+            "confirm. The row 'reward model on real frames' scores the simulator's own frames of "
+            "the same replays: what the reward model alone gets wrong. action gap = PSNR with "
+            "the recorded actions minus PSNR with another episode's actions, same start and "
+            "noise (dB): near 0, the model ignores its actions.",
         ]
         return "\n".join(lines) + "\n"
 
@@ -573,17 +582,23 @@ def real_successes(
     actions: np.ndarray,
     masks: np.ndarray,
     chunk: int,
-) -> np.ndarray:
-    """Replay one batch in the simulator from stored states: success [B] over masked steps."""
+    judge: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Replay one batch in the simulator from stored states: (success [B], the highest score
+    `judge` gives the replay's frames [B]; -inf without a judge) over masked steps."""
     sim.reset(init_ids, states)
     success = np.zeros(len(init_ids), dtype=bool)
+    best = np.full(len(init_ids), -np.inf)
     for i in range(actions.shape[1] // chunk):
         part = slice(i * chunk, (i + 1) * chunk)
         result = sim.chunk_step(actions[:, part])
-        success |= (result.success & result.info["valid"] & masks[:, part]).any(axis=1)
+        seen = result.info["valid"] & masks[:, part]
+        success |= (result.success & seen).any(axis=1)
+        if judge is not None:
+            best = np.maximum(best, np.where(seen, judge(result.frames), -np.inf).max(axis=1))
         if (result.terminated | result.truncated).any(axis=1).all():
             break
-    return success
+    return success, best
 
 
 def _replay_and_time(
@@ -597,9 +612,10 @@ def _replay_and_time(
     speed_chunks: int,
     seed: int,
     progress: bool,
-) -> tuple[np.ndarray, SpeedReport]:
-    """Real success of every start point, and the speed of both worlds, timed on the first
-    batch's envs (which the replays then reuse: building a Meta-World env takes a second)."""
+) -> tuple[np.ndarray, np.ndarray, SpeedReport]:
+    """Real success of every start point, the reward model's highest score on the replayed
+    (real) frames, and the speed of both worlds, timed on the first batch's envs (which the
+    replays then reuse: building a Meta-World env takes a second)."""
     from wmrl_cli.sims.metaworld_sim import MetaWorldSim
 
     b, chunk = cfg.num_envs, episodes[starts[0].episode_id].chunk_size
@@ -609,6 +625,7 @@ def _replay_and_time(
         groups.setdefault(_seed_offset(episodes[s.episode_id]), []).append(i)
     total = sum(len(_batches(len(g), b)) for g in groups.values())
     real = np.zeros(len(starts), dtype=bool)
+    real_score = np.zeros(len(starts))
     speed: SpeedReport | None = None
     with progress_task("simulator replays", total, progress) as advance:
         for offset, group in sorted(groups.items()):
@@ -630,12 +647,17 @@ def _replay_and_time(
                             seed,
                         )
                     states = [e.sim_state for e in entries]
-                    real[idx] = real_successes(
-                        sim, init_ids, states, actions[idx], masks[idx], chunk
+                    task_ids = np.array([e.task_id for e in entries])
+
+                    def judge(frames: np.ndarray, task_ids: np.ndarray = task_ids) -> np.ndarray:
+                        return reward_model.predict(frames, task_ids).float().cpu().numpy()
+
+                    real[idx], real_score[idx] = real_successes(
+                        sim, init_ids, states, actions[idx], masks[idx], chunk, judge
                     )
                     advance()
     assert speed is not None  # there is at least one start point
-    return real, speed
+    return real, real_score, speed
 
 
 # -- the whole evaluation ----------------------------------------------------------------------
@@ -716,7 +738,7 @@ def evaluate_world_model(
             success, score = imagined_successes(env, idx, actions[idx], masks[idx], chunk)
             imagined[idx], max_score[idx] = success, score
             advance()
-    real, speed = _replay_and_time(
+    real, real_score, speed = _replay_and_time(
         world_model, reward_model, cfg, starts, episodes, actions, masks, speed_chunks, seed,
         progress,
     )  # fmt: skip
@@ -737,6 +759,7 @@ def evaluate_world_model(
                 real_success=bool(real[i]),
                 recorded_success=bool(episode.success[s.step : s.step + steps].any()),
                 max_score=float(max_score[i]),
+                real_max_score=float(real_score[i]),
             )
         )
     kinds = sorted({r.kind for r in results})
@@ -759,6 +782,7 @@ def evaluate_world_model(
         open_loop=open_loop,
         speed=speed,
         agreement=success_agreement(imagined, real),
+        reward_on_real=success_agreement(real_score >= thr, real),
         agreement_by_kind=by_kind if len(kinds) > 1 else {},
         starts=results,
         # A start with no compared step scores -inf: any finite floor below every score does.
