@@ -68,3 +68,24 @@ def test_rlinf_context_noise_level() -> None:
     # Index 950 of DiffSynth's 1000-step training grid: s = 0.05, shifted by 5.
     expected = fm.shift_sigmas(torch.tensor(0.05), 5.0).item()
     assert abs(RLINF_CONTEXT_NOISE_SIGMA - expected) < 1e-4
+
+
+def test_delta_prediction_loss_by_hand() -> None:
+    # Two latent positions (1 channel, 1 frame, 1x2); the target moves at the second only.
+    anchor = torch.tensor([0.0, 0.0]).view(1, 1, 1, 1, 2)
+    x0 = torch.tensor([0.0, 2.0]).view(1, 1, 1, 1, 2)
+    x0_hat = torch.tensor([1.0, 1.0]).view(1, 1, 1, 1, 2)  # squared errors 1 and 1
+    sigma = torch.tensor([0.5]).view(1, 1, 1, 1, 1)
+    # Bounded at min_sigma: 1 / max(0.5, 1.0)^2 = 1 -> mean 1; at min_sigma 0.25: 1 / 0.25 = 4.
+    assert fm.delta_prediction_loss(x0_hat, x0, anchor, sigma, 1.0).item() == pytest.approx(1.0)
+    assert fm.delta_prediction_loss(x0_hat, x0, anchor, sigma, 0.25).item() == pytest.approx(4.0)
+    # Motion weight 2: change |x0 - anchor| = (0, 2), mean 1 -> weights (1, 5), mean 3.
+    # Errors (1, 1/4 * ... ) at min_sigma 1: (1, 1) -> (1*1 + 5*1) / 2 / 3 = 1.
+    assert fm.delta_prediction_loss(x0_hat, x0, anchor, sigma, 1.0, 2.0).item() == pytest.approx(
+        1.0
+    )
+    # Unequal errors show the weighting: errors (0, 4) -> (1*0 + 5*4) / 2 / 3 = 10/3 (vs 2).
+    x0_hat = torch.tensor([0.0, 0.0]).view(1, 1, 1, 1, 2)
+    plain = fm.delta_prediction_loss(x0_hat, x0, anchor, sigma, 1.0)
+    weighted = fm.delta_prediction_loss(x0_hat, x0, anchor, sigma, 1.0, 2.0)
+    assert (plain.item(), weighted.item()) == pytest.approx((2.0, 10.0 / 3.0))

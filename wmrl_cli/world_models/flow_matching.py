@@ -56,6 +56,30 @@ def velocity_from_x0(x_t: torch.Tensor, x0_pred: torch.Tensor, sigma: torch.Tens
     return (x_t - x0_pred) / sigma
 
 
+def delta_prediction_loss(
+    x0_hat: torch.Tensor,
+    x0: torch.Tensor,
+    anchor: torch.Tensor,
+    sigma: torch.Tensor,
+    min_sigma: float,
+    motion_weight: float = 0.0,
+) -> torch.Tensor:
+    """Loss of a delta-prediction world model: latents [B,C,T,h,w], anchor [B,C,1,h,w] (the last
+    context latent the prediction is an offset from), sigma [B,1,1,1,1].
+
+    ||x0_hat - x0||^2 / max(sigma, min_sigma)^2 (= the velocity loss ||v_hat - v||^2 where sigma
+    >= min_sigma). With motion_weight = m > 0 each latent position is weighted by
+    1 + m * |x0 - anchor| / mean|x0 - anchor| (channel mean), normalised to mean weight 1: the
+    few positions that change, the arm and what it moves, are what the actions decide.
+    """
+    err = ((x0_hat - x0) / sigma.clamp(min=min_sigma)).pow(2)
+    if motion_weight <= 0:
+        return err.mean()
+    change = (x0 - anchor).abs().mean(dim=1, keepdim=True)
+    weight = 1.0 + motion_weight * change / change.mean().clamp(min=1e-8)
+    return (weight * err).mean() / weight.mean()
+
+
 def sample_training_sigmas(
     batch_size: int,
     *,

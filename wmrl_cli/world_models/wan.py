@@ -190,6 +190,7 @@ class WanWorldModelConfig:
     # baseline with an action gap of 0.00 dB (it ignored its actions); 500 more steps at 1.0
     # gave +0.05..0.07 dB and +0.6 dB of open-loop PSNR (docs/benchmarks.md).
     loss_min_sigma: float = 1.0
+    motion_loss_weight: float = 0.0  # see flow_matching.delta_prediction_loss
 
     @classmethod
     def full(cls) -> WanWorldModelConfig:
@@ -738,9 +739,15 @@ class WanWorldModel(WorldModel):
         out = self._denoiser_output(x_t, sigma, cond, context, modulation)
         if self.config.delta_prediction:
             # ||v_hat - v||^2 = ||x0_hat - x0||^2 / sigma^2; the weight is bounded at small sigma.
-            x0_hat = cond[:, :, -1:] + out
-            weight = sigma_b.clamp(min=self.config.loss_min_sigma)
-            return ((x0_hat - x0) / weight).pow(2).mean()
+            anchor = cond[:, :, -1:]
+            return fm.delta_prediction_loss(
+                anchor + out,
+                x0,
+                anchor,
+                sigma_b,
+                self.config.loss_min_sigma,
+                self.config.motion_loss_weight,
+            )
         return F.mse_loss(out, fm.velocity_target(x0, noise))
 
     # -- persistence --------------------------------------------------------------------------
