@@ -65,3 +65,10 @@ def test_train_wm_backends(backend, store, tmp_path) -> None:
     assert more.exit_code == 0 and "resuming world-model training from step 2" in more.output
     steps = [json.loads(line).get("step") for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert max(steps) == 4
+    # The run's training objective applies to a model started from another one (--init).
+    init = [*common, "--set", "world_model.motion_loss_weight=2.5", "--steps", "1"]
+    init[init.index("--out") + 1] = str(tmp_path / "tuned")
+    tuned = runner.invoke(app, [*init, "--init", str(tmp_path / "run")])
+    assert tuned.exit_code == 0, tuned.output
+    assert load_world_model(tmp_path / "tuned").config.motion_loss_weight == 2.5
+    assert load_world_model(tmp_path / "run").config.motion_loss_weight == 0.0

@@ -67,6 +67,12 @@ class WorldModelConfig(Section):
         description="add what the autoencoder loses of the last real frame to every prediction "
         "(world models trained by wmrl; the published ones run without it)",
     )
+    motion_loss_weight: float = Field(
+        0.0,
+        ge=0.0,
+        description="weight the denoiser loss towards latent positions that change (1 + m x "
+        "change / mean change): the arm and what it moves, which the actions decide",
+    )
     vae_steps: int = Field(1500, ge=0, description="autoencoder steps when training from scratch")
     vae_batch_size: int = Field(8, ge=1)
     vae_lr: float = Field(1e-3, gt=0.0)

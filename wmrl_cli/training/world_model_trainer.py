@@ -251,6 +251,8 @@ class WorldModelTrainer:
             model = build_world_model(self.cfg, self.action_dim)
             if self.wm.vae_steps > 0:
                 self.train_autoencoder(model)
+        # The training objective is the run's, also when starting from another model.
+        model.config.motion_loss_weight = self.wm.motion_loss_weight
         model.vae.requires_grad_(False)
         ema = {n: p.detach().clone() for n, p in model.transformer.named_parameters()}
         optimizer = torch.optim.AdamW(
