@@ -29,13 +29,13 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from wmrl_cli.config.schema import RunConfig, SimulatorConfig  # noqa: E402
 from wmrl_cli.sims.suites import get_suite  # noqa: E402
 from wmrl_cli.training.world_model_trainer import build_world_model  # noqa: E402
+from wmrl_cli.world_models.interface import WorldModel  # noqa: E402
 
 ACTION_DIM = 4  # Meta-World
 
 
 @torch.no_grad()
-def measure_world_model(cfg: RunConfig, envs: int, chunks: int) -> float:
-    model = build_world_model(cfg, ACTION_DIM).eval()
+def measure_world_model(model: WorldModel, cfg: RunConfig, envs: int, chunks: int) -> float:
     size, k, c = cfg.simulator.image_size, cfg.world_model.context_frames, 8
     gen = torch.Generator().manual_seed(0)
     frames = torch.randint(0, 256, (envs, k, size, size, 3), dtype=torch.uint8, generator=gen)
@@ -49,9 +49,8 @@ def measure_world_model(cfg: RunConfig, envs: int, chunks: int) -> float:
 
 
 @torch.no_grad()
-def flops_per_frame(cfg: RunConfig, envs: int) -> tuple[float, float]:
+def flops_per_frame(model: WorldModel, cfg: RunConfig, envs: int) -> tuple[float, float]:
     """(FLOPs per predicted frame of a whole chunk prediction, of its VAE decoder alone)."""
-    model = build_world_model(cfg, ACTION_DIM).eval()
     size, k, c = cfg.simulator.image_size, cfg.world_model.context_frames, 8
     frames = torch.zeros(envs, k, size, size, 3, dtype=torch.uint8)
     model.reset_context(frames[:, 0], frames, torch.zeros(envs, k, ACTION_DIM))
@@ -109,10 +108,11 @@ def main() -> None:
                     },
                 }
             )
-            fps = measure_world_model(cfg, envs, args.chunks)
+            model = build_world_model(cfg, ACTION_DIM).eval()
+            fps = measure_world_model(model, cfg, envs, args.chunks)
             row = f"| {steps} | {envs} | {fps:.1f} | {fps / real:.2f}x |"
             if args.flops:
-                total, decoder = flops_per_frame(cfg, envs)
+                total, decoder = flops_per_frame(model, cfg, envs)
                 rate = fps * total
                 row += (
                     f" {total / 1e9:.3f} | {decoder / 1e9:.3f} | {rate / 1e9:.1f} |"

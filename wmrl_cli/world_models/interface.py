@@ -31,6 +31,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from wmrl_cli.errors import ConfigError, WmrlError
+from wmrl_cli.world_models import flow_matching as fm
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -196,6 +197,20 @@ class WorldModel(nn.Module, ABC):
     def onload(self, device: torch.device | str) -> None:
         """Move weights (and any held context) to `device`."""
         self.to(device)
+
+    def delta_prediction_loss(
+        self, out: torch.Tensor, x0: torch.Tensor, anchor: torch.Tensor, sigma: torch.Tensor
+    ) -> torch.Tensor:
+        """Training loss of a delta-prediction model (x0_hat = anchor + out), weighted as its
+        config says: `loss_min_sigma`, `motion_loss_weight` (flow_matching's function)."""
+        return fm.delta_prediction_loss(
+            anchor + out,
+            x0,
+            anchor,
+            sigma,
+            self.config.loss_min_sigma,
+            self.config.motion_loss_weight,
+        )
 
     # -- detail carry-over (`config.carry_detail`) -----------------------------------------------
 

@@ -983,15 +983,7 @@ class OpenSoraWorldModel(WorldModel):
         if self.config.delta_prediction:
             # ||v_hat - v||^2 = ||x0_hat - x0||^2 / sigma^2; the weight is bounded at small sigma.
             # The offset is from the clean last context latent, as at inference.
-            anchor = clean_context[:, :, -1:]
-            return fm.delta_prediction_loss(
-                anchor + out,
-                x0,
-                anchor,
-                sigma_b,
-                self.config.loss_min_sigma,
-                self.config.motion_loss_weight,
-            )
+            return self.delta_prediction_loss(out, x0, clean_context[:, :, -1:], sigma_b)
         return F.mse_loss(-out, fm.velocity_target(x0, noise))
 
     # -- persistence --------------------------------------------------------------------------

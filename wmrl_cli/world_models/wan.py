@@ -739,15 +739,7 @@ class WanWorldModel(WorldModel):
         out = self._denoiser_output(x_t, sigma, cond, context, modulation)
         if self.config.delta_prediction:
             # ||v_hat - v||^2 = ||x0_hat - x0||^2 / sigma^2; the weight is bounded at small sigma.
-            anchor = cond[:, :, -1:]
-            return fm.delta_prediction_loss(
-                anchor + out,
-                x0,
-                anchor,
-                sigma_b,
-                self.config.loss_min_sigma,
-                self.config.motion_loss_weight,
-            )
+            return self.delta_prediction_loss(out, x0, cond[:, :, -1:], sigma_b)
         return F.mse_loss(out, fm.velocity_target(x0, noise))
 
     # -- persistence --------------------------------------------------------------------------
