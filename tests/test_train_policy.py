@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -84,17 +85,10 @@ def assets(tmp_path_factory, expert_episodes):
     return root
 
 
-def args(root, out, steps, algo="ppo", envs=4):
+def options(out, steps, algo, envs, eval_trials):
+    """The options every train-policy run of these tests shares: mw3 at 32x32 in-process,
+    episodes of at most 16 steps, groups of 2."""
     return [
-        "train-policy",
-        "--policy",
-        str(root / "sft"),
-        "--world-model",
-        str(root / "wm"),
-        "--reward-model",
-        str(root / "rm"),
-        "--reset-set",
-        str(root / "demos"),
         "--steps",
         str(steps),
         "--out",
@@ -110,7 +104,7 @@ def args(root, out, steps, algo="ppo", envs=4):
         "--set",
         "algorithm.minibatch_trajectories=2",
         "--set",
-        "algorithm.eval_trials=1",
+        f"algorithm.eval_trials={eval_trials}",
         "--set",
         "simulator.suite=mw3",
         "--set",
@@ -129,6 +123,22 @@ def args(root, out, steps, algo="ppo", envs=4):
         "training.lr=1e-3",
         "--set",
         "training.adam_eps=1e-8",
+    ]
+
+
+def args(root, out, steps, algo="ppo", envs=4):
+    """train-policy in the tiny imagined env."""
+    return [
+        "train-policy",
+        "--policy",
+        str(root / "sft"),
+        "--world-model",
+        str(root / "wm"),
+        "--reward-model",
+        str(root / "rm"),
+        "--reset-set",
+        str(root / "demos"),
+        *options(out, steps, algo, envs, eval_trials=1),
     ]
 
 
@@ -156,9 +166,14 @@ def _metrics(path):
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 
-@pytest.mark.parametrize("extra", [[], ["--set", "training.lora_rank=4"]], ids=["full", "lora"])
-def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, extra) -> None:
-    straight = runner.invoke(app, [*args(assets, tmp_path / "a", 3), *extra])
+@pytest.mark.parametrize(
+    "extra,where",
+    [([], "imagined"), (["--set", "training.lora_rank=4"], "imagined"), ([], "simulator")],
+    ids=["full", "lora", "simulator"],
+)
+def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, extra, where):
+    run_args = args if where == "imagined" else sim_args
+    straight = runner.invoke(app, [*run_args(assets, tmp_path / "a", 3), *extra])
     assert straight.exit_code == 0, straight.output
 
     import wmrl_cli.rl.trainer as trainer
@@ -170,10 +185,10 @@ def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, 
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trainer, "save_checkpoint", save_then_die)
-    killed = runner.invoke(app, [*args(assets, tmp_path / "b", 3), *extra])
+    killed = runner.invoke(app, [*run_args(assets, tmp_path / "b", 3), *extra])
     assert killed.exit_code == 130
     monkeypatch.setattr(trainer, "save_checkpoint", real_save)
-    resumed = runner.invoke(app, [*args(assets, tmp_path / "b", 3), *extra])
+    resumed = runner.invoke(app, [*run_args(assets, tmp_path / "b", 3), *extra])
     assert resumed.exit_code == 0 and "resuming policy training from step_000001" in resumed.output
     a, b = _metrics(tmp_path / "a" / "metrics.jsonl"), _metrics(tmp_path / "b" / "metrics.jsonl")
     assert [r["step"] for r in b] == [1, 2, 3]
@@ -183,13 +198,15 @@ def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, 
             assert x[key] == pytest.approx(y[key], rel=1e-6, abs=1e-7), key
 
 
-def test_two_ranks_stay_in_sync(assets, tmp_path) -> None:
+@pytest.mark.parametrize("where", ["imagined", "simulator"])
+def test_two_ranks_stay_in_sync(assets, tmp_path, where) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run_args = args if where == "imagined" else sim_args
     cmd = [
         sys.executable,
         "-m",
         "wmrl_cli",
-        *args(assets, tmp_path / "ddp", 2, envs=8),
+        *run_args(assets, tmp_path / "ddp", 2, envs=8),
         "--num-processes",
         "2",
     ]
@@ -204,6 +221,10 @@ def test_two_ranks_stay_in_sync(assets, tmp_path) -> None:
     for key in ("env/episode_len", "train/actor/policy_loss", "rollout/advantages_mean"):
         mean = (ranks[0]["last_metrics"][key] + ranks[1]["last_metrics"][key]) / 2
         assert logged[key] == pytest.approx(mean, rel=1e-6, abs=1e-7), key
+    # Real steps are summed over ranks: 8 episodes per RL step, whatever their lengths.
+    rows = _metrics(tmp_path / "ddp" / "metrics.jsonl")
+    expected = np.cumsum([8 * r["env/episode_len"] for r in rows]) if where == "simulator" else 0
+    assert np.array_equal([r["env/real_steps"] for r in rows], np.zeros(2) + expected)
 
 
 def test_grpo_runs_with_group_filtering(assets, tmp_path) -> None:
@@ -221,3 +242,118 @@ def test_grpo_runs_with_group_filtering(assets, tmp_path) -> None:
     # outcomes, and group filtering drops them all.
     assert row["env/success_once"] == 1.0 and row["env/episode_len"] == 8.0
     assert row["rollout/kept_groups_fraction"] == 0.0 and row["train/actor/policy_loss"] == 0.0
+
+
+# -- RL in the real simulator (`--env simulator`) ------------------------------------------
+
+
+def sim_args(root, out, steps, algo="grpo", envs=4, eval_trials=0):
+    """train-policy in the in-process mw3 simulator (the policy is the only input)."""
+    return [
+        "train-policy",
+        "--env",
+        "simulator",
+        "--policy",
+        str(root / "sft"),
+        *options(out, steps, algo, envs, eval_trials),
+    ]
+
+
+def test_simulator_real_steps_are_the_simulator_steps_taken(assets, tmp_path, monkeypatch) -> None:
+    from metaworld.sawyer_xyz_env import SawyerXYZEnv
+
+    taken = {"steps": 0}
+    real_step = SawyerXYZEnv.step
+
+    def counted_step(self, action):
+        taken["steps"] += 1
+        return real_step(self, action)
+
+    monkeypatch.setattr(SawyerXYZEnv, "step", counted_step)
+    result = runner.invoke(app, sim_args(assets, tmp_path / "sim", 3))
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "sim" / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    # Per RL step: the 4 episodes' lengths (env/episode_len is their mean); cumulative.
+    lengths = [4 * r["env/episode_len"] for r in rows]
+    assert [r["env/real_steps"] for r in rows] == list(np.cumsum(lengths))
+    assert rows[-1]["env/real_steps"] == taken["steps"] > 0
+    assert all(0 < r["env/episode_len"] <= 16 for r in rows)
+    assert "time/simulator" in rows[0]
+
+
+def test_imagined_runs_count_no_real_steps(assets, tmp_path) -> None:
+    result = runner.invoke(app, args(assets, tmp_path / "img", 2, algo="grpo"))
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "img" / "metrics.jsonl").open()]
+    assert [r["env/real_steps"] for r in rows] == [0.0, 0.0]
+
+
+def test_simulator_groups_start_identically_and_earn_the_success_reward() -> None:
+    from tests.conftest import small_sim_config
+    from wmrl_cli.envs.simulator_rl import SimulatorRLEnv
+    from wmrl_cli.sims.experts import ExpertPolicy
+    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+
+    cfg = small_sim_config(max_steps=120)
+    with SimulatorRLEnv(MetaWorldSim(cfg, num_envs=4), 30, 3000, reward_coef=5.0) as env:
+        assert env.reset_set[7] == 3007
+        # Step slots away from their initial states first, then reset two groups.
+        env.reset([0, 1, 2, 3])
+        rng = np.random.default_rng(0)
+        env.chunk_step(rng.uniform(-1, 1, (4, 5, 4)).astype(np.float32))
+        obs = env.reset([5, 5, 9, 9])
+        for a, b in ((0, 1), (2, 3)):
+            assert np.array_equal(obs.sim_states[a], obs.sim_states[b])
+            assert np.array_equal(obs.images[a], obs.images[b])
+        assert not np.array_equal(obs.sim_states[0], obs.sim_states[2])
+        assert list(obs.task_ids) == [3005 % 3, 3005 % 3, 3009 % 3, 3009 % 3]
+        # The scripted expert succeeds: the reward is reward_coef on the success step only,
+        # and the episode terminates there (masked GRPO stops at the first success).
+        expert = ExpertPolicy(env.sim.suite)
+        total = np.zeros(4)
+        lengths = np.zeros(4, dtype=int)
+        done = np.zeros(4, dtype=bool)
+        while not done.all():
+            result = env.chunk_step(expert.act(obs).actions[:, :1])
+            valid = result.info["valid"][:, 0]
+            total += result.rewards[:, 0]
+            lengths += valid
+            assert np.array_equal(result.rewards[:, 0] > 0, result.success[:, 0] & valid)
+            done |= result.terminated[:, 0] | result.truncated[:, 0]
+            obs = result.obs
+        assert np.array_equal(total, np.full(4, 5.0)) and (lengths < 120).all()
+
+
+def test_simulator_env_restores_groups_that_reset_apart() -> None:
+    """A simulator whose resets differ per slot: every member gets its group's first state."""
+    from wmrl_cli.envs.interface import Obs
+    from wmrl_cli.envs.simulator_rl import SimulatorRLEnv
+
+    class Drifting:
+        num_envs, action_dim, task_names = 4, 4, ["t"]
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[list[int], list | None]] = []
+
+        def reset(self, init_ids, sim_states=None):
+            self.calls.append((list(init_ids), sim_states))
+            states = sim_states or [np.array([i, slot], float) for slot, i in enumerate(init_ids)]
+            images = np.stack([np.full((2, 2, 3), s.sum(), np.uint8) for s in states])
+            return Obs(images, ["x"] * 4, np.zeros(4, np.int64), sim_states=list(states))
+
+    sim = Drifting()
+    obs = SimulatorRLEnv(sim, 10, 100).reset([3, 3, 4, 4])
+    assert [c[0] for c in sim.calls] == [[103, 103, 104, 104]] * 2
+    assert [s.tolist() for s in obs.sim_states] == [[103, 0], [103, 0], [104, 2], [104, 2]]
+
+
+def test_simulator_rejects_imagined_inputs_and_overlapping_seeds(assets, tmp_path) -> None:
+    base = sim_args(assets, tmp_path / "x", 1)
+    wm = runner.invoke(app, [*base, "--world-model", str(assets / "wm")])
+    assert wm.exit_code == 2 and "world_model.path" in wm.output and "Traceback" not in wm.output
+    overlap = runner.invoke(
+        app, [*base, "--set", "algorithm.eval_trials=2", "--set", "algorithm.sim_init_offset=3"]
+    )
+    assert overlap.exit_code == 2 and "sim_init_offset" in overlap.output
+    assert not (tmp_path / "x").exists()

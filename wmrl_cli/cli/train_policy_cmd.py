@@ -1,4 +1,5 @@
-"""`wmrl train-policy`: GRPO or PPO of the VLA policy inside the imagined env."""
+"""`wmrl train-policy`: GRPO or PPO of the VLA policy inside the imagined env or the real
+simulator (`--env`)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,14 @@ def train_policy_command(
         str | None,
         typer.Option(help="Initial states: an episode store, an RLinf folder or an asset."),
     ] = None,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env",
+            help="Where rollouts run: imagined (world + reward model, the default) or simulator "
+            "(the real one; needs only --policy). Config: algorithm.env.",
+        ),
+    ] = None,
     assets_dir: Annotated[
         Path | None,
         typer.Option(
@@ -84,7 +93,7 @@ def train_policy_command(
     preset: PresetOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """GRPO/PPO in imagination: the policy and the world model alternate chunk by chunk, the reward model scores every frame, token-level clipped updates; periodic evaluation in the real simulator. Starting the same command again resumes from RUN/checkpoints."""  # noqa: E501
+    """GRPO/PPO in imagination (the policy and the world model alternate chunk by chunk, the reward model scores every frame) or, with --env simulator, in the real simulator; token-level clipped updates; periodic evaluation in the real simulator. Starting the same command again resumes from RUN/checkpoints."""  # noqa: E501
     cfg = build_config(
         preset,
         set_,
@@ -92,6 +101,7 @@ def train_policy_command(
         world_model__path=world_model,
         reward_model__path=reward_model,
         world_model__reset_set=reset_set,
+        algorithm__env=env,
         assets_dir=assets_dir,
         training__steps=steps,
         output_dir=out,
@@ -104,7 +114,7 @@ def train_policy_command(
     import torch
     from accelerate import Accelerator
 
-    from wmrl_cli.rl.setup import build_imagined_env, check_inputs, load_policy, real_eval_callback
+    from wmrl_cli.rl.setup import build_env, check_inputs, load_policy, real_eval_callback
     from wmrl_cli.rl.trainer import PolicyTrainer
     from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
 
@@ -123,11 +133,12 @@ def train_policy_command(
 
     device = str(accelerator.device)
     model = load_policy(inputs, device)
-    env = build_imagined_env(
-        cfg, cfg.algorithm.num_envs // accelerator.num_processes, device, inputs
-    )
-    evaluate = real_eval_callback(cfg, run_dir) if accelerator.is_main_process else None
-    trainer = PolicyTrainer(cfg, run_dir, model, env, accelerator, evaluate)
-    out_dir = trainer.train()
+    rl_env = build_env(cfg, cfg.algorithm.num_envs // accelerator.num_processes, device, inputs)
+    try:
+        evaluate = real_eval_callback(cfg, run_dir) if accelerator.is_main_process else None
+        trainer = PolicyTrainer(cfg, run_dir, model, rl_env, accelerator, evaluate)
+        out_dir = trainer.train()
+    finally:
+        rl_env.close()
     if accelerator.is_main_process:
         console.print(f"policy saved to {out_dir}")

@@ -108,6 +108,20 @@ class RewardModelConfig(Section):
 
 class AlgorithmConfig(Section):
     name: Literal["grpo", "ppo"] = "grpo"
+    env: Literal["imagined", "simulator"] = Field(
+        "imagined",
+        description="where RL rollouts run: the imagined env (world + reward model) or the "
+        "real simulator (`simulator.*`)",
+    )
+    sim_init_ids: int = Field(
+        1000, ge=1, description="env=simulator: training initial states (init ids) to draw from"
+    )
+    sim_init_offset: int = Field(
+        3_000_000,
+        ge=0,
+        description="env=simulator: training init ids start here, apart from the evaluation "
+        "seeds (0..) and the SFT demonstrations (1,000,000+)",
+    )
     group_size: int = Field(8, ge=1)
     clip_low: float = Field(0.2, ge=0.0, le=1.0)
     clip_high: float = Field(0.28, ge=0.0, le=10.0)
@@ -123,7 +137,9 @@ class AlgorithmConfig(Section):
     aggregation: Literal["token_mean", "trajectory_mean"] = Field(
         "trajectory_mean", description="trajectory_mean: masked GRPO (WoVR eq. 11)"
     )
-    num_envs: int = Field(64, ge=1, description="imagined envs per rollout, all ranks together")
+    num_envs: int = Field(
+        64, ge=1, description="envs per rollout (imagined or simulated), all ranks together"
+    )
     max_episode_steps: int = Field(256, ge=1)
     update_epochs: int = Field(1, ge=1)
     minibatch_trajectories: int = Field(8, ge=1, description="trajectories per forward pass")

@@ -1,5 +1,6 @@
-"""Assembling RL in imagination from the config: policy, world model, reward model, reset set,
-the imagined env of this rank, and the real-simulator evaluation callback.
+"""Assembling RL from the config: policy, world model, reward model, reset set, the env of this
+rank (imagined, or the real simulator with `algorithm.env=simulator`), and the real-simulator
+evaluation callback.
 
 Each input is a wmrl run or model directory, a directory in a publisher's layout (told apart by
 its files), or the name of a published asset (`wmrl download --list`), found in `assets_dir`."""
@@ -18,9 +19,11 @@ from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.reset_set import ResetEntry, load_rlinf_reset_set, reset_set_from_store
 from wmrl_cli.envs.imagined import ImaginedEnv
-from wmrl_cli.errors import WmrlError
+from wmrl_cli.envs.interface import Env
+from wmrl_cli.envs.simulator_rl import SimulatorRLEnv
+from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.policies.registry import resolve_policy_dir
-from wmrl_cli.sims.backends import resolve_simulator, simulator_class
+from wmrl_cli.sims.backends import resolve_simulator, simulator_class, simulator_suite
 from wmrl_cli.sims.libero_suites import get_libero_suite
 from wmrl_cli.world_models.interface import WorldModel
 from wmrl_cli.world_models.published import published_layout
@@ -47,9 +50,9 @@ class Inputs:
     """The paths train-policy reads, asset names resolved to their download directories."""
 
     policy: Path
-    world_model: Path
-    reward_model: Path
-    reset_set: Path
+    world_model: Path | None  # None (like the reward model and reset set) in the simulator
+    reward_model: Path | None
+    reset_set: Path | None
     unnorm_key: str | None = None  # the policy asset's, when the policy is one
 
 
@@ -64,7 +67,8 @@ def _missing_assets(failures: list[tuple[str, WmrlError]], assets_dir: Path | No
 
 
 def resolve_inputs(cfg: RunConfig) -> Inputs:
-    """Every input of RL in imagination as a path; fails before anything is written.
+    """Every input of RL as a path (in the simulator: the policy only); fails before anything
+    is written.
 
     A value that names a published asset (`wmrl download --list`) resolves to its directory
     under `assets_dir`; assets that are missing or incomplete are reported together, with the
@@ -84,7 +88,7 @@ def resolve_inputs(cfg: RunConfig) -> Inputs:
     for key, path in paths.items():
         if key != "policy.name" and not path.exists():
             raise WmrlError(f"{key}: {values[key]} does not exist")
-    layout = published_layout(paths["world_model.path"])
+    layout = published_layout(paths["world_model.path"]) if "world_model.path" in paths else None
     if layout is not None and layout.removeprefix("rlinf-") != cfg.world_model.backend:
         raise WmrlError(
             f"world_model.backend is {cfg.world_model.backend}, but {values['world_model.path']} "
@@ -96,14 +100,18 @@ def resolve_inputs(cfg: RunConfig) -> Inputs:
     policy_asset = values["policy.name"] if values["policy.name"] in ASSETS else None
     return Inputs(
         policy=policy,
-        world_model=paths["world_model.path"],
-        reward_model=reward_model_source(paths["reward_model.path"]),
-        reset_set=paths["world_model.reset_set"],
+        world_model=paths.get("world_model.path"),
+        reward_model=reward_model_source(paths["reward_model.path"])
+        if "reward_model.path" in paths
+        else None,
+        reset_set=paths.get("world_model.reset_set"),
         unnorm_key=get_asset(policy_asset).unnorm_key if policy_asset else None,
     )
 
 
 def _values(cfg: RunConfig) -> dict[str, str | None]:
+    if cfg.algorithm.env == "simulator":
+        return {"policy.name": cfg.policy.name}
     return {
         "world_model.path": cfg.world_model.path,
         "reward_model.path": cfg.reward_model.path,
@@ -115,9 +123,60 @@ def _values(cfg: RunConfig) -> dict[str, str | None]:
 def check_inputs(cfg: RunConfig) -> Inputs:
     """Fail before anything is written if an input or the evaluation simulator is missing."""
     inputs = resolve_inputs(cfg)
-    if cfg.algorithm.eval_trials:
+    if cfg.algorithm.env == "simulator":
+        check_simulator_rl(cfg)
+    elif cfg.algorithm.eval_trials:
         evaluation_simulator(cfg)
     return inputs
+
+
+_IMAGINED_ONLY: dict[str, Callable[[RunConfig], str | None]] = {
+    "world_model.path": lambda cfg: cfg.world_model.path,
+    "reward_model.path": lambda cfg: cfg.reward_model.path,
+    "world_model.reset_set": lambda cfg: cfg.world_model.reset_set,
+}
+
+
+def check_simulator_rl(cfg: RunConfig) -> None:
+    """RL in the real simulator: the simulator exists, and its training init ids stay clear of
+    the evaluation seeds."""
+    unused = [key for key, value in _IMAGINED_ONLY.items() if value(cfg)]
+    if unused:
+        raise ConfigError(
+            f"invalid value for '{unused[0]}': algorithm.env=simulator uses no world model, "
+            "reward model or reset set"
+        )
+    sim = resolve_simulator(cfg.simulator)
+    simulator_class(sim)
+    alg = cfg.algorithm
+    evaluated = alg.eval_trials * len(simulator_suite(sim).task_names)
+    if alg.eval_trials and alg.sim_init_offset < evaluated:
+        raise ConfigError(
+            f"invalid value for 'algorithm.sim_init_offset': {alg.sim_init_offset} overlaps "
+            f"the evaluation init ids 0..{evaluated - 1}"
+        )
+
+
+def build_simulator_env(cfg: RunConfig, num_envs: int) -> SimulatorRLEnv:
+    """The real simulator as the RL env of this rank: `num_envs` envs, episodes truncated at
+    `algorithm.max_episode_steps` by the simulator itself, terminated at success."""
+    sim_cfg = resolve_simulator(cfg.simulator).model_copy(
+        update={"max_steps": cfg.algorithm.max_episode_steps, "terminate_on_success": True}
+    )
+    sim = simulator_class(sim_cfg)(sim_cfg, num_envs)
+    return SimulatorRLEnv(
+        sim,
+        cfg.algorithm.sim_init_ids,
+        cfg.algorithm.sim_init_offset,
+        reward_coef=cfg.reward_model.reward_coef,
+    )
+
+
+def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None = None) -> Env:
+    """The RL env `algorithm.env` names, with `num_envs` envs (one rank's share)."""
+    if cfg.algorithm.env == "simulator":
+        return build_simulator_env(cfg, num_envs)
+    return build_imagined_env(cfg, num_envs, device, inputs)
 
 
 def evaluation_simulator(cfg: RunConfig) -> type:

@@ -5,6 +5,12 @@ over minibatches of whole trajectories, accumulated into one optimizer step per 
 metrics reduced over ranks. Log-probs are per action token [B,T,C,A]; steps after an env's
 first done are masked; GRPO groups are consecutive envs that share an initial state, and a
 rank's shard always holds whole groups.
+
+Real-step accounting: `env/real_steps` is the cumulative number of real environment steps the
+run has consumed, summed over ranks: the executed steps of every rollout in an env whose
+`real` attribute is true (the simulator, `envs/simulator_rl.py`), none in the imagined env;
+it starts at `real_steps` (what came before, e.g. co-evolve's data collection) and is
+checkpointed with the run.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ class PolicyTrainer:
         env: Env,
         accelerator,
         evaluate: Callable[[Any, int], dict[str, float]] | None = None,
+        real_steps: int = 0,
     ) -> None:
         self.cfg, self.alg, self.run_dir = cfg, cfg.algorithm, run_dir
         self.accelerator = accelerator
@@ -119,11 +126,13 @@ class PolicyTrainer:
         )
         self.model = model
         self.step = 0
+        self.real_steps = real_steps
         self._resumed_from = None
         if checkpoint is not None:
             info = load_checkpoint(checkpoint, [self.optimizer])
             self.step = info["step"]
             self.sampler.load_state_dict(info["extra"]["sampler"])
+            self.real_steps = int(info["extra"].get("real_steps", real_steps))
             self._resumed_from = checkpoint.name
         self.wrapped, self.optimizer = accelerator.prepare(model, self.optimizer)
         self.unwrapped = accelerator.unwrap_model(self.wrapped)
@@ -177,6 +186,7 @@ class PolicyTrainer:
             self.generator,
         )
         timings["time/rollout"] = time.time() - t0
+        self.real_steps += self._real_steps_taken(ro)
         if hasattr(self.env, "pop_timings"):
             timings.update({f"time/{k}": v for k, v in self.env.pop_timings().items()})
 
@@ -206,6 +216,7 @@ class PolicyTrainer:
 
         metrics = {k: float(np.mean(v)) for k, v in stats.items()}
         metrics.update(self._rollout_metrics(ro, adv, keep))
+        metrics["env/real_steps"] = float(self.real_steps)  # equal on every rank
         metrics["train/actor/lr"] = self.cfg.training.lr
         metrics.update(timings)
         metrics["time/step"] = time.time() - t0
@@ -296,6 +307,12 @@ class PolicyTrainer:
             "env/success_once": float(ro.success.float().mean()),
         }
 
+    def _real_steps_taken(self, ro: Rollout) -> int:
+        """Real environment steps of this rollout, summed over ranks (0 in imagination)."""
+        local = int(ro.episode_len.sum()) if getattr(self.env, "real", False) else 0
+        total = torch.tensor([local], dtype=torch.int64, device=self.accelerator.device)
+        return int(self.accelerator.reduce(total, "sum").item())
+
     def _reduce(self, metrics: dict[str, float]) -> dict[str, float]:
         """Mean over ranks (every rank logs the same keys in the same order)."""
         keys = sorted(metrics)
@@ -327,8 +344,9 @@ class PolicyTrainer:
         acc = self.accelerator
         if self._resumed_from:
             console.print(f"resuming policy training from {self._resumed_from}")
+        where = "the simulator" if getattr(self.env, "real", False) else "imagination"
         with progress_task(
-            f"{self.alg.name} in imagination",
+            f"{self.alg.name} in {where}",
             t.steps,
             self.cfg.logging.progress and acc.is_main_process,
         ) as advance:
@@ -341,7 +359,9 @@ class PolicyTrainer:
                 if self.evaluate is not None and (
                     (every and self.step % every == 0) or self.step == t.steps
                 ):
+                    t_eval = time.time()
                     metrics.update(self.evaluate(self.unwrapped, self.step))
+                    metrics["time/eval"] = time.time() - t_eval
                 self.logger.log(metrics, self.step)
                 if self.step % t.save_every == 0 or self.step == t.steps:
                     acc.wait_for_everyone()
@@ -351,7 +371,7 @@ class PolicyTrainer:
                             self.step,
                             self.unwrapped.save_pretrained,
                             [self.optimizer],
-                            {"sampler": self.sampler.state_dict()},
+                            {"sampler": self.sampler.state_dict(), "real_steps": self.real_steps},
                         )
                 advance()
         self.logger.close()
