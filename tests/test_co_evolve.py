@@ -73,3 +73,20 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     videos = sorted((out / "eval" / "stage2" / "videos").glob("*_grid.mp4"))
     assert len(videos) == 2 and imageio.get_reader(videos[0]).get_data(0).ndim == 3
     assert "| **overall** |" in (out / "report.md").read_text()
+
+    # Real steps per stage: the episodes' lengths of what each stage collected or evaluated,
+    # none for RL in imagination, whose env/real_steps carry the data collected before it.
+    def lengths(path):
+        index = json.loads(path.read_text())
+        return sum(e["length"] for e in index.get("episodes", index))
+
+    steps = {name: item["real_steps"] for name, item in after.items()}
+    assert steps["sft"] == lengths(out / "sft" / "demos" / "index.json") > 0
+    assert steps["base_rollouts"] == lengths(out / "data" / "base" / "index.json") > 0
+    assert steps["eval_base"] == lengths(out / "eval" / "base" / "report.json") > 0
+    assert steps["stage1"] == steps["stage2"] == steps["world_model"] == 0
+    rows = [json.loads(line) for line in (out / "stage1" / "metrics.jsonl").open()]
+    assert {r["env/real_steps"] for r in rows} == {steps["sft"] + steps["base_rollouts"]}
+    assert report["real_steps"] == steps
+    assert report["total_real_steps"] == sum(steps.values())
+    assert "| stage1 |" in (out / "report.md").read_text()

@@ -6,8 +6,11 @@
       x refinements -> (optional frozen-WM control) -> report
 
 Every stage writes into its own folder of the run directory and is recorded in `stages.json`
-when complete; running the same command again skips finished stages, and the stage that was
-interrupted resumes from its own checkpoints (SFT, world model and RL trainers all resume).
+when complete, with its wall time and the real environment steps it consumed (demonstrations,
+rollouts and evaluations: their episodes' lengths; RL in imagination: 0); running the same
+command again skips finished stages, and the stage that was interrupted resumes from its own
+checkpoints (SFT, world model and RL trainers all resume). The RL stages' `env/real_steps`
+start at the real steps the pipeline's data collection consumed before them.
 """
 
 from __future__ import annotations
@@ -24,26 +27,56 @@ from wmrl_cli.data.episodes import EpisodeStore, atomic_write_text
 from wmrl_cli.logging import console
 
 STAGES_FILE = "stages.json"
+REAL_STEPS_FILE = "real_steps_before.json"  # in an RL stage's folder: env/real_steps at start
 
 
 class Pipeline:
-    """Runs named stages once each, recording outputs and wall times in stages.json."""
+    """Runs named stages once each, recording outputs, wall times and real steps in
+    stages.json."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         path = run_dir / STAGES_FILE
         self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
 
-    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+    def run(
+        self, name: str, fn: Callable[[], Any], real_steps: Callable[[Any], int] | None = None
+    ) -> Any:
+        """`real_steps(result)`: the real environment steps the stage consumed (none: 0)."""
         if name in self.state:
             console.print(f"[dim]stage {name}: done, skipped[/]")
             return self.state[name]["result"]
         console.rule(f"stage: {name}")
         start = time.time()
         result = fn()
-        self.state[name] = {"result": result, "wall_s": round(time.time() - start, 1)}
+        self.state[name] = {
+            "result": result,
+            "wall_s": round(time.time() - start, 1),
+            "real_steps": real_steps(result) if real_steps is not None else 0,
+        }
         atomic_write_text(self.run_dir / STAGES_FILE, json.dumps(self.state, indent=1))
         return result
+
+    def data_steps(self) -> int:
+        """Real steps of the finished stages that collected training data (not evaluations)."""
+        return sum(
+            int(item.get("real_steps", 0))
+            for name, item in self.state.items()
+            if not name.startswith("eval")
+        )
+
+
+def store_steps(path: str | Path) -> int:
+    """Real environment steps behind an episode store: the sum of its episodes' lengths."""
+    return sum(int(m["length"]) for m in EpisodeStore.open(path).index)
+
+
+def _rl_steps(policy_dir: str) -> int:
+    """Real steps an RL stage consumed: the growth of its last `env/real_steps`."""
+    run = Path(policy_dir).parent
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    last = json.loads(rows[-1])
+    return int(last["env/real_steps"]) - int(json.loads((run / REAL_STEPS_FILE).read_text()))
 
 
 def _sub(cfg: RunConfig, output_dir: Path, **changes: Any) -> RunConfig:
@@ -98,6 +131,10 @@ def _merge(stores: list[str], out: Path, cfg: RunConfig) -> str:
     return str(out)
 
 
+def _eval_steps(result: dict[str, Any]) -> int:
+    return int(result["real_steps"])
+
+
 def _evaluate(cfg: RunConfig, policy_dir: str, out: Path, videos: bool) -> dict[str, Any]:
     from wmrl_cli.evaluation.policy_eval import evaluate_policy
     from wmrl_cli.policies.registry import load_learned_policy
@@ -119,7 +156,8 @@ def _evaluate(cfg: RunConfig, policy_dir: str, out: Path, videos: bool) -> dict[
             progress=cfg.logging.progress,
         )
     report.save(out)
-    return {"overall": report.overall, "per_task": report.per_task}
+    steps = sum(e.length for e in report.episodes)
+    return {"overall": report.overall, "per_task": report.per_task, "real_steps": steps}
 
 
 def _train_wm(cfg: RunConfig, data: str, out: Path, init: str | None, steps: int) -> str:
@@ -153,8 +191,15 @@ def _train_rm(cfg: RunConfig, data: str, out: Path, steps: int) -> dict[str, Any
 
 
 def _rl(
-    cfg: RunConfig, out: Path, policy: str, world_model: str, reward_model: str, reset_set: str
+    cfg: RunConfig,
+    out: Path,
+    policy: str,
+    world_model: str,
+    reward_model: str,
+    reset_set: str,
+    real_steps: int,
 ) -> str:
+    """RL in imagination; its `env/real_steps` start at `real_steps` (the data before it)."""
     import torch
     from accelerate import Accelerator
 
@@ -173,10 +218,15 @@ def _rl(
     )
     sub.algorithm.eval_every = 0
     out.mkdir(parents=True, exist_ok=True)
+    before = out / REAL_STEPS_FILE
+    if not before.is_file():  # a resumed stage keeps the count it started from
+        atomic_write_text(before, json.dumps(real_steps))
+    real_steps = int(json.loads(before.read_text()))
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     model = from_pretrained(resolve_policy_dir(policy), device=str(accelerator.device))
     env = build_imagined_env(sub, sub.algorithm.num_envs, str(accelerator.device))
-    return str(PolicyTrainer(sub, out, model, env, accelerator, evaluate=None).train())
+    trainer = PolicyTrainer(sub, out, model, env, accelerator, None, real_steps=real_steps)
+    return str(trainer.train())
 
 
 def _wm_reliability(model_dir: str) -> dict[str, Any]:
@@ -207,10 +257,12 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         sub = _sub(cfg, sft_dir)
         return str(train_bc(sub, sft_dir, collect_demos(sub, sft_dir)))
 
-    base_policy = p.run("sft", sft)
+    base_policy = p.run("sft", sft, lambda _: store_steps(run_dir / "sft" / "demos"))
     evals = {
         "base": p.run(
-            "eval_base", lambda: _evaluate(cfg, base_policy, run_dir / "eval" / "base", False)
+            "eval_base",
+            lambda: _evaluate(cfg, base_policy, run_dir / "eval" / "base", False),
+            _eval_steps,
         )
     }
     rollouts = p.run(
@@ -218,6 +270,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         lambda: _collect(
             cfg, run_dir / "data" / "base", base_policy, ce.base_rollouts_per_task, seed + 2_000_000
         ),
+        store_steps,
     )
     # The world and reward models learn from the base policy's rollouts and the demonstrations
     # (which hold the successes a weak base policy rarely shows).
@@ -233,13 +286,18 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         lambda: _train_rm(cfg, base_data, run_dir / "rm_base", cfg.reward_model.steps),
     )
     policy = p.run(
-        "stage1", lambda: _rl(cfg, run_dir / "stage1", base_policy, wm, rm["path"], base_data)
+        "stage1",
+        lambda: _rl(
+            cfg, run_dir / "stage1", base_policy, wm, rm["path"], base_data, p.data_steps()
+        ),
+        _rl_steps,
     )
     evals["stage1"] = p.run(
         "eval_stage1",
         lambda: _evaluate(
             cfg, policy, run_dir / "eval" / "stage1", ce.videos and ce.refinements == 0
         ),
+        _eval_steps,
     )
     reliability = {"wm_base": _wm_reliability(wm)}
     reward_metrics = {"rm_base": rm}
@@ -256,6 +314,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
                 ce.evolved_rollouts_per_task,
                 seed + 2_000_000 + 100_000 * r,
             ),
+            store_steps,
         )
         data.append(new)
         merged = p.run(
@@ -278,8 +337,9 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         policy = p.run(
             stage,
             lambda s=stage, pol=policy, w=wm, rr=rm, m=merged: _rl(
-                cfg, run_dir / s, pol, w, rr["path"], m
+                cfg, run_dir / s, pol, w, rr["path"], m, p.data_steps()
             ),
+            _rl_steps,
         )
         last = r == ce.refinements
         evals[stage] = p.run(
@@ -287,15 +347,20 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             lambda s=stage, pol=policy, last=last: _evaluate(
                 cfg, pol, run_dir / "eval" / s, ce.videos and last
             ),
+            _eval_steps,
         )
     if ce.frozen_control and ce.refinements > 0:
         pol, w, rpath, m = frozen_input
         control = p.run(
-            "frozen_control", lambda: _rl(cfg, run_dir / "frozen_control", pol, w, rpath, m)
+            "frozen_control",
+            lambda: _rl(cfg, run_dir / "frozen_control", pol, w, rpath, m, p.data_steps()),
+            _rl_steps,
         )
         evals["frozen_control"] = p.run(
             "eval_frozen_control",
             lambda: _evaluate(cfg, control, run_dir / "eval" / "frozen_control", False),
+            _eval_steps,
         )
     walls = {name: item["wall_s"] for name, item in p.state.items()}
-    return write_report(run_dir, cfg, evals, reliability, reward_metrics, walls)
+    real_steps = {name: item.get("real_steps") for name, item in p.state.items()}
+    return write_report(run_dir, cfg, evals, reliability, reward_metrics, walls, real_steps)

@@ -1,5 +1,6 @@
 """The co-evolution report: success per stage and task (table + PNG), world-model reliability,
-reward-model metrics and wall time per stage, as report.md and report.json."""
+reward-model metrics, wall time and real environment steps per stage, as report.md and
+report.json."""
 
 from __future__ import annotations
 
@@ -54,7 +55,11 @@ def write_report(
     reliability: dict[str, dict[str, Any]],
     rewards: dict[str, dict[str, Any]],
     walls: dict[str, float],
+    real_steps: dict[str, int | None],
 ) -> dict[str, Any]:
+    """`real_steps`: per stage, the real environment steps it consumed (None: not recorded,
+    a stage finished before wmrl counted them)."""
+    data_steps = [v or 0 for k, v in real_steps.items() if not k.startswith("eval")]
     report = {
         "suite": cfg.simulator.suite,
         "trials_per_task": cfg.coevolve.eval_trials,
@@ -63,6 +68,9 @@ def write_report(
         "reward_models": rewards,
         "wall_time_s": walls,
         "total_wall_time_s": round(sum(walls.values()), 1),
+        "real_steps": real_steps,
+        "total_real_steps": sum(v or 0 for v in real_steps.values()),
+        "total_real_steps_without_evaluation": sum(data_steps),
     }
     atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
     plot_success(evals, run_dir / PLOT_FILE)
@@ -102,10 +110,25 @@ def write_report(
             f"- {name}: F1 {rm['f1']:.3f}, precision {rm['precision']:.3f}, "
             f"recall {rm['recall']:.3f}, threshold {rm['threshold']:.3f}"
         )
-    lines += ["", "## Wall time per stage (s)", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {name} | {seconds:.0f} |" for name, seconds in walls.items()]
     lines += [
-        f"| **total** | **{report['total_wall_time_s']:.0f}** |",
+        "",
+        "## Wall time and real environment steps per stage",
+        "",
+        "Real steps: the simulator steps a stage took (demonstrations, rollouts, evaluation "
+        "episodes; RL in imagination takes none); cumulative: all stages so far.",
+        "",
+        "| stage | seconds | real steps | cumulative real steps |",
+        "|---|---|---|---|",
+    ]
+    total = 0
+    for name, seconds in walls.items():
+        steps = real_steps.get(name)
+        total += steps or 0
+        shown = "-" if steps is None else str(steps)
+        lines.append(f"| {name} | {seconds:.0f} | {shown} | {total} |")
+    lines += [
+        f"| **total** | **{report['total_wall_time_s']:.0f}** | **{total}** | "
+        f"({report['total_real_steps_without_evaluation']} without evaluation) |",
         "",
         "## Configuration",
         "",
