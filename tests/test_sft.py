@@ -88,6 +88,9 @@ def test_sft_resume_matches_uninterrupted_run(tmp_path, demo_store, monkeypatch)
     losses = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").open()]
     assert [row["step"] for row in losses] == [1, 2, 3, 4]
     assert all("train/sft/loss" in row for row in losses)
+    # The real steps behind the run: its demonstrations' lengths, on every row.
+    demos = sum(m["length"] for m in EpisodeStore.open(demo_store).index)
+    assert {row["env/real_steps"] for row in losses} == {demos} and demos > 0
     assert (tmp_path / "a" / "tensorboard").is_dir()
 
 

@@ -62,6 +62,9 @@ def test_train_reward_calibrates_and_saves(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "reward_model" / "reward_metrics.json").read_text())
     assert metrics["best_f1"]["f1"] >= 0.9 and metrics["val_positive"] > 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    real = sum(e.length for e in store)
+    assert {row["env/real_steps"] for row in rows} == {real} and real > 0
     model = load_reward_model(out / "reward_model")
     assert model.kind == "taskemb_resnet"
     assert model.threshold == metrics["best_f1"]["threshold"]

@@ -65,6 +65,9 @@ def test_train_wm_backends(backend, store, tmp_path) -> None:
     assert more.exit_code == 0 and "resuming world-model training from step 2" in more.output
     steps = [json.loads(line).get("step") for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert max(steps) == 4
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    real = sum(m["length"] for m in EpisodeStore.open(store).index)
+    assert {row["env/real_steps"] for row in rows} == {real} and real > 0
     # The run's training objective applies to a model started from another one (--init).
     init = [*common, "--set", "world_model.motion_loss_weight=2.5", "--steps", "1"]
     init[init.index("--out") + 1] = str(tmp_path / "tuned")

@@ -70,11 +70,22 @@ def _scalar(value: Any) -> float | None:
 
 
 class MetricsLogger:
-    """TensorBoard events + metrics.jsonl in `run_dir`; only the main process writes."""
+    """TensorBoard events + metrics.jsonl in `run_dir`; only the main process writes.
 
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True, enabled: bool = True):
+    `real_steps`: the real environment steps behind a run that trains on stored data (its
+    episode store's), logged with every row as `env/real_steps` (docs/cli.md).
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        tensorboard: bool = True,
+        enabled: bool = True,
+        real_steps: int | None = None,
+    ):
         self.run_dir = Path(run_dir)
         self.enabled = enabled
+        self.real_steps = real_steps
         self._writer = None
         if enabled:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -88,6 +99,8 @@ class MetricsLogger:
         if not self.enabled:
             return
         clean = {k: v for k, v in ((k, _scalar(v)) for k, v in metrics.items()) if v is not None}
+        if self.real_steps is not None:
+            clean.setdefault("env/real_steps", float(self.real_steps))
         self._jsonl.write(json.dumps({"step": int(step), **clean}) + "\n")
         self._jsonl.flush()
         if self._writer is not None:

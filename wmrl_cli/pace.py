@@ -68,7 +68,7 @@ class Pipeline:
 
 def store_steps(path: str | Path) -> int:
     """Real environment steps behind an episode store: the sum of its episodes' lengths."""
-    return sum(int(m["length"]) for m in EpisodeStore.open(path).index)
+    return EpisodeStore.open(path).real_steps()
 
 
 def _rl_steps(policy_dir: str) -> int:

@@ -132,6 +132,10 @@ class EpisodeStore:
     def index(self) -> list[dict[str, Any]]:
         return list(self._index)
 
+    def real_steps(self) -> int:
+        """Real environment steps behind the store: the sum of its episodes' lengths."""
+        return sum(int(m["length"]) for m in self._index)
+
     def add(self, episodes: list[Episode]) -> None:
         """Write episode files, then the index (atomically), so a crash never leaves the index
         pointing at a missing or partial file."""

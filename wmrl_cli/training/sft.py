@@ -159,7 +159,12 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
     per_rank = max(1, s.batch_size // world)
     instructions = np.array(data.instructions, dtype=object)
 
-    logger = MetricsLogger(run_dir, cfg.logging.tensorboard, enabled=accelerator.is_main_process)
+    logger = MetricsLogger(
+        run_dir,
+        cfg.logging.tensorboard,
+        enabled=accelerator.is_main_process,
+        real_steps=store.real_steps(),
+    )
     wrapped.train()
     t0 = time.time()
     with progress_task(

@@ -132,7 +132,7 @@ class WorldModelTrainer:
             raise WmrlError(f"{store.root}: no episode is long enough for a {chunk}-frame window")
         self.val_episodes = [store.load(i) for i in val_ids[: self.wm.val_episodes]]
         self.action_dim = action_dim
-        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard)
+        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard, real_steps=store.real_steps())
 
     # -- stage 1 ----------------------------------------------------------------------------
     def train_autoencoder(self, model: WorldModel) -> None:
