@@ -82,3 +82,31 @@ def test_replay_from_chunk_boundary_reproduces_frames(expert_episodes) -> None:
         assert np.array_equal(obs.images[0], episode.frames[boundary])
         result = sim.chunk_step(episode.actions[None, boundary : boundary + c])
     assert np.array_equal(result.frames[0], episode.frames[boundary + 1 : boundary + c + 1])
+
+
+def test_env_pool_stays_bounded_and_rebuilt_envs_start_identically() -> None:
+    """Batches of varying task mixes (RL's GRPO groups) keep at most pool_size environments;
+    an environment built again after eviction resets to the same state."""
+    from wmrl_cli.sims.metaworld_envs import MetaWorldEnvs
+    from wmrl_cli.sims.suites import get_suite
+
+    cfg = small_sim_config()
+    envs = MetaWorldEnvs(
+        suite=get_suite(cfg.suite),
+        num_envs=2,
+        image_size=cfg.image_size,
+        camera=cfg.camera,
+        max_steps=cfg.max_steps,
+        terminate_on_success=True,
+        base_seed=cfg.seed,
+    )
+    try:
+        first = envs.reset([0, 0], None)["sim_states"]
+        for ids in ([1, 1], [2, 2], [4, 4], [5, 5]):  # tasks 1, 2, 1, 2: 2 slots each
+            envs.reset(ids, None)
+            assert len(envs._pool) <= envs.pool_size == 4
+        assert (0, 0) not in envs._pool  # evicted, then built again below
+        again = envs.reset([0, 0], None)["sim_states"]
+        assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    finally:
+        envs.close()

@@ -11,6 +11,7 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering without a display
 os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
+from collections import OrderedDict  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -54,8 +55,12 @@ class MetaWorldEnvs:
         self.terminate_on_success = terminate_on_success
         self.base_seed = base_seed
         self.slots = [_Slot() for _ in range(num_envs)]
-        # (task_id, k) -> (env, renderer): the k-th slot of a batch holding that task.
-        self._pool: dict[tuple[int, int], tuple[Any, Any]] = {}
+        # (task_id, k) -> (env, renderer): the k-th slot of a batch holding that task, least
+        # recently used first. At most `pool_size` are kept (each holds a MuJoCo model, data
+        # and renderer, ~30 MB): batches of varying task mixes (RL's GRPO groups) would
+        # otherwise build up to tasks x slots of them.
+        self._pool: OrderedDict[tuple[int, int], tuple[Any, Any]] = OrderedDict()
+        self.pool_size = max(2 * num_envs, len(suite.tasks))
 
     # -- construction ---------------------------------------------------------------------
     def _make(self, task_id: int) -> tuple[Any, Any]:
@@ -80,8 +85,13 @@ class MetaWorldEnvs:
             seen[task_id] = k + 1
             if (task_id, k) not in self._pool:
                 self._pool[(task_id, k)] = self._make(task_id)
+            self._pool.move_to_end((task_id, k))
             slot.task_id = task_id
             slot.env, slot.renderer = self._pool[(task_id, k)]
+        while len(self._pool) > max(self.pool_size, len(self.slots)):
+            _, (env, renderer) = self._pool.popitem(last=False)  # not in use: used least recently
+            renderer.close()
+            env.close()
 
     # -- state ----------------------------------------------------------------------------
     @staticmethod
