@@ -57,10 +57,11 @@ class MetaWorldEnvs:
         self.slots = [_Slot() for _ in range(num_envs)]
         # (task_id, k) -> (env, renderer): the k-th slot of a batch holding that task, least
         # recently used first. At most `pool_size` are kept (each holds a MuJoCo model, data
-        # and renderer, ~30 MB): batches of varying task mixes (RL's GRPO groups) would
-        # otherwise build up to tasks x slots of them.
+        # and an EGL renderer with the model's textures, 150-250 MB at 64x64): batches of
+        # varying task mixes (RL's GRPO groups) would otherwise build up to tasks x slots of
+        # them. Building one again takes about half a second.
         self._pool: OrderedDict[tuple[int, int], tuple[Any, Any]] = OrderedDict()
-        self.pool_size = max(2 * num_envs, len(suite.tasks))
+        self.pool_size = max(num_envs, len(suite.tasks))
 
     # -- construction ---------------------------------------------------------------------
     def _make(self, task_id: int) -> tuple[Any, Any]:
@@ -88,7 +89,7 @@ class MetaWorldEnvs:
             self._pool.move_to_end((task_id, k))
             slot.task_id = task_id
             slot.env, slot.renderer = self._pool[(task_id, k)]
-        while len(self._pool) > max(self.pool_size, len(self.slots)):
+        while len(self._pool) > self.pool_size:
             _, (env, renderer) = self._pool.popitem(last=False)  # not in use: used least recently
             renderer.close()
             env.close()
