@@ -357,3 +357,36 @@ def test_simulator_rejects_imagined_inputs_and_overlapping_seeds(assets, tmp_pat
     )
     assert overlap.exit_code == 2 and "sim_init_offset" in overlap.output
     assert not (tmp_path / "x").exists()
+
+
+def test_rlinf_schedule_and_options_run(assets, tmp_path, monkeypatch) -> None:
+    """The seeds' options (docs/parity.md) together: 2 rollout epochs of 4 envs and 2 optimizer
+    steps per update epoch, RLinf's aggregation, reward band, rounded scores, fixed noise."""
+    steps = []
+    adamw_step = torch.optim.AdamW.step
+    monkeypatch.setattr(
+        torch.optim.AdamW,
+        "step",
+        lambda self, *a, **k: steps.append(1) or adamw_step(self, *a, **k),
+    )
+    rlinf = {
+        "algorithm.rollout_epochs": 2,
+        "algorithm.optimizer_steps": 2,
+        "algorithm.aggregation": "masked_mean_ratio",
+        "algorithm.filter_band": "[0.0, 5.0]",
+        "algorithm.kir_step_reset": "true",
+        "algorithm.kir_context": "last_frames",
+        "reward_model.round_scores": "true",
+        "reward_model.first_step_baseline": "zero",
+        "reward_model.use_rel_reward": "true",
+        "world_model.noise_seed": 0,
+    }
+    extra = [x for key, value in rlinf.items() for x in ("--set", f"{key}={value}")]
+    out = tmp_path / "rlinf"
+    result = runner.invoke(app, [*args(assets, out, 1, algo="grpo"), *extra])
+    assert result.exit_code == 0, result.output
+    assert len(steps) == 2  # one update epoch cut into 2 optimizer steps
+    summary = json.loads((out / "ranks" / "rank_0.json").read_text())
+    assert len(summary["init_ids"][0]) == 8  # 2 rollout epochs x 4 envs
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert row["rollout/kept_groups_fraction"] == 1.0  # every mean return lies in [0, 5]

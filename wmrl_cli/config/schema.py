@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Section(BaseModel):
@@ -61,6 +61,15 @@ class WorldModelConfig(Section):
     num_inference_steps: int | None = Field(
         None, ge=1, le=1000, description="sampling steps (None: the backend's, Wan 5, OpenSora 10)"
     )
+    noise_seed: int | None = Field(
+        None,
+        ge=0,
+        description="draw every prediction's sampling noise from this seed, a deterministic "
+        "world model (RLinf's Wan env: 0); None: fresh noise on every call",
+    )
+    bf16_timesteps: bool = Field(
+        False, description="Wan: round the denoiser's timesteps to bfloat16, as RLinf runs it"
+    )
     # training (`wmrl train-wm`)
     carry_detail: bool = Field(
         True,
@@ -98,6 +107,16 @@ class RewardModelConfig(Section):
     )
     use_rel_reward: bool = False
     reward_coef: float = Field(5.0, gt=0.0)
+    round_scores: bool = Field(
+        False,
+        description="round the success probability to 0/1 before rewards and the success rule "
+        "(RLinf's predict_rew): success then means p > 0.5 for any threshold in (0, 1]",
+    )
+    first_step_baseline: Literal["initial_frame", "zero"] = Field(
+        "initial_frame",
+        description="use_rel_reward: what the first step's score is compared with, the reset "
+        "frame's score or 0 (RLinf)",
+    )
     # training (`wmrl train-reward`)
     width: int = Field(16, ge=4, le=256, description="ResNet base width (RLinf: 64)")
     steps: int = Field(600, ge=1)
@@ -134,8 +153,52 @@ class AlgorithmConfig(Section):
     huber_delta: float = Field(10.0, gt=0.0)
     entropy_coef: float = Field(0.0, ge=0.0)
     kl_coef: float = Field(0.0, ge=0.0)
-    aggregation: Literal["token_mean", "trajectory_mean"] = Field(
-        "trajectory_mean", description="trajectory_mean: masked GRPO (WoVR eq. 11)"
+    aggregation: Literal["token_mean", "trajectory_mean", "masked_mean_ratio"] = Field(
+        "trajectory_mean",
+        description="trajectory_mean: masked GRPO (WoVR eq. 11); masked_mean_ratio: RLinf's "
+        "(trajectory mean over all trajectories, scaled by max_episode_steps / rollout length)",
+    )
+    filtered_in_denominator: bool = Field(
+        False,
+        description="trajectory_mean: filtered trajectories count in the average as zeros "
+        "(RLinf; masked_mean_ratio always counts them) instead of being dropped",
+    )
+    normalize_gae_advantages: bool = Field(
+        False, description="PPO: normalize GAE advantages (masked mean and std, + 1e-5; RLinf)"
+    )
+    filter_band: tuple[float, float] | None = Field(
+        None,
+        description="filter_groups: keep groups whose mean return lies in [low, high] (RLinf: "
+        "[0.5, 4.5]); None: drop groups whose returns are all equal",
+    )
+    rollout_epochs: int = Field(
+        1, ge=1, le=1024, description="rollouts of num_envs per step, one batch (RLinf: 16)"
+    )
+    optimizer_steps: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="optimizer steps per update epoch: the shuffled trajectories are cut into "
+        "this many batches (RLinf 4: rollout size / global_batch_size)",
+    )
+    kir_step_reset: bool = Field(
+        False,
+        description="an episode started at a keyframe counts its steps from 0 and runs the "
+        "full max_episode_steps (RLinf); False: from the keyframe's step",
+    )
+
+    @field_validator("filter_band")
+    @classmethod
+    def _band_not_empty(cls, band: tuple[float, float] | None) -> tuple[float, float] | None:
+        if band is not None and band[0] > band[1]:
+            raise ValueError(f"the band is empty: low {band[0]} > high {band[1]}")
+        return band
+
+    kir_context: Literal["pad", "last_frames"] = Field(
+        "pad",
+        description="RLinf reset files: 'last_frames' (RLinf) takes the file's last "
+        "context_frames frames when it holds that many, else the first frame repeated; 'pad' "
+        "takes the frames after the first, padding short files with the oldest of them",
     )
     num_envs: int = Field(
         64, ge=1, description="envs per rollout (imagined or simulated), all ranks together"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -112,8 +113,39 @@ def _natural_key(path: Path) -> list:
     return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", path.name)]
 
 
-def read_rlinf_file(path: str | Path, context_frames: int = 4) -> ResetEntry:
-    """One RLinf reset file -> ResetEntry, through the safe unpickler."""
+KirContext = Literal["pad", "last_frames"]
+
+
+def context_indices(n_frames: int, context_frames: int, rule: KirContext = "pad") -> list[int]:
+    """Which frames of an n-frame reset file fill the K context slots (oldest first); frame 0
+    is the reference frame. -1 marks a slot that repeats the reference frame at rest (its
+    action is the rest action).
+
+    pad          the frames after the reference, the last K of them; a file with fewer than K
+                 repeats its oldest one in front (wmrl's reading)
+    last_frames  the last K frames of the file when it holds at least K, the reference included
+                 when it holds exactly K; otherwise the reference frame in every slot (RLinf's
+                 reset: the dataset's `last_n_frames` are used only when there are K of them)
+
+    A 1-frame file (an initial state) gives [-1] * K under both rules.
+    """
+    if n_frames < 1 or context_frames < 1:
+        raise ValueError(f"need a frame and a context slot (got {n_frames}, {context_frames})")
+    if rule == "last_frames":
+        if n_frames < context_frames:
+            return [-1] * context_frames
+        return list(range(n_frames - context_frames, n_frames))
+    if n_frames == 1:
+        return [-1] * context_frames
+    history = list(range(1, n_frames))[-context_frames:]
+    return [history[0]] * (context_frames - len(history)) + history
+
+
+def read_rlinf_file(
+    path: str | Path, context_frames: int = 4, kir_context: KirContext = "pad"
+) -> ResetEntry:
+    """One RLinf reset file -> ResetEntry, through the safe unpickler; `kir_context` picks the
+    context frames (`context_indices`)."""
     path = Path(path)
     frames = load_npy(path)
     if frames.ndim != 1 or len(frames) == 0 or not all(isinstance(f, dict) for f in frames):
@@ -130,17 +162,14 @@ def read_rlinf_file(path: str | Path, context_frames: int = 4) -> ResetEntry:
     if isinstance(instruction, bytes):
         instruction = instruction.decode()
     last = frames[-1]
-    if len(frames) == 1:  # an initial frame: the context is that frame, repeated, at rest
-        context = np.stack([images[0]] * context_frames)
-        context_actions = np.stack([rest_action(a_dim)] * context_frames)
-    else:
-        hist_images, hist_actions = images[1:], actions[1:]
-        pad = context_frames - len(hist_images)
-        if pad > 0:  # fewer stored frames than context slots: repeat the oldest one
-            hist_images = [hist_images[0]] * pad + hist_images
-            hist_actions = [rest_action(a_dim)] * pad + hist_actions
-        context = np.stack(hist_images[-context_frames:])
-        context_actions = np.stack(hist_actions[-context_frames:])
+    slots = context_indices(len(frames), context_frames, kir_context)
+    # A padded slot repeats the frame after it, which no action turned into the next: it gets
+    # the rest action (the last copy keeps the frame's own action).
+    padded = [i < 0 or (j + 1 < len(slots) and slots[j + 1] == i) for j, i in enumerate(slots)]
+    context = np.stack([images[max(i, 0)] for i in slots])
+    context_actions = np.stack(
+        [rest_action(a_dim) if pad else actions[i] for i, pad in zip(slots, padded)]
+    )
     sim_state = last.get("sim_state")
     return ResetEntry(
         reference=images[0],
@@ -156,7 +185,10 @@ def read_rlinf_file(path: str | Path, context_frames: int = 4) -> ResetEntry:
 
 
 def load_rlinf_reset_set(
-    root: str | Path, enable_kir: bool = True, context_frames: int = 4
+    root: str | Path,
+    enable_kir: bool = True,
+    context_frames: int = 4,
+    kir_context: KirContext = "pad",
 ) -> list[ResetEntry]:
     """All reset files of an RLinf `dataset/` folder (or its parent), sorted by name.
     Without KIR, files whose name contains `_kir` are excluded (RLinf's rule)."""
@@ -167,7 +199,7 @@ def load_rlinf_reset_set(
         files = [f for f in files if "_kir" not in f.name]
     if not files:
         raise WmrlError(f"{folder}: no reset files (expected dataset/trajN.npy)")
-    return [read_rlinf_file(f, context_frames) for f in files]
+    return [read_rlinf_file(f, context_frames, kir_context) for f in files]
 
 
 def reset_set_from_store(

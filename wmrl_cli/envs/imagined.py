@@ -8,6 +8,11 @@ Rewards: with `use_rel_reward` (RLinf), the step reward is the change of the sca
 reward_coef * (r_t - r_{t-1}), so an episode's return is reward_coef * (r_end - r_0); without
 it, the reward is reward_coef on the step that ends the episode with success and 0 elsewhere.
 Either way a successful episode returns about reward_coef and a failed one about 0.
+
+RLinf's variants, each an option (docs/parity.md): scores rounded to 0/1 (`round_scores`),
+r_0 = 0 rather than the reset frame's score (`zero_first_baseline`), the same sampling noise on
+every call (`noise_seed`), keyframe episodes counting steps from 0 (`kir_step_reset`), and the
+reward model's own task numbering (`reward_task_ids`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import torch
 from wmrl_cli.data.reset_set import ResetEntry
 from wmrl_cli.envs.interface import ChunkResult, Obs
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.rewards.base import RewardModel
+from wmrl_cli.rewards.base import RewardModel, round_scores
 from wmrl_cli.world_models.interface import WorldModel
 
 
@@ -39,9 +44,15 @@ class ImaginedEnv:
         reward_coef: float = 5.0,
         seed: int = 0,
         action_transform: Callable[[np.ndarray], np.ndarray] | None = None,
+        round_scores: bool = False,
+        zero_first_baseline: bool = False,
+        noise_seed: int | None = None,
+        kir_step_reset: bool = False,
+        reward_task_ids: list[int] | None = None,
     ) -> None:
         """`action_transform` maps the policy's actions into the convention the world model was
-        trained in (RLinf's LIBERO world models: LIBERO's gripper sign, as the real env)."""
+        trained in (RLinf's LIBERO world models: LIBERO's gripper sign, as the real env).
+        `reward_task_ids[t]` is the reward model's id of the env's task t (None: the same)."""
         if not reset_set:
             raise WmrlError("the imagined env needs a non-empty reset set")
         self.world_model = world_model
@@ -56,6 +67,11 @@ class ImaginedEnv:
         self.reward_coef = reward_coef
         self.generator = torch.Generator().manual_seed(seed)
         self.action_transform = action_transform
+        self.round_scores = round_scores
+        self.zero_first_baseline = zero_first_baseline
+        self.noise_seed = noise_seed
+        self.kir_step_reset = kir_step_reset
+        self.reward_task_ids = None if reward_task_ids is None else np.asarray(reward_task_ids)
         # VideoMAE-style reward models score a clip ending at each frame: keep its history.
         self._history_len = max(int(getattr(reward_model, "clip_length", 1)) - 1, 0)
         self.timings = {"world_model": 0.0, "reward": 0.0}
@@ -75,13 +91,15 @@ class ImaginedEnv:
             np.stack([e.context_actions for e in entries]).astype(np.float32),
         )
         self._entries = entries
-        self._steps = np.array([e.step for e in entries])
+        self._steps = np.array([0 if self.kir_step_reset else e.step for e in entries])
         self._done = np.zeros(self.num_envs, dtype=bool)
         current = np.stack([e.context[-1] for e in entries])
         self._last_frames = current
         history = np.stack([e.context for e in entries])[:, -self._history_len :]
         self._history = history if self._history_len else None
         self._prev_score = self._score(current[:, None])[:, 0]
+        if self.zero_first_baseline:
+            self._prev_score = np.zeros_like(self._prev_score)
         return self._obs(current)
 
     def _obs(self, images: np.ndarray) -> Obs:
@@ -94,12 +112,15 @@ class ImaginedEnv:
     def _score(self, frames: np.ndarray) -> np.ndarray:
         """Success probability of each frame [B,T]; clip models see the preceding history."""
         task_ids = np.array([e.task_id for e in self._entries], dtype=np.int64)
+        if self.reward_task_ids is not None:
+            task_ids = self.reward_task_ids[task_ids]
         if self._history_len and self._history is not None:
             full = np.concatenate([self._history, frames], axis=1)
             scores = self.reward_model.predict(full, task_ids)[:, -frames.shape[1] :]
         else:
             scores = self.reward_model.predict(frames, task_ids)
-        return scores.float().cpu().numpy()
+        scores = scores.float().cpu().numpy()
+        return round_scores(scores) if self.round_scores else scores
 
     def chunk_step(self, actions: np.ndarray) -> ChunkResult:
         if self.action_transform is not None:
@@ -107,6 +128,8 @@ class ImaginedEnv:
         actions = np.asarray(actions, dtype=np.float32)
         b, c, _ = actions.shape
         t0 = time.perf_counter()
+        if self.noise_seed is not None:  # a deterministic world model: the same noise every call
+            self.generator.manual_seed(self.noise_seed)
         frames = self.world_model.predict(torch.from_numpy(actions), generator=self.generator)
         frames = frames.cpu().numpy()
         t1 = time.perf_counter()

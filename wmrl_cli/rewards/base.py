@@ -79,3 +79,9 @@ def eval_mode(module: nn.Module):
         yield
     finally:
         module.train(was_training)
+
+
+def round_scores(scores: np.ndarray) -> np.ndarray:
+    """Success probabilities -> 0/1, as RLinf's reward models return them (torch.round of the
+    sigmoid: halves round to even, so 0.5 -> 0 and the result is 1 exactly where p > 0.5)."""
+    return (scores > 0.5).astype(scores.dtype)

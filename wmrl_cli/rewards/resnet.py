@@ -218,3 +218,13 @@ def build_resnet_reward_model(
     if config.task_embedding:
         return TaskEmbedResnetRewModel(config)
     return ResnetRewModel(config)
+
+
+def rlinf_task_ids(instructions: list[str]) -> list[int]:
+    """RLinf's TaskEmbedResnetRewModel id of each task, for a suite's instructions in the
+    benchmark's order. RLinf maps an instruction to its task id through its own per-suite
+    dictionaries (`instruction_to_task_id` in its DiffSynth fork's reward_model.py), which list
+    every suite's tasks in the alphabetical order of their instructions; the published
+    `taskemb_resnet_rm.pth` was trained with those ids, not the benchmark's."""
+    ranked = sorted(instructions)
+    return [ranked.index(text) for text in instructions]

@@ -5,9 +5,17 @@ from wmrl_cli.rl.advantages import (
     gae,
     grpo_advantages,
     grpo_step_advantages,
+    normalize_advantages,
     trajectory_returns,
 )
-from wmrl_cli.rl.aggregation import aggregate, token_mean, trajectory_mean
+from wmrl_cli.rl.aggregation import (
+    LossAggregation,
+    aggregate,
+    loss_scale,
+    masked_mean_ratio,
+    token_mean,
+    trajectory_mean,
+)
 from wmrl_cli.rl.grouping import (
     DynamicSample,
     band_filter,
@@ -23,6 +31,7 @@ from wmrl_cli.rl.stats import explained_variance, masked_mean, masked_stats, mas
 
 __all__ = [
     "DynamicSample",
+    "LossAggregation",
     "aggregate",
     "band_filter",
     "broadcast_advantages",
@@ -39,9 +48,12 @@ __all__ = [
     "huber",
     "kl_k3",
     "kl_loss",
+    "loss_scale",
     "masked_mean",
+    "masked_mean_ratio",
     "masked_stats",
     "masked_sum",
+    "normalize_advantages",
     "policy_loss",
     "split_groups",
     "token_mask",

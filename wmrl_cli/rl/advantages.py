@@ -45,6 +45,22 @@ def gae(
     return advantages, advantages + values
 
 
+def normalize_advantages(
+    advantages: torch.Tensor, mask: torch.Tensor, eps: float = 1e-5
+) -> torch.Tensor:
+    """A' = (A - mean) / (std + eps), mean and std over the valid entries (std Bessel-corrected,
+    torch's default), applied to every entry; unchanged when no entry is valid. RLinf normalizes
+    its GAE advantages so by default (`compute_gae_advantages_and_returns`, `safe_normalize`).
+
+    advantages: [B,T]; mask: [B,T] (bool or {0,1}).
+    """
+    valid = advantages[mask.bool()]
+    if valid.numel() == 0:
+        return advantages
+    std = valid.std() if valid.numel() > 1 else torch.zeros((), dtype=valid.dtype)
+    return (advantages - valid.mean()) / (std + eps)
+
+
 def trajectory_returns(rewards: torch.Tensor, dones: torch.Tensor) -> torch.Tensor:
     """R_i = sum of the rewards of trajectory i up to and including its first done.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from wmrl_cli.errors import ConfigError
-from wmrl_cli.rl.aggregation import Aggregation, aggregate
+from wmrl_cli.rl.aggregation import Aggregation, LossAggregation, as_rule
 from wmrl_cli.rl.stats import append_dims, expand_mask, masked_mean
 
 
@@ -24,7 +24,7 @@ def policy_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.28,
     dual_clip: float | None = None,
-    aggregation: Aggregation = "token_mean",
+    aggregation: Aggregation | LossAggregation = "token_mean",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped surrogate (PPO, Schulman et al. 2017, arXiv:1707.06347, eq. 7) with DAPO's
     asymmetric "clip-higher" range (arXiv:2503.14476) and optional dual clip (Ye et al. 2020,
@@ -33,7 +33,8 @@ def policy_loss(
         rho  = exp(logp - logp_old)
         J    = min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A)
         J    = max(J, c * A)          only where A < 0, when dual_clip = c (c > 1)
-        loss = -aggregate(J)          token mean, or trajectory-length normalized (WoVR eq. 11)
+        loss = -aggregate(J)          token mean, trajectory-length normalized (WoVR eq. 11)
+                                      or RLinf's masked_mean_ratio (rl/aggregation.py)
 
     Metrics (all over valid tokens):
       approx_kl      -mean(log rho), as RLinf and REFERENCE.md section 7 define it;
@@ -60,7 +61,7 @@ def policy_loss(
         floor = dual_clip * adv
         dual_active = (adv < 0) & (floor > objective)
         objective = torch.where(adv < 0, torch.maximum(objective, floor), objective)
-    loss = -aggregate(objective, valid, aggregation)
+    loss = -as_rule(aggregation)(objective, valid)
 
     with torch.no_grad():
         metrics = {
@@ -87,7 +88,7 @@ def value_loss(
     mask: torch.Tensor,
     clip: float | None = 0.2,
     huber_delta: float = 10.0,
-    aggregation: Aggregation = "token_mean",
+    aggregation: Aggregation | LossAggregation = "token_mean",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped value loss with a Huber penalty (RLinf's `compute_ppo_critic_loss`):
 
@@ -96,9 +97,10 @@ def value_loss(
 
     values, old_values, returns: [B,T] (one value per chunk step); mask [B,T]. clip=None
     disables value clipping. value_clip_ratio is the fraction of valid steps where
-    |V - V_old| > clip, i.e. where the clipped prediction differs from the new one. (RLinf
-    compares the already clamped difference with `>`, which can never be true; this is the
-    quantity its name describes.)
+    |V - V_old| > clip, i.e. where the clipped prediction differs from the new one. (RLinf's
+    `compute_ppo_critic_loss` tests |V_clip - V_old| > clip, where V_clip - V_old is the clamped
+    difference recomputed in floating point: it exceeds clip only by rounding, so RLinf's
+    metric is rounding noise over all entries, neither 0 nor this ratio.)
     """
     unclipped = huber(returns - values, huber_delta)
     valid = expand_mask(mask, values).bool()
@@ -109,7 +111,7 @@ def value_loss(
         v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
         per_step = torch.maximum(unclipped, huber(returns - v_clipped, huber_delta))
         clip_active = (values - old_values).abs() > clip
-    loss = aggregate(per_step, valid, aggregation)
+    loss = as_rule(aggregation)(per_step, valid)
     with torch.no_grad():
         metrics = {
             "value_loss": loss.detach(),
@@ -119,11 +121,13 @@ def value_loss(
 
 
 def entropy_loss(
-    entropy: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation = "token_mean"
+    entropy: torch.Tensor,
+    mask: torch.Tensor,
+    aggregation: Aggregation | LossAggregation = "token_mean",
 ) -> torch.Tensor:
     """Mean policy entropy over valid tokens (train/entropy_loss). The entropy bonus enters the
     total loss as `- entropy_coef * entropy_loss` (coef 0 in RLinf's and WMPO's configs)."""
-    return aggregate(entropy, mask, aggregation)
+    return as_rule(aggregation)(entropy, mask)
 
 
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
@@ -141,8 +145,8 @@ def kl_loss(
     logprobs: torch.Tensor,
     ref_logprobs: torch.Tensor,
     mask: torch.Tensor,
-    aggregation: Aggregation = "token_mean",
+    aggregation: Aggregation | LossAggregation = "token_mean",
 ) -> torch.Tensor:
     """KL penalty to a reference policy, aggregate(k3). Off by default: the embodied configs of
     RLinf and WMPO train without it (kl coefficient 0)."""
-    return aggregate(kl_k3(logprobs, ref_logprobs), mask, aggregation)
+    return as_rule(aggregation)(kl_k3(logprobs, ref_logprobs), mask)

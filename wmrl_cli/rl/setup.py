@@ -202,7 +202,10 @@ def load_reset_set(cfg: RunConfig, path: Path | None = None) -> tuple[list[Reset
         entries = reset_set_from_store(store, ids, keys, cfg.world_model.context_frames)
     elif path.is_dir():
         entries = load_rlinf_reset_set(
-            path, cfg.algorithm.enable_kir, cfg.world_model.context_frames
+            path,
+            cfg.algorithm.enable_kir,
+            cfg.world_model.context_frames,
+            cfg.algorithm.kir_context,
         )
         sim = resolve_simulator(cfg.simulator)
         if sim.name == "libero":
@@ -289,6 +292,10 @@ def build_imagined_env(
     world_model = load_any_world_model(inputs.world_model, height, width, cfg, device).eval()
     if cfg.world_model.num_inference_steps is not None:
         world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
+    if cfg.world_model.bf16_timesteps:
+        if not hasattr(world_model.config, "bf16_timesteps"):
+            raise WmrlError("world_model.bf16_timesteps applies to Wan world models only")
+        world_model.config.bf16_timesteps = True
     reward_model = load_reward_model(inputs.reward_model).to(device)
     threshold = cfg.reward_model.success_threshold
     if threshold is None:
@@ -305,7 +312,24 @@ def build_imagined_env(
         reward_coef=cfg.reward_model.reward_coef,
         seed=cfg.simulator.seed,
         action_transform=world_model_actions(cfg),
+        round_scores=cfg.reward_model.round_scores,
+        zero_first_baseline=cfg.reward_model.first_step_baseline == "zero",
+        noise_seed=cfg.world_model.noise_seed,
+        kir_step_reset=cfg.algorithm.kir_step_reset,
+        reward_task_ids=reward_task_ids(cfg, reward_model.kind, inputs.reward_model),
     )
+
+
+def reward_task_ids(cfg: RunConfig, kind: str, source: Path) -> list[int] | None:
+    """The reward model's id of each env task, where it numbers tasks its own way: a published
+    (RLinf .pth) task-embedding model on a LIBERO suite counts tasks in RLinf's order; None
+    (the env's ids) otherwise."""
+    sim = resolve_simulator(cfg.simulator)
+    if kind != "taskemb_resnet" or source.suffix != ".pth" or sim.name != "libero":
+        return None
+    from wmrl_cli.rewards.resnet import rlinf_task_ids
+
+    return rlinf_task_ids(get_libero_suite(sim.suite).instructions)
 
 
 def world_model_actions(cfg: RunConfig) -> Callable[[np.ndarray], np.ndarray] | None:

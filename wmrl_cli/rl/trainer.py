@@ -1,7 +1,8 @@
 """GRPO / PPO for a VLA policy inside an env (normally the imagined one): `wmrl train-policy`.
 
-One step = rollout (each rank steps its own shard of the envs) -> advantages -> update epochs
-over minibatches of whole trajectories, accumulated into one optimizer step per epoch ->
+One step = `rollout_epochs` rollouts (each rank steps its own shard of the envs) ->
+advantages -> update epochs, each cutting the shuffled trajectories into `optimizer_steps`
+batches whose minibatches are accumulated into one optimizer step (rl/schedule.py) ->
 metrics reduced over ranks. Log-probs are per action token [B,T,C,A]; steps after an env's
 first done are masked; GRPO groups are consecutive envs that share an initial state, and a
 rank's shard always holds whole groups.
@@ -33,6 +34,7 @@ from wmrl_cli.envs.reset_sampler import GroupResetSampler
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.rl import (
+    band_filter,
     broadcast_advantages,
     entropy_loss,
     explained_variance,
@@ -40,13 +42,16 @@ from wmrl_cli.rl import (
     grpo_advantages,
     masked_mean,
     masked_stats,
+    normalize_advantages,
     policy_loss,
     token_mask,
     trajectory_returns,
     value_loss,
     varied_outcome_groups,
 )
+from wmrl_cli.rl.aggregation import LossAggregation, loss_scale
 from wmrl_cli.rl.buffer import Rollout, collect_rollout
+from wmrl_cli.rl.schedule import concat_rollouts, optimizer_batches
 from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 
 POLICY_DIR = "policy"
@@ -136,6 +141,11 @@ class PolicyTrainer:
             self._resumed_from = checkpoint.name
         self.wrapped, self.optimizer = accelerator.prepare(model, self.optimizer)
         self.unwrapped = accelerator.unwrap_model(self.wrapped)
+        self.loss_rule = LossAggregation(
+            self.alg.aggregation,
+            self.alg.filtered_in_denominator,
+            loss_scale(self.alg.max_episode_steps, self.unwrapped.chunk_size),
+        )
         self.generator = torch.Generator()
         self.logger = MetricsLogger(
             run_dir, cfg.logging.tensorboard, enabled=accelerator.is_main_process
@@ -152,12 +162,20 @@ class PolicyTrainer:
             adv = grpo_advantages(returns, g, normalize_std=self.alg.normalize_advantage_std)
             keep = torch.ones_like(returns, dtype=torch.bool)
             if self.alg.filter_groups:
-                keep = varied_outcome_groups(returns, g).repeat_interleave(g)
+                band = self.alg.filter_band
+                kept = (
+                    varied_outcome_groups(returns, g)
+                    if band is None
+                    else band_filter(returns, g, *band)
+                )
+                keep = kept.repeat_interleave(g)
             step_adv = broadcast_advantages(adv, ro.step_mask)
             return step_adv, returns[:, None].expand_as(step_adv), keep
         adv, ret = gae(
             ro.rewards, ro.values, ro.dones, ro.last_value, self.alg.gamma, self.alg.gae_lambda
         )
+        if self.alg.normalize_gae_advantages:
+            adv = normalize_advantages(adv, ro.step_mask)
         return adv, ret, torch.ones(adv.shape[0], dtype=torch.bool)
 
     # -- one step --------------------------------------------------------------------------
@@ -173,18 +191,24 @@ class PolicyTrainer:
         self.generator.manual_seed(seed)
         if hasattr(self.env, "generator"):
             self.env.generator.manual_seed(seed + 1)
-        ids = self.sampler.sample()[self.rank * self.local_envs : (self.rank + 1) * self.local_envs]
         max_chunks = -(-alg.max_episode_steps // self.unwrapped.chunk_size)
         self.wrapped.eval()
-        ro = collect_rollout(
-            self.env,
-            self.unwrapped,
-            ids,
-            max_chunks,
-            self.cfg.policy.temperature,
-            self.cfg.policy.top_k,
-            self.generator,
-        )
+        rollouts, ids = [], []
+        for _ in range(alg.rollout_epochs):  # each epoch draws fresh initial states
+            shard = self.sampler.sample()[self.rank * self.local_envs :][: self.local_envs]
+            ids += shard
+            rollouts.append(
+                collect_rollout(
+                    self.env,
+                    self.unwrapped,
+                    shard,
+                    max_chunks,
+                    self.cfg.policy.temperature,
+                    self.cfg.policy.top_k,
+                    self.generator,
+                )
+            )
+        ro = concat_rollouts(rollouts)
         timings["time/rollout"] = time.time() - t0
         self.real_steps += self._real_steps_taken(ro)
         if hasattr(self.env, "pop_timings"):
@@ -197,21 +221,26 @@ class PolicyTrainer:
         self.wrapped.train()
         stats: dict[str, list[float]] = {}
         b = ro.tokens.shape[0]
+        mb_size = alg.minibatch_trajectories
         for _ in range(alg.update_epochs):
             order = torch.randperm(b, generator=self.generator)
-            self.optimizer.zero_grad(set_to_none=True)
-            for start in range(0, b, alg.minibatch_trajectories):
-                idx = order[start : start + alg.minibatch_trajectories]
-                mb_mask = step_mask[idx]
-                loss, mb_stats = self._minibatch_loss(
-                    ro, idx, mb_mask, adv[idx], returns[idx], c, a
+            for batch in optimizer_batches(order, alg.optimizer_steps):
+                self.optimizer.zero_grad(set_to_none=True)
+                for start in range(0, len(batch), mb_size):
+                    idx = batch[start : start + mb_size]
+                    mb_mask = step_mask[idx]
+                    loss, mb_stats = self._minibatch_loss(
+                        ro, idx, mb_mask, adv[idx], returns[idx], c, a
+                    )
+                    # the minibatches of a batch add up to the batch's aggregate, exactly
+                    acc.backward(loss * self.loss_rule.share(mb_mask, step_mask[batch]))
+                    for k, v in mb_stats.items():
+                        stats.setdefault(k, []).append(float(v))
+                grad_norm = acc.clip_grad_norm_(
+                    self.wrapped.parameters(), self.cfg.training.grad_clip
                 )
-                acc.backward(loss * len(idx) / b)
-                for k, v in mb_stats.items():
-                    stats.setdefault(k, []).append(float(v))
-            grad_norm = acc.clip_grad_norm_(self.wrapped.parameters(), self.cfg.training.grad_clip)
-            self.optimizer.step()
-            stats.setdefault("train/actor/grad_norm", []).append(float(grad_norm))
+                self.optimizer.step()
+                stats.setdefault("train/actor/grad_norm", []).append(float(grad_norm))
         timings["time/update"] = time.time() - t1
 
         metrics = {k: float(np.mean(v)) for k, v in stats.items()}
@@ -258,9 +287,9 @@ class PolicyTrainer:
             alg.clip_low,
             alg.clip_high,
             alg.dual_clip,
-            alg.aggregation,
+            self.loss_rule,
         )
-        ent_loss = entropy_loss(ent, tok_mask, alg.aggregation)
+        ent_loss = entropy_loss(ent, tok_mask, self.loss_rule)
         total = loss - alg.entropy_coef * ent_loss
         stats = {
             "train/actor/policy_loss": pm["policy_loss"],
@@ -278,7 +307,7 @@ class PolicyTrainer:
                 mask,
                 alg.value_clip,
                 alg.huber_delta,
-                alg.aggregation,
+                self.loss_rule,
             )
             total = total + vloss
             stats["train/critic/value_loss"] = vm["value_loss"]
@@ -312,6 +341,11 @@ class PolicyTrainer:
         local = int(ro.episode_len.sum()) if getattr(self.env, "real", False) else 0
         total = torch.tensor([local], dtype=torch.int64, device=self.accelerator.device)
         return int(self.accelerator.reduce(total, "sum").item())
+
+    def _save_policy(self, directory: Path) -> Path:
+        from wmrl_cli.policies.checkpoint import save_pretrained
+
+        return save_pretrained(self.unwrapped, directory)
 
     def _reduce(self, metrics: dict[str, float]) -> dict[str, float]:
         """Mean over ranks (every rank logs the same keys in the same order)."""
@@ -369,7 +403,7 @@ class PolicyTrainer:
                         save_checkpoint(
                             self.run_dir,
                             self.step,
-                            self.unwrapped.save_pretrained,
+                            self._save_policy,
                             [self.optimizer],
                             {"sampler": self.sampler.state_dict(), "real_steps": self.real_steps},
                         )
@@ -379,5 +413,5 @@ class PolicyTrainer:
         out = self.run_dir / POLICY_DIR
         acc.wait_for_everyone()
         if acc.is_main_process:
-            self.unwrapped.save_pretrained(out)
+            self._save_policy(out)
         return out
