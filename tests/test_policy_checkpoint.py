@@ -71,7 +71,7 @@ def test_save_pretrained_round_trip(tmp_path):
         "tokenizer.json",
     } <= files
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left
-    loaded = OpenVLAOFT.from_pretrained(target).eval()
+    loaded = from_pretrained(target).eval()
     assert loaded.config == policy.config
     assert loaded.norm_stats == json.loads((target / "dataset_statistics.json").read_text())
     a = policy.act(images, instructions, sample=False)
@@ -87,7 +87,7 @@ def test_save_pretrained_round_trip(tmp_path):
 def test_lora_adapter_save_load_is_exact(tmp_path):
     policy = tiny_policy()
     base_dir = tmp_path / "base"
-    policy.save_pretrained(base_dir)
+    save_pretrained(policy, base_dir)
     apply_lora(policy)
     assert lora_active(policy)
     assert not any(p.requires_grad for p in policy.vision_towers.parameters())
@@ -98,12 +98,12 @@ def test_lora_adapter_save_load_is_exact(tmp_path):
     save_lora_adapter(policy, tmp_path / "adapter")
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
 
-    fresh = OpenVLAOFT.from_pretrained(base_dir).eval()
+    fresh = from_pretrained(base_dir).eval()
     load_lora_adapter(fresh, tmp_path / "adapter")
     torch.testing.assert_close(fresh(images, instructions).logits, expected, atol=0, rtol=0)
 
     # A full checkpoint of a LoRA policy carries the adapter along.
-    policy.save_pretrained(tmp_path / "with_lora")
+    save_pretrained(policy, tmp_path / "with_lora")
     again = from_pretrained(tmp_path / "with_lora").eval()
     assert lora_active(again) and again.config.lora == policy.config.lora
     torch.testing.assert_close(again(images, instructions).logits, expected, atol=0, rtol=0)
@@ -115,7 +115,7 @@ def test_lora_adapter_save_load_is_exact(tmp_path):
 
 def test_missing_key_in_a_wmrl_checkpoint(tmp_path):
     policy = tiny_policy()
-    policy.save_pretrained(tmp_path / "ckpt")
+    save_pretrained(policy, tmp_path / "ckpt")
     weights = load_file(str(tmp_path / "ckpt" / "model.safetensors"))
     del weights["projector.fc2.weight"]
     save_file(weights, str(tmp_path / "ckpt" / "model.safetensors"))
@@ -140,7 +140,7 @@ def test_single_tower_policy_round_trip(tmp_path):
     policy = OpenVLAOFT(cfg, tok, stats).eval()
     assert not hasattr(policy.projector, "fc3")
     images, instructions = batch(2)
-    policy.save_pretrained(tmp_path / "single")
+    save_pretrained(policy, tmp_path / "single")
     loaded = from_pretrained(tmp_path / "single").eval()
     torch.testing.assert_close(
         loaded(images, instructions).logits, policy(images, instructions).logits, atol=0, rtol=0

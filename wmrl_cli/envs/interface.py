@@ -1,7 +1,10 @@
-"""The env interface shared by the real simulator and the imagined env (ARCHITECTURE.md).
+"""The closed loop's interfaces (ARCHITECTURE.md): the env, shared by the real simulator and
+the imagined env, and the policy that acts on its observations.
 
 Envs are vectorized over B environments and stepped one action chunk at a time. Policy, RL
-and evaluation code talk to this interface only, never to a concrete simulator.
+and evaluation code talk to this interface only, never to a concrete simulator. The policy
+interface lives here too, below both sides of the loop, so that simulators (scripted experts)
+and envs need nothing from the policy package.
 """
 
 from __future__ import annotations
@@ -73,3 +76,21 @@ class Env(Protocol):
     def chunk_step(self, actions: np.ndarray) -> ChunkResult: ...
 
     def close(self) -> None: ...
+
+
+@dataclass
+class PolicyOutput:
+    """actions [B,C,A] in env units; learned policies also return their action tokens,
+    per-token log-probs [B,C,A] and values [B]."""
+
+    actions: np.ndarray
+    tokens: np.ndarray | None = None
+    logprobs: np.ndarray | None = None
+    values: np.ndarray | None = None
+
+
+class Policy(Protocol):
+    name: str
+    chunk_size: int
+
+    def act(self, obs: Obs, sample: bool = True, temperature: float = 1.6) -> PolicyOutput: ...

@@ -11,8 +11,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from wmrl_cli.data.episodes import Episode
-from wmrl_cli.envs.interface import Env
-from wmrl_cli.policies.base import Policy
+from wmrl_cli.envs.interface import Env, Policy
 
 
 def iter_episodes(

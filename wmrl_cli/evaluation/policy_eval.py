@@ -10,11 +10,10 @@ import numpy as np
 from rich.table import Table
 
 from wmrl_cli.data.episodes import Episode, atomic_write_text
-from wmrl_cli.envs.interface import Env
+from wmrl_cli.envs.interface import Env, Policy
 from wmrl_cli.envs.runner import iter_episodes
 from wmrl_cli.evaluation.videos import tile, upscale, write_mp4
 from wmrl_cli.logging import progress_task
-from wmrl_cli.policies.base import Policy
 
 
 @dataclass

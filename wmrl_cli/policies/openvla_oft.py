@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,9 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
+from wmrl_cli.envs.interface import PolicyOutput
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.policies.action_tokenizer import ActionTokenizer
-from wmrl_cli.policies.base import PolicyOutput
 from wmrl_cli.policies.config import OpenVLAOFTConfig
 from wmrl_cli.policies.normalization import action_stats, as_keyed, normalize, unnormalize
 from wmrl_cli.policies.sequence import SequenceLayout, build_attention
@@ -364,15 +363,3 @@ class OpenVLAOFT(nn.Module):
             token_accuracy=(predicted == index).float().mean(),
             l1=l1,
         )
-
-    # --- checkpoints (see checkpoint.py) -----------------------------------------------
-    def save_pretrained(self, directory: str | Path) -> Path:
-        from wmrl_cli.policies.checkpoint import save_pretrained
-
-        return save_pretrained(self, directory)
-
-    @classmethod
-    def from_pretrained(cls, directory: str | Path, **kwargs: Any) -> OpenVLAOFT:
-        from wmrl_cli.policies.checkpoint import from_pretrained
-
-        return from_pretrained(directory, **kwargs)

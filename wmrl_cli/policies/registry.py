@@ -12,9 +12,8 @@ import numpy as np
 import torch
 
 from wmrl_cli.config.schema import PolicyConfig
-from wmrl_cli.envs.interface import Obs
+from wmrl_cli.envs.interface import Obs, Policy, PolicyOutput
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.policies.base import Policy, PolicyOutput
 from wmrl_cli.sims.suites import Suite
 
 SCRIPTED = ("expert", "random")

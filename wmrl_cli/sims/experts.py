@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wmrl_cli.envs.interface import Obs
-from wmrl_cli.policies.base import PolicyOutput
+from wmrl_cli.envs.interface import Obs, PolicyOutput
 from wmrl_cli.sims.suites import Suite
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -124,8 +125,8 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
     """Clone the demonstrations in `store`; returns the saved policy directory."""
     from accelerate import Accelerator
 
+    from wmrl_cli.policies.checkpoint import from_pretrained, save_pretrained
     from wmrl_cli.policies.normalization import compute_statistics
-    from wmrl_cli.policies.openvla_oft import OpenVLAOFT
 
     s = cfg.sft
     accelerator = Accelerator(
@@ -137,7 +138,7 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
     }
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if checkpoint is not None:
-        model = OpenVLAOFT.from_pretrained(checkpoint / "model")
+        model = from_pretrained(checkpoint / "model")
     else:
         model = build_policy_model(cfg, data.instructions, data.chunks.shape[-1], stats)
     optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
@@ -208,12 +209,15 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
                 accelerator.wait_for_everyone()
                 if accelerator.is_main_process:
                     save_checkpoint(
-                        run_dir, step + 1, unwrapped.save_pretrained, [optimizer, scheduler]
+                        run_dir,
+                        step + 1,
+                        partial(save_pretrained, unwrapped),
+                        [optimizer, scheduler],
                     )
             advance()
     logger.close()
     out_dir = run_dir / POLICY_DIR
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        unwrapped.save_pretrained(out_dir)
+        save_pretrained(unwrapped, out_dir)
     return out_dir
