@@ -4,47 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+from toy_world import ShiftModel
 
 from wmrl_cli.data.episodes import Episode
 from wmrl_cli.evaluation.world_model_eval import open_loop_eval
-from wmrl_cli.world_models.interface import WorldModel
 
 SIZE, CHUNK, A = 8, 4, 2
-
-
-class _ShiftModel(WorldModel):
-    """A toy world: the image brightness moves by 40 * action[0] per step (what the episodes
-    below record), or stays put when `listens` is False (a model that ignores its actions)."""
-
-    action_dim, num_context_frames, height, width = A, 1, SIZE, SIZE
-
-    def __init__(self, listens: bool) -> None:
-        super().__init__()
-        self.listens = listens
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.level = torch.zeros(0)
-
-    def reset_context(self, reference_frames, context_frames, context_actions, ref=None) -> None:
-        self.level = torch.as_tensor(context_frames)[:, -1, 0, 0, 0].float()
-
-    def predict(self, actions, generator=None) -> torch.Tensor:
-        actions = torch.as_tensor(actions)
-        steps = 40.0 * actions[..., 0] if self.listens else torch.zeros(actions.shape[:2])
-        levels = self.level[:, None] + steps.cumsum(1)
-        self.level = levels[:, -1]
-        frames = levels.clamp(0, 255).round().to(torch.uint8)
-        return frames[:, :, None, None, None].expand(-1, -1, SIZE, SIZE, 3).contiguous()
-
-    def forward(self, batch, generator=None) -> torch.Tensor:
-        return self.weight.sum()
-
-    def _to_vae_input(self, frames: torch.Tensor) -> torch.Tensor:
-        return frames.float()
-
-    @classmethod
-    def from_state_dict(cls, state_dict, config):
-        raise NotImplementedError
 
 
 def _episode(direction: float, seed: int) -> Episode:
@@ -70,9 +35,7 @@ def _episode(direction: float, seed: int) -> Episode:
 @pytest.mark.parametrize("batch_size", [1, 2])
 def test_a_model_that_follows_its_actions_has_a_positive_gap(batch_size: int) -> None:
     episodes = [_episode(1.0, 0), _episode(-1.0, 1)]
-    report = open_loop_eval(
-        _ShiftModel(True), episodes, 8, batch_size=batch_size, action_check=True
-    )
+    report = open_loop_eval(ShiftModel(1.0), episodes, 8, batch_size=batch_size, action_check=True)
     assert report.psnr[0] == pytest.approx(100.0, abs=1.0)  # exact prediction
     assert report.other_actions_psnr is not None
     assert all(g > 10.0 for g in (report.action_gap(s) for s in range(1, 9)))
@@ -81,13 +44,13 @@ def test_a_model_that_follows_its_actions_has_a_positive_gap(batch_size: int) ->
 
 def test_a_model_that_ignores_its_actions_has_no_gap() -> None:
     episodes = [_episode(1.0, 0), _episode(-1.0, 1)]
-    report = open_loop_eval(_ShiftModel(False), episodes, 8, action_check=True)
+    report = open_loop_eval(ShiftModel(0.0), episodes, 8, action_check=True)
     assert [report.action_gap(s) for s in range(1, 9)] == [0.0] * 8
     assert report.psnr == report.copy_psnr  # it is the copy baseline
 
 
 def test_no_check_by_default_or_with_one_episode() -> None:
-    model = _ShiftModel(True)
+    model = ShiftModel(1.0)
     assert open_loop_eval(model, [_episode(1.0, 0)] * 2, 8).other_actions_psnr is None
     single = open_loop_eval(model, [_episode(1.0, 0)], 8, action_check=True)
     assert single.action_gap(8) is None and "action_gap@8" not in single.summary()

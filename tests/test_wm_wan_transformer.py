@@ -71,7 +71,7 @@ def test_diffusers_weights_load_and_match_with_zero_action_modulation() -> None:
 def test_action_modulation_changes_output_and_grouping_repeats_first_action() -> None:
     _, ours = _tiny_pair()
     actions = torch.randn(2, 9, 3)  # 1 + 4 * 2 frames -> 3 latent frames
-    context, modulation = ours.embed_actions(actions)
+    context, modulation, _ = ours.embed_actions(actions)
     assert context.shape == (2, 9, 32) and modulation.shape == (2, 3, 32)
     first = ours.action_mlp2(actions[:, :1].repeat(1, 4, 1).reshape(2, 12))
     assert torch.allclose(modulation[:, 0], first, atol=1e-6)

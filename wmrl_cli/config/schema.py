@@ -82,6 +82,39 @@ class WorldModelConfig(Section):
         description="weight the denoiser loss towards latent positions that change (1 + m x "
         "change / mean change): the arm and what it moves, which the actions decide",
     )
+    # the stronger action path (world_models/action_conditioning.py); off = published behaviour
+    action_tokens: bool = Field(
+        False, description="per-frame action tokens (action + running sum) in the token stream"
+    )
+    action_modulation: Literal["default", "all"] = Field(
+        "default",
+        description="OpenSora: 'all' gives the actions an adaLN of their own in every block and "
+        "the final layer (default: summed into the spatial blocks' timestep embedding); Wan "
+        "already modulates every block with its actions",
+    )
+    action_dropout: float = Field(
+        0.0, ge=0.0, lt=1.0, description="training: P(actions -> learned null action)"
+    )
+    action_guidance: float = Field(
+        1.0, ge=0.0, description="sampling: guidance scale on the actions (1: none)"
+    )
+    train_shift: float | None = Field(
+        None,
+        gt=0.0,
+        description="shift of the logit-normal training noise levels (> 1: more high-noise "
+        "levels, where the sampler decides the motion); None: the backend's",
+    )
+    time_limit_min: float | None = Field(
+        None,
+        gt=0.0,
+        description="wall-clock budget of the whole run, autoencoder included: the denoiser "
+        "stops (validates, saves) once it is spent",
+    )
+    vae_init: str | None = Field(
+        None,
+        description="reuse the trained autoencoder of this world model (a train-wm run or model "
+        "directory) instead of training one; the denoiser is new",
+    )
     vae_steps: int = Field(1500, ge=0, description="autoencoder steps when training from scratch")
     vae_batch_size: int = Field(8, ge=1)
     vae_lr: float = Field(1e-3, gt=0.0)

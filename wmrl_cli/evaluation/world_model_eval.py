@@ -2,19 +2,28 @@
 
 From each held-out episode's first frame, the world model is fed the recorded actions chunk by
 chunk (never the true frames again) for `horizon` steps. Every predicted frame is compared with
-the recorded one (PSNR, SSIM), next to the copy-the-last-context-frame baseline, which predicts
-that nothing moves. Metrics per horizon step average over the episodes that last that long.
+the recorded one (PSNR, SSIM, and PSNR in the moving region: the pixels that differ from the
+first frame in the truth), next to the copy-the-first-frame baseline, which predicts that
+nothing moves. Metrics per horizon step average over the episodes that last that long.
 
-With `action_check`, every episode is rolled out a second time from the same first frame and
-with the same sampling noise, but driven by another episode's actions. A world model that
-listens to its actions is clearly closer to the truth with the recorded actions than with the
-other ones; a gap near zero means the pixels are right for reasons the actions do not control
-(the scene and the average motion), and so will be the outcome: RL in such a model gets no
-signal from what the policy does.
+Controllability (`alternatives`): every episode is rolled out again from the same first frame
+and with the same sampling noise, driven by other actions:
+
+* ``other``: another episode's actions, of the same task where the list has one;
+* ``shuffled``: the episode's own actions in a random order (same marginal, wrong timing);
+* ``random``: uniform actions in the per-dimension range of the evaluated episodes.
+
+The **action gap** of a kind is PSNR with the recorded actions minus PSNR with those (Genie's
+delta-t-PSNR): near zero, the pixels are right for reasons the actions do not control. With a
+`replay` function (the simulator run from the episode's stored start state under the other
+actions) the **response ratio** MSE(model(a), model(a')) / MSE(sim(a), sim(a')) per step says
+how strongly the model reacts to a change of actions compared with the world: 1 reacts as the
+world does, 0 ignores its actions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +33,11 @@ from wmrl_cli.data.episodes import Episode
 from wmrl_cli.data.reset_set import rest_action
 from wmrl_cli.evaluation.video_metrics import psnr, ssim
 from wmrl_cli.world_models.interface import WorldModel
+
+ALTERNATIVES = ("other", "shuffled", "random")
+MOVING_THRESHOLD = 16  # grey levels: a pixel "moves" when some channel changed by more
+# replay(episode, actions [steps, A]) -> frames [steps + 1, H, W, 3] from the episode's start
+Replay = Callable[[Episode, np.ndarray], np.ndarray]
 
 
 @dataclass
@@ -35,35 +49,96 @@ class OpenLoopReport:
     copy_ssim: list[float]
     episodes: int
     videos: np.ndarray | None = field(default=None, repr=False)  # [N, T, H, 2W, 3]: truth | model
-    other_actions_psnr: list[float] | None = None  # the same rollouts driven by other actions
+    moving_psnr: list[float] | None = None  # PSNR over the pixels that move in the truth
+    copy_moving_psnr: list[float] | None = None
+    # PSNR of the rollouts driven by other actions, by kind (ALTERNATIVES)
+    alternative_psnr: dict[str, list[float]] = field(default_factory=dict)
+    response_ratio: list[float] | None = None  # against the simulator, "other" actions
 
-    def action_gap(self, step: int) -> float | None:
-        """PSNR with the recorded actions minus PSNR with another episode's actions (dB)."""
-        if self.other_actions_psnr is None:
+    @property
+    def other_actions_psnr(self) -> list[float] | None:
+        return self.alternative_psnr.get("other")
+
+    def action_gap(self, step: int, kind: str = "other") -> float | None:
+        """PSNR with the recorded actions minus PSNR with the `kind` alternative actions (dB)."""
+        values = self.alternative_psnr.get(kind)
+        if values is None:
             return None
-        return self.psnr[step - 1] - self.other_actions_psnr[step - 1]
+        return self.psnr[step - 1] - values[step - 1]
 
     def at(self, step: int) -> dict[str, float]:
         i = step - 1
-        return {
+        out = {
             "psnr": self.psnr[i],
             "ssim": self.ssim[i],
             "copy_psnr": self.copy_psnr[i],
             "copy_ssim": self.copy_ssim[i],
         }
+        if self.moving_psnr is not None and self.copy_moving_psnr is not None:
+            out["moving_psnr"] = self.moving_psnr[i]
+            out["copy_moving_psnr"] = self.copy_moving_psnr[i]
+        return out
 
     def beats_copy_baseline(self) -> bool:
         return all(m > c for m, c in zip(self.psnr, self.copy_psnr))
 
-    def summary(self, steps: tuple[int, ...] = (8, 16, 24, 32)) -> dict[str, float]:
+    def summary(self, steps: tuple[int, ...] = (1, 8, 16, 24, 32)) -> dict[str, float]:
         out: dict[str, float] = {}
         for step in (s for s in steps if s <= self.horizon):
             for key, value in self.at(step).items():
                 out[f"{key}@{step}"] = value
-            gap = self.action_gap(step)
-            if gap is not None:
-                out[f"action_gap@{step}"] = gap
+            for kind in self.alternative_psnr:
+                name = "action_gap" if kind == "other" else f"action_gap_{kind}"
+                out[f"{name}@{step}"] = self.psnr[step - 1] - self.alternative_psnr[kind][step - 1]
+            if self.response_ratio is not None:
+                out[f"response_ratio@{step}"] = self.response_ratio[step - 1]
         return out
+
+
+def alternative_actions(
+    kind: str, episodes: Sequence[Episode], steps: int, seed: int
+) -> list[np.ndarray]:
+    """Per episode, the [steps, A] actions of the `kind` alternative (see the module doc)."""
+    a_dim = episodes[0].actions.shape[1]
+    rng = np.random.default_rng([seed, ALTERNATIVES.index(kind)])
+    if kind == "other":
+        out = []
+        for i, episode in enumerate(episodes):
+            order = [(i + j) % len(episodes) for j in range(1, len(episodes))]
+            same = [j for j in order if episodes[j].task_id == episode.task_id]
+            out.append(padded_actions(episodes[(same or order)[0]].actions, steps, a_dim))
+        return out
+    if kind == "shuffled":
+        return [
+            padded_actions(e.actions[rng.permutation(len(e.actions))], steps, a_dim)
+            for e in episodes
+        ]
+    if kind == "random":
+        every = np.concatenate([e.actions for e in episodes])
+        low, high = every.min(0), every.max(0)
+        return [
+            padded_actions(rng.uniform(low, high, (steps, a_dim)), steps, a_dim) for _ in episodes
+        ]
+    raise ValueError(f"unknown alternative {kind!r}; expected one of {ALTERNATIVES}")
+
+
+def _moving_mse(pred: torch.Tensor, truth: torch.Tensor, first: torch.Tensor) -> np.ndarray:
+    """MSE [B,T] (in [0,1] units) over the pixels that differ from the first frame in the truth;
+    NaN where nothing moves."""
+    moving = (truth.int() - first[:, None].int()).abs().amax(-1) > MOVING_THRESHOLD  # [B,T,H,W]
+    err = ((pred.float() - truth.float()) / 255.0).pow(2).mean(-1)
+    count = moving.sum((-2, -1)).float()
+    mse = (err * moving).sum((-2, -1)) / count.clamp_min(1)
+    return torch.where(count > 0, mse, torch.nan).numpy()
+
+
+def _mse(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> np.ndarray:
+    a, b = torch.as_tensor(a).float(), torch.as_tensor(b).float()
+    return ((a - b) / 255.0).pow(2).flatten(2).mean(-1).numpy()
+
+
+def _psnr_of_mse(mse: np.ndarray) -> np.ndarray:
+    return 10 * np.log10(1.0 / np.maximum(mse, 1e-10))
 
 
 @torch.no_grad()
@@ -75,55 +150,74 @@ def open_loop_eval(
     seed: int = 0,
     keep_videos: int = 4,
     action_check: bool = False,
+    alternatives: Sequence[str] | None = None,
+    replay: Replay | None = None,
 ) -> OpenLoopReport:
+    """Open-loop fidelity and, with `action_check` (the "other" kind) or `alternatives`,
+    controllability; `replay` adds the response ratio (see the module doc)."""
     c = episodes[0].chunk_size
-    n_chunks = -(-horizon // c)
-    steps = n_chunks * c
-    names = ["psnr", "ssim", "copy_psnr", "copy_ssim"]
-    check = action_check and len(episodes) > 1
-    if check:
-        names.append("other_actions_psnr")
-    sums = {name: np.zeros(horizon) for name in names}
-    counts = np.zeros(horizon)
+    steps = -(-horizon // c) * c
+    kinds = list(alternatives) if alternatives is not None else (["other"] if action_check else [])
+    if len(episodes) < 2:
+        kinds = [k for k in kinds if k != "other"]
+    alt_actions = {k: alternative_actions(k, episodes, steps, seed) for k in kinds}
+    sums: dict[str, np.ndarray] = {}
+    counts: dict[str, np.ndarray] = {}
+
+    def add(name: str, values: np.ndarray, valid: np.ndarray) -> None:
+        ok = valid & ~np.isnan(values)
+        sums[name] = sums.get(name, 0) + np.where(ok, values, 0).sum(0)
+        counts[name] = counts.get(name, 0) + ok.sum(0)
+
     videos = []
     for start in range(0, len(episodes), batch_size):
         batch = episodes[start : start + batch_size]
         a_dim = batch[0].actions.shape[1]
         first = np.stack([e.frames[0] for e in batch])
-        actions = np.stack([_padded(e.actions, steps, a_dim) for e in batch])
-        preds = _rollout(world_model, first, actions, c, horizon, seed + start)
+        actions = np.stack([padded_actions(e.actions, steps, a_dim) for e in batch])
+        preds = open_loop_rollout(world_model, first, actions, c, horizon, seed + start)
         truth = torch.from_numpy(np.stack([_padded_frames(e.frames, horizon) for e in batch]))
-        copy = torch.from_numpy(first)[:, None].expand_as(truth)
-        valid = np.array([[t < e.length for t in range(horizon)] for e in batch], dtype=float)
-        for name, value in (
-            ("psnr", psnr(preds, truth)),
-            ("ssim", ssim(preds, truth)),
-            ("copy_psnr", psnr(copy, truth)),
-            ("copy_ssim", ssim(copy, truth)),
-        ):
-            sums[name] += (value.numpy() * valid).sum(0)
-        if check:
-            # Episode j is driven by episode j+1's actions (cyclically over the whole list).
-            others = [episodes[(start + j + 1) % len(episodes)] for j in range(len(batch))]
-            other_actions = np.stack([_padded(e.actions, steps, a_dim) for e in others])
-            other = _rollout(world_model, first, other_actions, c, horizon, seed + start)
-            sums["other_actions_psnr"] += (psnr(other, truth).numpy() * valid).sum(0)
-        counts += valid.sum(0)
+        first_t = torch.from_numpy(first)
+        copy = first_t[:, None].expand_as(truth)
+        valid = np.array([[t < e.length for t in range(horizon)] for e in batch])
+        add("psnr", psnr(preds, truth).numpy(), valid)
+        add("ssim", ssim(preds, truth).numpy(), valid)
+        add("copy_psnr", psnr(copy, truth).numpy(), valid)
+        add("copy_ssim", ssim(copy, truth).numpy(), valid)
+        add("moving_mse", _moving_mse(preds, truth, first_t), valid)
+        add("copy_moving_mse", _moving_mse(copy, truth, first_t), valid)
+        for kind in kinds:
+            alt = np.stack(alt_actions[kind][start : start + len(batch)])
+            other = open_loop_rollout(world_model, first, alt, c, horizon, seed + start)
+            add(f"alt_{kind}", psnr(other, truth).numpy(), valid)
+            if kind == "other" and replay is not None:
+                sim_other = np.stack([replay(e, a)[1 : horizon + 1] for e, a in zip(batch, alt)])
+                add("model_response", _mse(preds, other), valid)
+                add("sim_response", _mse(truth, sim_other), valid)
         if len(videos) < keep_videos:
             videos.extend(torch.cat([truth, preds], dim=3).numpy()[: keep_videos - len(videos)])
     means = {
-        name: list(np.where(counts > 0, s / np.maximum(counts, 1), np.nan))
-        for name, s in sums.items()
+        k: np.where(counts[k] > 0, s / np.maximum(counts[k], 1), np.nan) for k, s in sums.items()
     }
+    response = None
+    if "sim_response" in means:
+        response = list(means["model_response"] / np.maximum(means["sim_response"], 1e-12))
     return OpenLoopReport(
         horizon=horizon,
         episodes=len(episodes),
         videos=np.stack(videos) if videos else None,
-        **means,
+        psnr=list(means["psnr"]),
+        ssim=list(means["ssim"]),
+        copy_psnr=list(means["copy_psnr"]),
+        copy_ssim=list(means["copy_ssim"]),
+        moving_psnr=list(_psnr_of_mse(means["moving_mse"])),
+        copy_moving_psnr=list(_psnr_of_mse(means["copy_moving_mse"])),
+        alternative_psnr={k: list(means[f"alt_{k}"]) for k in kinds},
+        response_ratio=response,
     )
 
 
-def _rollout(
+def open_loop_rollout(
     world_model: WorldModel,
     first: np.ndarray,
     actions: np.ndarray,
@@ -141,13 +235,13 @@ def _rollout(
     )
     gen = torch.Generator().manual_seed(seed)
     chunks = [
-        world_model.predict(torch.from_numpy(actions[:, i : i + chunk]), gen).cpu()
+        world_model.predict(torch.from_numpy(actions[:, i : i + chunk]).float(), gen).cpu()
         for i in range(0, actions.shape[1], chunk)
     ]
     return torch.cat(chunks, dim=1)[:, :horizon]
 
 
-def _padded(actions: np.ndarray, steps: int, a_dim: int) -> np.ndarray:
+def padded_actions(actions: np.ndarray, steps: int, a_dim: int) -> np.ndarray:
     """Recorded actions, then the rest action after the episode ends."""
     out = np.tile(rest_action(a_dim), (steps, 1))
     n = min(steps, len(actions))

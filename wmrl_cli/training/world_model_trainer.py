@@ -18,6 +18,7 @@ import copy
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -64,7 +65,29 @@ def build_world_model(cfg: RunConfig, action_dim: int) -> WorldModel:
     config.carry_detail = wm.carry_detail
     if wm.num_inference_steps is not None:
         config.num_inference_steps = wm.num_inference_steps
+    config.transformer.action_tokens = wm.action_tokens
+    config.transformer.null_action = wm.action_dropout > 0 or wm.action_guidance != 1.0
+    if wm.action_modulation == "all" and wm.backend == "opensora":
+        config.transformer.action_modulation = "all"
+    apply_objective(config, cfg)
     return model_cls(config)
+
+
+def apply_objective(config: Any, cfg: RunConfig) -> None:
+    """The run's training objective and sampling settings on a model config (a fresh model's
+    or one trained before, e.g. `--init`): loss weighting, noise levels, action dropout and
+    guidance."""
+    wm = cfg.world_model
+    config.motion_loss_weight = wm.motion_loss_weight
+    if wm.train_shift is not None:
+        config.train_shift = wm.train_shift
+    if (wm.action_dropout > 0 or wm.action_guidance != 1.0) and not config.transformer.null_action:
+        raise WmrlError(
+            "world_model.action_dropout / action_guidance need a model built with a null action; "
+            "this one was not (train it from scratch with the option set)"
+        )
+    config.action_dropout = wm.action_dropout
+    config.action_guidance = wm.action_guidance
 
 
 def load_world_model(path: str | Path, device: str | None = None) -> WorldModel:
@@ -119,6 +142,10 @@ def autoencoder_clips(
 
 
 class WorldModelTrainer:
+    # What `time_limit_min` is measured on: wall-clock time (a benchmark on a shared machine may
+    # count the process's CPU time instead).
+    clock = staticmethod(time.time)
+
     def __init__(self, cfg: RunConfig, run_dir: Path, store: EpisodeStore, action_dim: int):
         self.cfg, self.wm, self.run_dir, self.store = cfg, cfg.world_model, run_dir, store
         train_ids, val_ids = store.split(self.wm.val_fraction, seed=cfg.simulator.seed)
@@ -177,7 +204,11 @@ class WorldModelTrainer:
             return None
         model.eval()
         report = open_loop_eval(
-            model, self.val_episodes, horizon=self.wm.val_horizon, seed=self.cfg.simulator.seed
+            model,
+            self.val_episodes,
+            horizon=self.wm.val_horizon,
+            seed=self.cfg.simulator.seed,
+            alternatives=("other", "random"),
         )
         self.logger.log({f"eval/wm/{k}": v for k, v in report.summary().items()}, step)
         if report.videos is not None:
@@ -197,6 +228,7 @@ class WorldModelTrainer:
         params = [p for p in model.transformer.parameters() if p.requires_grad]
         report = None
         t0 = time.time()
+        deadline = None if wm.time_limit_min is None else self.t_run + 60 * wm.time_limit_min
         with progress_task("world model", wm.steps, self.cfg.logging.progress) as advance:
             advance(start)
             for step in range(start, wm.steps):
@@ -225,7 +257,8 @@ class WorldModelTrainer:
                         },
                         step + 1,
                     )
-                last = step + 1 == wm.steps
+                out_of_time = deadline is not None and self.clock() > deadline
+                last = step + 1 == wm.steps or out_of_time
                 if (step + 1) % wm.val_every == 0 or last:
                     with swapped_weights(model.transformer, ema):
                         report = self.validate(model, step + 1)
@@ -238,9 +271,13 @@ class WorldModelTrainer:
                         {"stage": "denoiser"},
                     )
                 advance()
+                if out_of_time:
+                    console.print(f"time limit reached after {step + 1} denoiser steps")
+                    break
         return report
 
     def run(self, resume: bool = True, init: str | None = None) -> Path:
+        self.t_run = self.clock()  # `time_limit_min` counts the whole run, autoencoder included
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
         start = 0
         if checkpoint is not None:
@@ -249,10 +286,12 @@ class WorldModelTrainer:
             model = load_world_model(init)
         else:
             model = build_world_model(self.cfg, self.action_dim)
-            if self.wm.vae_steps > 0:
+            if self.wm.vae_init is not None:
+                model.adopt_autoencoder(load_world_model(self.wm.vae_init))
+            elif self.wm.vae_steps > 0:
                 self.train_autoencoder(model)
         # The training objective is the run's, also when starting from another model.
-        model.config.motion_loss_weight = self.wm.motion_loss_weight
+        apply_objective(model.config, self.cfg)
         model.vae.requires_grad_(False)
         ema = {n: p.detach().clone() for n, p in model.transformer.named_parameters()}
         optimizer = torch.optim.AdamW(

@@ -255,6 +255,22 @@ class WorldModel(nn.Module, ABC):
         kl = 0.5 * (posterior.mean.pow(2) + posterior.var - 1.0 - posterior.logvar).mean()
         return torch.nn.functional.mse_loss(recon.float(), x.float()) + kl_weight * kl
 
+    def adopt_autoencoder(self, other: WorldModel) -> None:
+        """Take another model's trained autoencoder and its latent normalization (a VAE trained
+        once, shared by denoisers that differ in their action path or objective)."""
+        if type(other) is not type(self):
+            raise WmrlError(f"cannot take a {other.title} autoencoder into a {self.title} model")
+        try:
+            self.vae.load_state_dict(other.vae.state_dict())
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise WmrlError(f"the autoencoder to reuse has another size: {first}") from None
+        self.config.vae = dict(other.config.vae)
+        self._autoencoder_changed()
+
+    def _autoencoder_changed(self) -> None:
+        """Refresh anything derived from `config.vae` (backends with latent buffers)."""
+
     # -- persistence (shared by the backends) ---------------------------------------------------
 
     backend: ClassVar[str]

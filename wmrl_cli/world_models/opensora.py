@@ -55,6 +55,14 @@ from torch.utils.checkpoint import checkpoint
 
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.world_models import flow_matching as fm
+from wmrl_cli.world_models.action_conditioning import (
+    ActionTokenEmbedder,
+    action_dropout_mask,
+    chunk_action_features,
+    guided,
+    validate_action_options,
+    with_null,
+)
 from wmrl_cli.world_models.interface import (
     TensorLike,
     WorldModel,
@@ -101,6 +109,12 @@ class STDiT3Config:
     num_none_actions: int = 1
     input_sq_size: int = 512
     frequency_embedding_size: int = 256
+    # The stronger action path (action_conditioning.py; off = WMPO's published architecture):
+    # "spatial": actions summed into the spatial blocks' timestep embedding (WMPO); "all": an
+    # action adaLN of its own modulates the spatial and temporal blocks and the final layer.
+    action_modulation: str = "spatial"
+    action_tokens: bool = False  # per-frame action tokens added to the target frames' tokens
+    null_action: bool = False  # learned null embeddings, for action dropout and guidance
 
     @property
     def out_channels(self) -> int:
@@ -187,6 +201,10 @@ class OpenSoraWorldModelConfig:
     motion_loss_weight: float = 0.0  # see flow_matching.delta_prediction_loss
     action_q01: list[float] | None = None
     action_q99: list[float] | None = None
+    # Training: probability that a window's actions are replaced by the null action (needs
+    # transformer.null_action). Sampling: action guidance scale (1.0: plain conditioning).
+    action_dropout: float = 0.0
+    action_guidance: float = 1.0
 
     @classmethod
     def full(cls) -> OpenSoraWorldModelConfig:
@@ -263,6 +281,9 @@ def validate_config(config: OpenSoraWorldModelConfig) -> None:
             f"transformer.num_none_actions must be 1 or num_context_frames "
             f"({config.num_context_frames})"
         )
+    if t.action_modulation not in ("spatial", "all"):
+        raise ConfigError("transformer.action_modulation must be 'spatial' or 'all'")
+    validate_action_options(config.action_dropout, config.action_guidance, t.null_action)
     if not 0.0 <= config.context_timestep < fm.NUM_TRAIN_TIMESTEPS:
         raise ConfigError("context_timestep must be in [0, 1000)")
     if (config.action_q01 is None) != (config.action_q99 is None):
@@ -387,8 +408,15 @@ class ActionEncoder(nn.Module):
         )
         self.none_action = nn.Embedding(num_none_actions, hidden)
 
-    def forward(self, actions: torch.Tensor, num_frames: int) -> torch.Tensor:
-        """actions [B,n,A] -> per-frame embeddings [B,num_frames,hidden], none rows first."""
+    def forward(
+        self,
+        actions: torch.Tensor,
+        num_frames: int,
+        null: torch.Tensor | None = None,
+        drop: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """actions [B,n,A] -> per-frame embeddings [B,num_frames,hidden], none rows first; the
+        samples flagged in drop [B] get the null embedding [hidden] in place of their actions'."""
         batch, count = actions.shape[:2]
         pad = num_frames - count
         rows = self.none_action.weight
@@ -398,7 +426,7 @@ class ActionEncoder(nn.Module):
                 f"none-action embedding(s)"
             )
         none = rows.expand(pad, -1) if rows.shape[0] == 1 else rows
-        embedded = self.fc(actions.to(rows.dtype))
+        embedded = with_null(self.fc(actions.to(rows.dtype)), null, drop)
         return torch.cat([none[None].expand(batch, -1, -1), embedded], dim=1)
 
 
@@ -518,8 +546,10 @@ class T2IFinalLayer(nn.Module):
         self.scale_shift_table = nn.Parameter(torch.randn(2, hidden) / hidden**0.5)
 
     def forward(self, x: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
-        """x [B,T,S,C], temb [B,T,C] -> [B,T,S,patch_volume*out_channels]."""
-        shift, scale = (self.scale_shift_table + temb.unsqueeze(2)).unsqueeze(2).unbind(3)
+        """x [B,T,S,C], temb [B,T,C] (or separate shift and scale [B,T,2,C])
+        -> [B,T,S,patch_volume*out_channels]."""
+        mod = temb.unsqueeze(2) if temb.ndim == 3 else temb
+        shift, scale = (self.scale_shift_table + mod).unsqueeze(2).unbind(3)
         return self.linear(t2i_modulate(self.norm_final(x), shift, scale))
 
 
@@ -549,6 +579,14 @@ class STDiT3(nn.Module):
             STDiT3Block(config, temporal=True) for _ in range(config.depth)
         )
         self.final_layer = T2IFinalLayer(hidden, math.prod(config.patch_size), config.out_channels)
+        if config.action_modulation == "all":
+            # 6 spatial + 6 temporal + 2 final-layer vectors per frame, from the action alone.
+            self.action_adaln = nn.Sequential(nn.SiLU(), nn.Linear(hidden, 14 * hidden))
+        if config.action_tokens:
+            self.action_token_embedder = ActionTokenEmbedder(2 * config.action_dim, hidden)
+        if config.null_action:
+            self.null_action_embedding = nn.Parameter(torch.zeros(hidden))
+            self.null_action_token = nn.Parameter(torch.zeros(hidden))
         self.gradient_checkpointing = False
         self.initialize_weights()
 
@@ -564,6 +602,9 @@ class STDiT3(nn.Module):
             if block.cross_attn is not None:
                 nn.init.zeros_(block.cross_attn.proj.weight)
 
+    def _null(self, name: str) -> torch.Tensor | None:
+        return getattr(self, name) if self.config.null_action else None
+
     def _modulations(
         self,
         timestep: torch.Tensor,
@@ -571,6 +612,7 @@ class STDiT3(nn.Module):
         frames: int,
         frame_mask: torch.Tensor | None,
         context_timestep: float,
+        drop: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-frame (spatial [B,T,6,C], temporal [B,T,6,C], final-layer [B,T,C]) conditioning.
 
@@ -582,19 +624,33 @@ class STDiT3(nn.Module):
         batch, hidden = timestep.shape[0], self.config.hidden_size
         temb = self.t_embedder(timestep)  # [B,C]
         frame_temb = temb[:, None].expand(batch, frames, hidden)
-        spatial_in = frame_temb
+        embedded = None
         if actions is not None:
-            spatial_in = frame_temb + self.action_embedder(actions, frames)
-        spatial = self.t_block(spatial_in).unflatten(-1, (6, hidden))
-        temporal = self.t_block(temb).unflatten(-1, (6, hidden))[:, None].expand(-1, frames, -1, -1)
-        final = frame_temb
+            embedded = self.action_embedder(
+                actions, frames, self._null("null_action_embedding"), drop
+            )
+        if self.config.action_modulation == "spatial":
+            spatial_in = frame_temb if embedded is None else frame_temb + embedded
+            spatial = self.t_block(spatial_in).unflatten(-1, (6, hidden))
+            temporal = self.t_block(temb).unflatten(-1, (6, hidden))[:, None]
+            temporal = temporal.expand(-1, frames, -1, -1)
+            final = frame_temb
+        else:  # "all": the timestep's modulation plus an action modulation of its own
+            t_mod = self.t_block(temb).unflatten(-1, (6, hidden))[:, None]
+            spatial = temporal = t_mod.expand(-1, frames, -1, -1)
+            final = frame_temb[:, :, None].expand(-1, -1, 2, -1)
+            if embedded is not None:
+                a_mod = self.action_adaln(embedded).unflatten(-1, (14, hidden))
+                spatial, temporal = spatial + a_mod[:, :, :6], temporal + a_mod[:, :, 6:12]
+                final = final + a_mod[:, :, 12:]
         if frame_mask is not None:
             t0 = self.t_embedder(torch.full_like(timestep, context_timestep, dtype=torch.float32))
             t0_mod = self.t_block(t0).unflatten(-1, (6, hidden))[:, None]
             keep = frame_mask.to(torch.bool)[:, :, None, None]
             spatial = torch.where(keep, spatial, t0_mod)
             temporal = torch.where(keep, temporal, t0_mod)
-            final = torch.where(keep[..., 0], final, t0[:, None])
+            t0_final = t0[:, None] if final.ndim == 3 else t0[:, None, None]
+            final = torch.where(keep[..., 0] if final.ndim == 3 else keep, final, t0_final)
         return spatial, temporal, final
 
     def forward(
@@ -606,11 +662,13 @@ class STDiT3(nn.Module):
         context_timestep: float = WMPO_CONTEXT_TIMESTEP,
         pixel_size: tuple[int, int] | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
+        drop_actions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """hidden_states [B,C,T,H,W] latents; timestep [B] (0..1000, of the frames to generate);
         actions [B,n,A] (n <= T, aligned with the last n frames); frame_mask [B,T] (True: a frame
         to generate, False: a context frame at `context_timestep`); pixel_size: the video
-        resolution, for Open-Sora's position-embedding scale (default: 8x the latent size).
+        resolution, for Open-Sora's position-embedding scale (default: 8x the latent size);
+        drop_actions [B] bool: samples that get the null action (needs `null_action`).
         Returns [B, out_channels, T, H, W] in float32 (Open-Sora's velocity x0 - eps first)."""
         batch, _, frames, height, width = hidden_states.shape
         _, p_h, p_w = self.config.patch_size
@@ -631,9 +689,14 @@ class STDiT3(nn.Module):
             device=x.device,
         )
         x = x + pos.to(dtype)
+        if self.config.action_tokens and actions is not None:
+            tokens = self.action_token_embedder(chunk_action_features(actions))
+            tokens = with_null(tokens, self._null("null_action_token"), drop_actions)
+            n = actions.shape[1]
+            x = torch.cat([x[:, : frames - n], x[:, frames - n :] + tokens[:, :, None]], dim=1)
 
         spatial, temporal, final = self._modulations(
-            timestep, actions, frames, frame_mask, context_timestep
+            timestep, actions, frames, frame_mask, context_timestep, drop_actions
         )
         spatial, temporal, final = spatial.to(dtype), temporal.to(dtype), final.to(dtype)
         for spatial_block, temporal_block in zip(self.spatial_blocks, self.temporal_blocks):
@@ -772,10 +835,16 @@ class OpenSoraWorldModel(WorldModel):
     # -- the denoiser -------------------------------------------------------------------------
 
     def _denoiser_output(
-        self, x_t: torch.Tensor, sigma: torch.Tensor, context: torch.Tensor, actions: torch.Tensor
+        self,
+        x_t: torch.Tensor,
+        sigma: torch.Tensor,
+        context: torch.Tensor,
+        actions: torch.Tensor,
+        drop_actions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The first in_channels output channels (float32) for the target latents x_t [B,4,C,h,w]
-        at noise levels sigma [B], after the context latents [B,4,K,h,w]."""
+        at noise levels sigma [B], after the context latents [B,4,K,h,w]; drop_actions [B]: the
+        samples conditioned on the null action instead."""
         n_ctx, n_tgt = context.shape[2], x_t.shape[2]
         latents = torch.cat([context, x_t], dim=2).to(self.dtype)
         mask = torch.tensor([False] * n_ctx + [True] * n_tgt, device=x_t.device)
@@ -786,6 +855,7 @@ class OpenSoraWorldModel(WorldModel):
             frame_mask=mask[None].expand(x_t.shape[0], -1),
             context_timestep=self.config.context_timestep,
             pixel_size=(self.height, self.width),
+            drop_actions=drop_actions,
         )
         return out[:, : self.config.transformer.in_channels, n_ctx:]
 
@@ -828,9 +898,15 @@ class OpenSoraWorldModel(WorldModel):
         noise = torch.randn(shape, generator=generator, device=noise_device).to(self.device)
         anchor = context[:, :, -1:]
 
+        scale = self.config.action_guidance
+        null = torch.ones(batch, dtype=torch.bool, device=self.device)
+
         def velocity_fn(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-            out = self._denoiser_output(x, sigma, context, act)
-            return self._velocity(x, sigma, out, anchor)
+            v = self._velocity(x, sigma, self._denoiser_output(x, sigma, context, act), anchor)
+            if scale == 1.0:
+                return v
+            out_null = self._denoiser_output(x, sigma, context, act, drop_actions=null)
+            return guided(v, self._velocity(x, sigma, out_null, anchor), scale)
 
         sigmas = fm.inference_sigmas(self.config.num_inference_steps, self.config.flow_shift)
         return fm.euler_sample(velocity_fn, noise, sigmas)
@@ -979,7 +1055,8 @@ class OpenSoraWorldModel(WorldModel):
         x_t = fm.add_noise(x0, noise, sigma_b)
 
         act = self.normalize_actions(tgt_act.to(self.device))
-        out = self._denoiser_output(x_t, sigma, context, act)
+        drop = action_dropout_mask(n, self.config.action_dropout, generator, self.device)
+        out = self._denoiser_output(x_t, sigma, context, act, drop)
         if self.config.delta_prediction:
             # ||v_hat - v||^2 = ||x0_hat - x0||^2 / sigma^2; the weight is bounded at small sigma.
             # The offset is from the clean last context latent, as at inference.

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +47,13 @@ from torch.utils.checkpoint import checkpoint
 
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.world_models import flow_matching as fm
+from wmrl_cli.world_models.action_conditioning import (
+    ActionTokenEmbedder,
+    action_dropout_mask,
+    guided,
+    validate_action_options,
+    with_null,
+)
 from wmrl_cli.world_models.interface import (
     TensorLike,
     WorldModel,
@@ -105,6 +112,9 @@ class WanTransformerConfig:
     cross_attn_norm: bool = True
     eps: float = 1e-6
     rope_max_seq_len: int = 1024
+    # The stronger action path (action_conditioning.py; off = RLinf's published architecture).
+    action_tokens: bool = False  # per-latent-frame action tokens added to the patch tokens
+    null_action: bool = False  # learned null embeddings, for action dropout and guidance
 
     @property
     def dim(self) -> int:
@@ -191,6 +201,10 @@ class WanWorldModelConfig:
     # gave +0.05..0.07 dB and +0.6 dB of open-loop PSNR (docs/benchmarks.md).
     loss_min_sigma: float = 1.0
     motion_loss_weight: float = 0.0  # see flow_matching.delta_prediction_loss
+    # Training: probability that a window's actions are replaced by the null action (needs
+    # transformer.null_action). Sampling: action guidance scale (1.0: plain conditioning).
+    action_dropout: float = 0.0
+    action_guidance: float = 1.0
     # Round the denoiser's timesteps to bfloat16 as RLinf's bf16 pipeline does (952.4 -> 952,
     # 882.4 -> 884, 769.2 -> 768 at 5 steps, shift 5); off: float32.
     bf16_timesteps: bool = False
@@ -270,6 +284,7 @@ def validate_config(config: WanWorldModelConfig) -> None:
         raise ConfigError("num_inference_steps must be >= 1")
     if not 0.0 <= config.context_noise_sigma < 1.0:
         raise ConfigError("context_noise_sigma must be in [0, 1)")
+    validate_action_options(config.action_dropout, config.action_guidance, t.null_action)
     if config.reference_action is not None and len(config.reference_action) != t.action_dim:
         raise ConfigError(
             f"reference_action must have transformer.action_dim ({t.action_dim}) values"
@@ -299,6 +314,15 @@ class WanActionConditionEmbedder(nn.Module):
     def modulation(self, temb: torch.Tensor) -> torch.Tensor:
         """temb [...,dim] -> the 6 AdaLN vectors [...,6,dim] every block adds to its table."""
         return self.time_proj(self.act_fn(temb)).unflatten(-1, (6, -1))
+
+
+class ActionEmbeddings(NamedTuple):
+    """A window's action embeddings: cross-attention context [B,T,dim], per-latent-frame
+    modulation [B,F,dim] and (with `action_tokens`) token offsets [B,F,dim]."""
+
+    context: torch.Tensor
+    modulation: torch.Tensor
+    tokens: torch.Tensor | None = None
 
 
 class WanActionTransformer(nn.Module):
@@ -333,17 +357,44 @@ class WanActionTransformer(nn.Module):
         self.norm_out = FP32LayerNorm(dim, config.eps, elementwise_affine=False)
         self.proj_out = nn.Linear(dim, config.out_channels * math.prod(config.patch_size))
         self.scale_shift_table = nn.Parameter(torch.randn(1, 2, dim) / dim**0.5)
+        if config.action_tokens:
+            self.action_token_embedder = ActionTokenEmbedder(2 * FRAMES_PER_LATENT * act, dim)
+        if config.null_action:
+            self.null_action_context = nn.Parameter(torch.zeros(dim))
+            self.null_action_modulation = nn.Parameter(torch.zeros(dim))
+            self.null_action_token = nn.Parameter(torch.zeros(dim))
         self.gradient_checkpointing = False
 
-    def embed_actions(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """actions [B,T,A], T = 1 + 4(F-1) -> (context [B,T,dim], frame modulation [B,F,dim])."""
+    def _null(self, name: str) -> torch.Tensor | None:
+        return getattr(self, name) if self.config.null_action else None
+
+    def embed_actions(
+        self, actions: torch.Tensor, num_targets: int = 0, drop: torch.Tensor | None = None
+    ) -> ActionEmbeddings:
+        """actions [B,T,A], T = 1 + 4(F-1), the last `num_targets` of them the chunk's ->
+        (context [B,T,dim], frame modulation [B,F,dim], token offsets [B,F,dim] or None); the
+        samples flagged in drop [B] get the null embeddings instead."""
         batch, length, act = actions.shape
         if (length - 1) % FRAMES_PER_LATENT:
             raise WmrlError(f"a window needs 1 + 4k actions, got {length}")
-        context = self.action_mlp1(actions)
-        padded = torch.cat([actions[:, :1].expand(-1, FRAMES_PER_LATENT - 1, -1), actions], dim=1)
-        grouped = padded.reshape(batch, -1, FRAMES_PER_LATENT * act)
-        return context, self.action_mlp2(grouped)
+        context = with_null(self.action_mlp1(actions), self._null("null_action_context"), drop)
+        pad = FRAMES_PER_LATENT - 1
+
+        def grouped(per_frame: torch.Tensor) -> torch.Tensor:
+            padded = torch.cat([per_frame[:, :1].expand(-1, pad, -1), per_frame], dim=1)
+            return padded.reshape(batch, -1, FRAMES_PER_LATENT * per_frame.shape[-1])
+
+        modulation = self.action_mlp2(grouped(actions))
+        modulation = with_null(modulation, self._null("null_action_modulation"), drop)
+        tokens = None
+        if self.config.action_tokens:
+            # the running sum covers the chunk's actions only (the displacement from the context)
+            running = torch.zeros_like(actions)
+            running[:, length - num_targets :] = actions[:, length - num_targets :].cumsum(dim=1)
+            features = torch.cat([actions, running], dim=-1)
+            tokens = self.action_token_embedder(grouped(features))
+            tokens = with_null(tokens, self._null("null_action_token"), drop)
+        return ActionEmbeddings(context, modulation, tokens)
 
     def forward(
         self,
@@ -351,9 +402,11 @@ class WanActionTransformer(nn.Module):
         timestep: torch.Tensor,
         context: torch.Tensor,
         frame_modulation: torch.Tensor | None = None,
+        frame_tokens: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """hidden_states [B,C,F,H,W]; timestep [B,F] (0..1000, per latent frame); context [B,L,dim]
-        (cross-attention tokens); frame_modulation [B,F,dim] added to the timestep embedding.
+        (cross-attention tokens); frame_modulation [B,F,dim] added to the timestep embedding;
+        frame_tokens [B,F,dim] added to every patch token of their latent frame.
         Returns [B,C_out,F,H,W]."""
         batch, _, frames, height, width = hidden_states.shape
         p_t, p_h, p_w = self.config.patch_size
@@ -365,6 +418,8 @@ class WanActionTransformer(nn.Module):
 
         rotary_emb = self.rope(hidden_states)
         x = self.patch_embedding(hidden_states).flatten(2).transpose(1, 2).contiguous()
+        if frame_tokens is not None:
+            x = x + frame_tokens.type_as(x).repeat_interleave(grid_h * grid_w, dim=1)
 
         # Conditioning per latent frame; the time projection is linear, so projecting per frame
         # and repeating per token equals Wan2.2 TI2V's per-token timesteps, at 1/(h*w) the cost.
@@ -484,6 +539,10 @@ class WanWorldModel(WorldModel):
         self.latents_mean = self._stat("latents_mean").to(self.device)
         self.latents_std = self._stat("latents_std").to(self.device)
 
+    def _autoencoder_changed(self) -> None:
+        self.latents_mean = self._stat("latents_mean").to(self.device)
+        self.latents_std = self._stat("latents_std").to(self.device)
+
     # -- the denoiser -------------------------------------------------------------------------
 
     def _window_actions(
@@ -513,8 +572,7 @@ class WanWorldModel(WorldModel):
         x_t: torch.Tensor,
         sigma: torch.Tensor,
         cond_latents: torch.Tensor,
-        context: torch.Tensor,
-        modulation: torch.Tensor,
+        actions: ActionEmbeddings,
     ) -> torch.Tensor:
         """Raw network output (float32) for the target latents x_t at noise levels sigma [B]."""
         n_cond, n_tgt = cond_latents.shape[2], x_t.shape[2]
@@ -526,7 +584,9 @@ class WanWorldModel(WorldModel):
             ],
             dim=1,
         )
-        out = self.transformer(latents, timestep, context, modulation)
+        out = self.transformer(
+            latents, timestep, actions.context, actions.modulation, actions.tokens
+        )
         return out[:, :, n_cond:].float()
 
     def _timestep(self, sigma: torch.Tensor) -> torch.Tensor:
@@ -590,17 +650,24 @@ class WanWorldModel(WorldModel):
         ref_act = None if reference_actions is None else torch.as_tensor(reference_actions)
 
         cond = self.encode_frames(torch.cat([ref[:, None], ctx], dim=1))
-        context, modulation = self.transformer.embed_actions(
-            self._window_actions(ref_act, ctx_act, act)
-        )
+        window_actions = self._window_actions(ref_act, ctx_act, act)
+        embedded = self.transformer.embed_actions(window_actions, chunk)
+        scale = self.config.action_guidance
+        null = None
+        if scale != 1.0:
+            all_rows = torch.ones(batch, dtype=torch.bool, device=self.device)
+            null = self.transformer.embed_actions(window_actions, chunk, drop=all_rows)
         anchor = cond[:, :, -1:]
         shape = (batch, cond.shape[1], chunk // FRAMES_PER_LATENT, *cond.shape[3:])
         noise_device = generator.device if generator is not None else self.device
         noise = torch.randn(shape, generator=generator, device=noise_device).to(self.device)
 
         def velocity_fn(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-            out = self._denoiser_output(x, sigma, cond, context, modulation)
-            return self._velocity(x, sigma, out, anchor)
+            v = self._velocity(x, sigma, self._denoiser_output(x, sigma, cond, embedded), anchor)
+            if null is None:
+                return v
+            v_null = self._velocity(x, sigma, self._denoiser_output(x, sigma, cond, null), anchor)
+            return guided(v, v_null, scale)
 
         sigmas = fm.inference_sigmas(self.config.num_inference_steps, self.config.flow_shift)
         target = fm.euler_sample(velocity_fn, noise, sigmas)
@@ -740,10 +807,11 @@ class WanWorldModel(WorldModel):
         ref_act = (
             None if batch.reference_actions is None else torch.as_tensor(batch.reference_actions)
         )
-        context, modulation = self.transformer.embed_actions(
-            self._window_actions(ref_act, ctx_act, tgt_act)
+        drop = action_dropout_mask(n, self.config.action_dropout, generator, self.device)
+        embedded = self.transformer.embed_actions(
+            self._window_actions(ref_act, ctx_act, tgt_act), chunk, drop
         )
-        out = self._denoiser_output(x_t, sigma, cond, context, modulation)
+        out = self._denoiser_output(x_t, sigma, cond, embedded)
         if self.config.delta_prediction:
             # ||v_hat - v||^2 = ||x0_hat - x0||^2 / sigma^2; the weight is bounded at small sigma.
             return self.delta_prediction_loss(out, x0, cond[:, :, -1:], sigma_b)
