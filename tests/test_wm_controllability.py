@@ -41,8 +41,8 @@ def _toy_episode(actions: np.ndarray, seed: int, task_id: int = 0) -> Episode:
     )
 
 
-def _toy_replay(episode: Episode, actions: np.ndarray) -> np.ndarray:
-    return _toy_frames(120.0, actions)
+def _toy_replay(episodes: list[Episode], actions: np.ndarray) -> np.ndarray:
+    return np.stack([_toy_frames(120.0, a) for a in actions])
 
 
 def _toy_episodes() -> list[Episode]:
@@ -90,12 +90,12 @@ def test_other_actions_come_from_the_same_task_when_there_is_one() -> None:
 def test_dot_world_replays_its_episodes_and_finds_its_dot() -> None:
     world = DotWorld(distractors=True)
     episode = world.episode(seed=3, length=16, chunk_size=8)
-    assert np.array_equal(world.replay(episode, episode.actions), episode.frames)
+    assert np.array_equal(world.replay([episode], episode.actions[None])[0], episode.frames)
     centres = world.positions(episode.sim_states[0], episode.actions)
     assert np.allclose(centres[8], episode.sim_states[8])
     for t in (0, 8, 16):
         assert np.linalg.norm(dot_centroid(episode.frames[t]) - centres[t]) < 0.2
-    moved = world.replay(episode, -episode.actions)
+    moved = world.replay_one(episode, -episode.actions)
     assert not np.array_equal(moved[8], episode.frames[8])
 
 

@@ -158,10 +158,14 @@ def test_report_renders_and_serializes(report, tmp_path) -> None:
     console.print(report.table())
     text = console.export_text()
     assert "open-loop fidelity" in text and "frames/s" in text and "halluc." in text
+    assert "controllability" in text and "gap shuffled" in text
+    assert set(body["open_loop"]["alternative_psnr"]) == {"other", "shuffled", "random"}
+    # the response ratio comes from replaying the other actions in the simulator
+    assert len(body["open_loop"]["response_ratio"]) == report.horizon
     report.save(tmp_path, save_video=True)
     assert (tmp_path / "videos" / "open_loop_truth_vs_model.mp4").stat().st_size > 0
     md = (tmp_path / "report.md").read_text()
-    assert md.startswith("# World-model reliability") and md.count("## ") == 3
+    assert md.startswith("# World-model reliability") and md.count("## ") == 4
     assert json.loads((tmp_path / "report.json").read_text()) == body
 
 

@@ -46,7 +46,7 @@ from wmrl_cli.data.kir import Keyframe, select_keyframes
 from wmrl_cli.data.reset_set import ResetEntry, reset_set_from_store, rest_action
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.evaluation.world_model_eval import OpenLoopReport, open_loop_eval
+from wmrl_cli.evaluation.world_model_eval import ALTERNATIVES, OpenLoopReport, open_loop_eval
 from wmrl_cli.logging import progress_task
 from wmrl_cli.rewards.base import RewardModel
 from wmrl_cli.rewards.calibration import BinaryMetrics, best_f1_threshold
@@ -211,6 +211,22 @@ class ReliabilityReport:
             ]
             for s in steps
         ]
+
+        def response(s: int) -> str:
+            return _fmt(ol.response_ratio[s - 1] if ol.response_ratio else None, 2)
+
+        control = [
+            [
+                str(s),
+                _fmt(ol.action_gap(s, "other"), 2),
+                _fmt(ol.action_gap(s, "shuffled"), 2),
+                _fmt(ol.action_gap(s, "random"), 2),
+                response(s),
+                _fmt(ol.moving_psnr[s - 1] if ol.moving_psnr else None, 2),
+                _fmt(ol.copy_moving_psnr[s - 1] if ol.copy_moving_psnr else None, 2),
+            ]
+            for s in steps
+        ]
         sp = self.speed
         plural = "es" if sp.sim_workers != 1 else ""
         workers = f"{sp.sim_workers} worker process{plural}" if sp.sim_workers else "in-process"
@@ -254,6 +270,21 @@ class ReliabilityReport:
                 f"every step: {'yes' if ol.beats_copy_baseline() else 'no'})",
                 ["step", "PSNR model", "PSNR copy", "action gap", "SSIM model", "SSIM copy"],
                 fidelity,
+            ),
+            (
+                "controllability: action gap (dB, recorded minus other actions: same-task "
+                "episode, shuffled, uniform random), response ratio vs the simulator (1: reacts "
+                "as the world, 0: ignores its actions), PSNR where the truth moves",
+                [
+                    "step",
+                    "gap other",
+                    "gap shuffled",
+                    "gap random",
+                    "response",
+                    "moving PSNR",
+                    "moving copy",
+                ],
+                control,
             ),
             (
                 f"speed: {sp.num_envs} envs x {sp.chunk_size}-frame chunks at "
@@ -601,6 +632,48 @@ def real_successes(
     return success, best
 
 
+class SimulatorReplay:
+    """The real simulator as `open_loop_eval`'s replay: each episode restarted from its first
+    stored state (step 0) and driven by other actions, `batch_size` at a time; one simulator per
+    seed offset, kept until `close`."""
+
+    def __init__(self, cfg: SimulatorConfig, batch_size: int) -> None:
+        self.cfg, self.batch_size = cfg, batch_size
+        self._sims: dict[int, Any] = {}
+
+    def __call__(self, episodes: Sequence[Episode], actions: np.ndarray) -> np.ndarray:
+        from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+
+        b, steps = self.batch_size, actions.shape[1]
+        chunk = episodes[0].chunk_size
+        size = episodes[0].frames.shape[1]
+        out = np.zeros((len(episodes), steps + 1, size, size, 3), dtype=np.uint8)
+        for i, episode in enumerate(episodes):
+            out[i, 0] = episode.frames[0]
+        for offset in sorted({_seed_offset(e) for e in episodes}):
+            if offset not in self._sims:
+                cfg = self.cfg.model_copy(update={"seed": offset})
+                self._sims[offset] = MetaWorldSim(cfg, num_envs=b)
+            sim = self._sims[offset]
+            group = [i for i, e in enumerate(episodes) if _seed_offset(e) == offset]
+            for sub in _batches(len(group), b):
+                idx = [group[j] for j in sub]  # exactly b (padded with repeats)
+                sim.reset(
+                    [episodes[i].init_id for i in idx], [episodes[i].sim_states.get(0) for i in idx]
+                )
+                for start in range(0, steps - steps % chunk, chunk):
+                    part = slice(start, start + chunk)
+                    out[idx, start + 1 : start + chunk + 1] = sim.chunk_step(
+                        actions[idx][:, part]
+                    ).frames
+        return out
+
+    def close(self) -> None:
+        for sim in self._sims.values():
+            sim.close()
+        self._sims.clear()
+
+
 def _replay_and_time(
     world_model: WorldModel,
     reward_model: RewardModel,
@@ -702,15 +775,20 @@ def evaluate_world_model(
     b = cfg.num_envs
 
     world_model.eval()
-    open_loop = open_loop_eval(
-        world_model,
-        ordered,
-        horizon,
-        batch_size=b,
-        seed=seed,
-        keep_videos=keep_videos,
-        action_check=True,
-    )
+    replay = SimulatorReplay(cfg, b)
+    try:
+        open_loop = open_loop_eval(
+            world_model,
+            ordered,
+            horizon,
+            batch_size=b,
+            seed=seed,
+            keep_videos=keep_videos,
+            alternatives=ALTERNATIVES,
+            replay=replay,
+        )
+    finally:
+        replay.close()
 
     starts = start_points(episodes, chunk_starts, keyframes)
     if not starts:

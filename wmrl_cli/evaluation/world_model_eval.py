@@ -36,8 +36,9 @@ from wmrl_cli.world_models.interface import WorldModel
 
 ALTERNATIVES = ("other", "shuffled", "random")
 MOVING_THRESHOLD = 16  # grey levels: a pixel "moves" when some channel changed by more
-# replay(episode, actions [steps, A]) -> frames [steps + 1, H, W, 3] from the episode's start
-Replay = Callable[[Episode, np.ndarray], np.ndarray]
+# replay(episodes, actions [B, steps, A]) -> frames [B, steps + 1, H, W, 3]: what the world shows
+# from each episode's start under those actions (the simulator from its stored state)
+Replay = Callable[[Sequence[Episode], np.ndarray], np.ndarray]
 
 
 @dataclass
@@ -191,7 +192,7 @@ def open_loop_eval(
             other = open_loop_rollout(world_model, first, alt, c, horizon, seed + start)
             add(f"alt_{kind}", psnr(other, truth).numpy(), valid)
             if kind == "other" and replay is not None:
-                sim_other = np.stack([replay(e, a)[1 : horizon + 1] for e, a in zip(batch, alt)])
+                sim_other = replay(batch, alt)[:, 1 : horizon + 1]
                 add("model_response", _mse(preds, other), valid)
                 add("sim_response", _mse(truth, sim_other), valid)
         if len(videos) < keep_videos:

@@ -13,6 +13,7 @@ finds the dot in a predicted frame. Used by `benchmarks/wm_control.py` and the s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,10 +89,14 @@ class DotWorld:
             suite="dot",
         )
 
-    def replay(self, episode: Episode, actions: np.ndarray) -> np.ndarray:
+    def replay_one(self, episode: Episode, actions: np.ndarray) -> np.ndarray:
         """The frames [T+1,H,W,3] the world shows from `episode`'s start under other actions."""
         background = self.scene(np.random.default_rng(episode.seed))
         return self.render(background, self.positions(episode.sim_states[0], actions))
+
+    def replay(self, episodes: Sequence[Episode], actions: np.ndarray) -> np.ndarray:
+        """`replay_one` for a batch: frames [B,T+1,H,W,3] (the `open_loop_eval` replay)."""
+        return np.stack([self.replay_one(e, a) for e, a in zip(episodes, actions)])
 
 
 def dot_centroid(frame: np.ndarray) -> np.ndarray:
