@@ -110,3 +110,27 @@ def test_env_pool_stays_bounded_and_rebuilt_envs_start_identically() -> None:
         assert all(np.array_equal(a, b) for a, b in zip(first, again))
     finally:
         envs.close()
+
+
+def test_small_offscreen_buffer_renders_the_same_pixels() -> None:
+    """The renderer's offscreen buffer is cut to the image size: frames are unchanged."""
+    import mujoco
+    from metaworld.env_dict import ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE
+
+    cfg = small_sim_config(num_envs=1)
+    with MetaWorldSim(cfg) as sim:
+        frame = sim.reset([1]).images[0]
+    env = ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE["drawer-open-v3-goal-observable"](seed=cfg.seed)
+    env._freeze_rand_vec, env.seeded_rand_vec = False, True
+    env.seed(cfg.seed + 1)
+    env.reset()
+    assert env.model.vis.global_.offwidth == 640  # Meta-World's own buffer
+    renderer = mujoco.Renderer(env.model, cfg.image_size, cfg.image_size)
+    for flag in ("mjRND_SHADOW", "mjRND_REFLECTION", "mjRND_SKYBOX"):
+        renderer.scene.flags[getattr(mujoco.mjtRndFlag, flag)] = 0
+    renderer.update_scene(env.data, camera=cfg.camera)
+    try:
+        assert np.array_equal(renderer.render()[::-1], frame)
+    finally:
+        renderer.close()
+        env.close()
