@@ -10,7 +10,6 @@ from wmrl_cli.cli.common import (
     EpisodesOpt,
     GreedyOpt,
     ImageSizeOpt,
-    NoiseOpt,
     NumEnvsOpt,
     PolicyOpt,
     PresetOpt,
@@ -43,7 +42,29 @@ def rollout_command(
     ] = False,
     temperature: TemperatureOpt = None,
     greedy: GreedyOpt = False,
-    noise_std: NoiseOpt = None,
+    noise_std: Annotated[
+        float | None,
+        typer.Option(
+            help="Std of the action noise: of --noise-kind's noise when a kind is set "
+            "(rollout.perturbation.std), else per-step Gaussian noise on expert actions "
+            "(policy.noise_std)."
+        ),
+    ] = None,
+    noise_kind: Annotated[
+        str | None,
+        typer.Option(
+            help="Noise on any policy's actions, recorded per step in the store: none, "
+            "gaussian (per step), ou (temporally correlated, Ornstein-Uhlenbeck) or "
+            "chunk_offset (one offset per chunk)."
+        ),
+    ] = None,
+    random_chunk_prob: Annotated[
+        float | None,
+        typer.Option(
+            help="Probability that a chunk of an episode is replaced by uniform random "
+            "actions in [-1, 1]."
+        ),
+    ] = None,
     seed: SeedOpt = None,
     num_envs: NumEnvsOpt = None,
     num_workers: WorkersOpt = None,
@@ -51,24 +72,28 @@ def rollout_command(
     preset: PresetOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Run a policy for N episodes per task and store every frame, action, reward and success flag, with the simulator state at each chunk boundary."""  # noqa: E501
+    """Run a policy (its actions optionally perturbed: --noise-kind, --random-chunk-prob) for N episodes per task and store every frame, action, reward and success flag, with the simulator state at each chunk boundary."""  # noqa: E501
     from wmrl_cli.data.collection import collect_rollouts
 
-    cfg = build_config(
-        preset,
-        set_,
+    options = dict(
         policy__name=policy,
         simulator__suite=suite,
         rollout__episodes_per_task=episodes_per_task,
         rollout__kir__enabled=kir or None,
         policy__temperature=temperature,
         policy__greedy=greedy or None,
-        policy__noise_std=noise_std,
+        rollout__perturbation__kind=noise_kind,
+        rollout__perturbation__random_chunk_prob=random_chunk_prob,
         simulator__seed=seed,
         simulator__num_envs=num_envs,
         simulator__num_workers=num_workers,
         simulator__image_size=image_size,
         output_dir=out,
     )
+    cfg = build_config(preset, set_, **options)
+    if noise_std is not None:  # the std of the configured perturbation, else the expert's noise
+        noisy = cfg.rollout.perturbation.kind != "none"
+        key = "rollout__perturbation__std" if noisy else "policy__noise_std"
+        cfg = build_config(preset, set_, **options, **{key: noise_std})
     summary = collect_rollouts(cfg, append=append, write_rlinf=export_rlinf)
     console.print(summary.table())

@@ -283,9 +283,35 @@ class KirConfig(Section):
     min_context: int = Field(4, ge=0, description="frames a keyframe needs before it")
 
 
+class PerturbationConfig(Section):
+    """Action perturbation in `wmrl rollout` (any policy), so that the stored actions vary
+    independently of the scene (world-model data; policies/perturbation.py)."""
+
+    kind: Literal["none", "gaussian", "ou", "chunk_offset"] = Field(
+        "none",
+        description="noise on the policy's actions: none, gaussian (i.i.d. per step), ou "
+        "(Ornstein-Uhlenbeck per env, temporally correlated) or chunk_offset (one offset per "
+        "episode chunk)",
+    )
+    std: float = Field(
+        0.5, ge=0.0, le=10.0, description="noise std (ou: its stationary std), action units"
+    )
+    ou_theta: float = Field(
+        0.15, gt=0.0, le=1.0, description="ou: mean reversion per step (lag-1 correlation 1-theta)"
+    )
+    random_chunk_prob: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="probability that an episode chunk (simulator.chunk_size steps) is replaced "
+        "by uniform random actions in [-1, 1]",
+    )
+
+
 class RolloutConfig(Section):
     episodes_per_task: int = Field(10, ge=1, le=100_000)
     kir: KirConfig = Field(default_factory=KirConfig)
+    perturbation: PerturbationConfig = Field(default_factory=PerturbationConfig)
 
 
 class SftConfig(Section):

@@ -67,6 +67,7 @@ def write_keyframes(store: EpisodeStore, cfg: RunConfig) -> list[Keyframe]:
 def collect_rollouts(
     cfg: RunConfig, append: bool = False, write_rlinf: bool = False
 ) -> RolloutSummary:
+    from wmrl_cli.policies.perturbation import perturb
     from wmrl_cli.policies.registry import build_policy
     from wmrl_cli.sims.metaworld_sim import MetaWorldSim
 
@@ -91,6 +92,8 @@ def collect_rollouts(
         policy = build_policy(
             cfg.policy, sim.suite, sim.action_dim, sim_cfg.chunk_size, seed=sim_cfg.seed + offset
         )
+        # Keyed on (seed, init id): appended episodes, with new init ids, draw new noise.
+        policy = perturb(policy, cfg.rollout.perturbation, sim_cfg.chunk_size, seed=sim_cfg.seed)
         pending = []
         with progress_task(f"rollout {policy.name}", len(init_ids), cfg.logging.progress) as adv:
             for episode in iter_episodes(

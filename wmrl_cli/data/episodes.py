@@ -3,7 +3,8 @@ and an `index.json` describing every episode. Layout in docs/formats.md.
 
     store/
       index.json                {"format": "wmrl-episodes", "version": 1, "episodes": [...]}
-      episodes/ep_000000.npz    frames, actions, rewards, success, sim_state_steps, sim_state_*
+      episodes/ep_000000.npz    frames, actions, rewards, success, sim_state_steps, sim_state_*,
+                                [perturbed]
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ class Episode:
     frames uint8 [T+1,H,W,3]; actions float32 [T,A] (as executed); rewards float32 [T];
     success bool [T] (the simulator's flag after each step). sim_states maps a step index
     (a chunk boundary) to the flat simulator state at that step, so the episode can be
-    replayed from any chunk.
+    replayed from any chunk. perturbed bool [T]: the steps whose actions were perturbed
+    (noise or random actions, `rollout.perturbation`); None where the collecting policy did not
+    report it (stores written before it existed).
     """
 
     task_id: int
@@ -47,6 +50,7 @@ class Episode:
     sim_states: dict[int, np.ndarray] = field(default_factory=dict)
     policy: str = ""
     suite: str = ""
+    perturbed: np.ndarray | None = None
 
     @property
     def length(self) -> int:
@@ -152,6 +156,13 @@ class EpisodeStore:
             arrays["sim_state_steps"] = np.asarray(steps, dtype=np.int64)
             if steps:
                 arrays["sim_states"] = np.stack([episode.sim_states[s] for s in steps])
+            if episode.perturbed is not None:
+                if np.shape(episode.perturbed) != (episode.length,):
+                    raise WmrlError(
+                        f"episode {number}: perturbed has shape {np.shape(episode.perturbed)}, "
+                        f"expected ({episode.length},)"
+                    )
+                arrays["perturbed"] = np.asarray(episode.perturbed, dtype=bool)
             atomic_write_bytes(self.root / name, lambda h, a=arrays: np.savez_compressed(h, **a))
             self._index.append({"id": number, "file": name, **episode.meta()})
         self._write_index()
@@ -184,6 +195,7 @@ class EpisodeStore:
             sim_states={int(s): states[i] for i, s in enumerate(steps)},
             policy=meta.get("policy", ""),
             suite=meta.get("suite", ""),
+            perturbed=arrays.get("perturbed"),
         )
 
     def __iter__(self) -> Iterator[Episode]:

@@ -81,12 +81,17 @@ class Env(Protocol):
 @dataclass
 class PolicyOutput:
     """actions [B,C,A] in env units; learned policies also return their action tokens,
-    per-token log-probs [B,C,A] and values [B]."""
+    per-token log-probs [B,C,A] and values [B]. perturbed [B,C] (bool, optional): the steps
+    whose actions were perturbed (noise or random actions), recorded in the episode store.
+
+    A policy may also define `start_episodes(init_ids)`: the closed loop calls it after every
+    reset, so that per-episode state (a perturbation's noise process) starts afresh."""
 
     actions: np.ndarray
     tokens: np.ndarray | None = None
     logprobs: np.ndarray | None = None
     values: np.ndarray | None = None
+    perturbed: np.ndarray | None = None
 
 
 class Policy(Protocol):

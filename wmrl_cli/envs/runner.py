@@ -52,10 +52,15 @@ def _run_batch(
 ) -> list[Episode]:
     obs = env.reset(init_ids)
     b = len(init_ids)
+    start_episodes = getattr(policy, "start_episodes", None)
+    if start_episodes is not None:  # per-episode policy state (perturbation processes)
+        start_episodes(init_ids)
     frames: list[list[np.ndarray]] = [[obs.images[i]] for i in range(b)]
     actions: list[list[np.ndarray]] = [[] for _ in range(b)]
     rewards: list[list[float]] = [[] for _ in range(b)]
     success: list[list[bool]] = [[] for _ in range(b)]
+    perturbed: list[list[bool]] = [[] for _ in range(b)]
+    flagged = False  # whether the policy reports perturbed steps
     states: list[dict[int, np.ndarray]] = [{} for _ in range(b)]
     if obs.sim_states is not None:
         for i in range(b):
@@ -66,12 +71,15 @@ def _run_batch(
         result = env.chunk_step(out.actions)
         valid = result.info.get("valid", ~np.zeros_like(result.rewards, dtype=bool))
         executed = result.info.get("executed_actions", out.actions)
+        flagged |= out.perturbed is not None
+        flags = out.perturbed if out.perturbed is not None else np.zeros(valid.shape, bool)
         for i in np.flatnonzero(~done):
             for t in np.flatnonzero(valid[i]):
                 frames[i].append(result.frames[i, t])
                 actions[i].append(executed[i, t])
                 rewards[i].append(float(result.rewards[i, t]))
                 success[i].append(bool(result.success[i, t]))
+                perturbed[i].append(bool(flags[i, t]))
             steps = len(actions[i])
             if result.obs.sim_states is not None and steps % chunk_size == 0:
                 states[i][steps] = result.obs.sim_states[i]
@@ -91,6 +99,7 @@ def _run_batch(
             success=np.asarray(success[i], dtype=bool),
             chunk_size=chunk_size,
             sim_states=states[i],
+            perturbed=np.asarray(perturbed[i], dtype=bool) if flagged else None,
         )
         for i in range(b)
     ]

@@ -29,9 +29,11 @@ class ExpertPolicy:
         actions = np.stack(
             [self._experts[t].get_action(s) for t, s in zip(obs.task_ids, obs.proprio)]
         ).astype(np.float32)
-        if self._noise_std > 0 and sample:
+        noisy = self._noise_std > 0 and sample
+        if noisy:
             actions += self._rng.normal(0.0, self._noise_std, actions.shape).astype(np.float32)
-        return PolicyOutput(actions=np.clip(actions, -1.0, 1.0)[:, None, :])
+        perturbed = np.full((len(actions), 1), noisy)  # recorded in the episode store
+        return PolicyOutput(actions=np.clip(actions, -1.0, 1.0)[:, None, :], perturbed=perturbed)
 
 
 class RandomPolicy:
@@ -43,4 +45,5 @@ class RandomPolicy:
 
     def act(self, obs: Obs, sample: bool = True, temperature: float = 1.0) -> PolicyOutput:
         shape = (len(obs.task_ids), self.chunk_size, self._action_dim)
-        return PolicyOutput(actions=self._rng.uniform(-1.0, 1.0, shape).astype(np.float32))
+        actions = self._rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+        return PolicyOutput(actions=actions, perturbed=np.ones(shape[:2], dtype=bool))

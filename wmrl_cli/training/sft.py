@@ -115,6 +115,8 @@ def collect_demos(cfg: RunConfig, run_dir: Path) -> EpisodeStore:
     demo_cfg.simulator.seed = cfg.simulator.seed + cfg.sft.demo_seed_offset
     demo_cfg.rollout.episodes_per_task = cfg.sft.demos_per_task
     demo_cfg.rollout.kir.enabled = False
+    demo_cfg.rollout.perturbation.kind = "none"  # demonstrations to clone: the expert's own
+    demo_cfg.rollout.perturbation.random_chunk_prob = 0.0
     demo_cfg.output_dir = tmp
     collect_rollouts(demo_cfg)
     tmp.rename(final)
