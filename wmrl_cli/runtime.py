@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,37 @@ def configure_threads(num_threads: int) -> None:
         import torch
 
         torch.set_num_threads(num_threads)
+
+
+def bf16_supported(device: str = "cpu") -> bool:
+    """Whether bf16 matmuls run natively: a CUDA GPU that supports them, or a CPU with AVX-512
+    BF16 or AMX (read from /proc/cpuinfo; elsewhere assumed not)."""
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(setting: str, device: str = "cpu") -> Any:
+    """The autocast dtype for a `precision` setting (None: float32): bf16 when asked for or, with
+    "auto", when the device supports it; a one-line notice when bf16 was asked for where it is
+    not supported (float32 then)."""
+    import torch
+
+    if setting == "fp32":
+        return None
+    if bf16_supported(device):
+        return torch.bfloat16
+    if setting == "bf16":
+        from wmrl_cli.logging import console
+
+        console.print(f"notice: this {device} has no native bf16; running in float32")
+    return None
 
 
 def prepare_run_dir(config: RunConfig, command: str, default: Path | None = None) -> Path:

@@ -23,6 +23,7 @@ from wmrl_cli.envs.interface import Env
 from wmrl_cli.envs.simulator_rl import SimulatorRLEnv
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.policies.registry import resolve_policy_dir
+from wmrl_cli.runtime import resolve_precision
 from wmrl_cli.sims.backends import resolve_simulator, simulator_class, simulator_suite
 from wmrl_cli.sims.libero_suites import get_libero_suite
 from wmrl_cli.world_models.interface import WorldModel
@@ -290,6 +291,7 @@ def build_imagined_env(
     entries, task_names = load_reset_set(cfg, inputs.reset_set)
     height, width = entries[0].reference.shape[:2]
     world_model = load_any_world_model(inputs.world_model, height, width, cfg, device).eval()
+    world_model.autocast_dtype = resolve_precision(cfg.precision, device)
     if cfg.world_model.num_inference_steps is not None:
         world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
     if cfg.world_model.bf16_timesteps:

@@ -29,6 +29,7 @@ from wmrl_cli.data.windows import WindowSet, build_windows
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.world_model_eval import OpenLoopReport, open_loop_eval
 from wmrl_cli.logging import MetricsLogger, console, progress_task
+from wmrl_cli.runtime import resolve_precision
 from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from wmrl_cli.world_models.interface import WorldModel
 
@@ -286,12 +287,14 @@ class WorldModelTrainer:
             model = load_world_model(init)
         else:
             model = build_world_model(self.cfg, self.action_dim)
+            model.autocast_dtype = resolve_precision(self.cfg.precision, str(model.device))
             if self.wm.vae_init is not None:
                 model.adopt_autoencoder(load_world_model(self.wm.vae_init))
             elif self.wm.vae_steps > 0:
                 self.train_autoencoder(model)
         # The training objective is the run's, also when starting from another model.
         apply_objective(model.config, self.cfg)
+        model.autocast_dtype = resolve_precision(self.cfg.precision, str(model.device))
         model.vae.requires_grad_(False)
         ema = {n: p.detach().clone() for n, p in model.transformer.named_parameters()}
         optimizer = torch.optim.AdamW(

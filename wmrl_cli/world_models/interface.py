@@ -15,6 +15,7 @@ Frames are uint8 RGB [..., H, W, 3]; actions are float in the policy's (normaliz
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -150,6 +151,16 @@ class WorldModel(nn.Module, ABC):
     num_context_frames: int
     height: int
     width: int
+    # A runtime setting, not saved with the weights: torch.bfloat16 runs the forward passes of
+    # the denoiser and the autoencoder under autocast (weights, sampler state and losses stay
+    # float32); None runs them in the weights' dtype (`runtime.resolve_precision`).
+    autocast_dtype: torch.dtype | None = None
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The precision context of this model's forward passes (see `autocast_dtype`)."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     @abstractmethod
     def reset_context(
@@ -250,8 +261,9 @@ class WorldModel(nn.Module, ABC):
         """Reconstruction MSE (pixels in [-1,1]) + kl_weight * KL, for training the VAE itself."""
         frames = check_frames("frames", frames, 5, self.height, self.width)
         x = self._to_vae_input(frames)
-        posterior = self.vae.encode(x).latent_dist
-        recon = self.vae.decode(posterior.sample(generator=generator)).sample
+        with self.autocast():
+            posterior = self.vae.encode(x).latent_dist
+            recon = self.vae.decode(posterior.sample(generator=generator)).sample
         kl = 0.5 * (posterior.mean.pow(2) + posterior.var - 1.0 - posterior.logvar).mean()
         return torch.nn.functional.mse_loss(recon.float(), x.float()) + kl_weight * kl
 

@@ -811,7 +811,8 @@ class OpenSoraWorldModel(WorldModel):
         """uint8 [B,T,H,W,3] -> scaled latents float32 [B,4,T,h,w] (posterior means, per frame)."""
         frames = check_frames("frames", frames, 5, self.height, self.width)
         batch, count = frames.shape[:2]
-        mu = self.vae.encode(self._to_vae_input(frames)).latent_dist.mode().float()
+        with self.autocast():
+            mu = self.vae.encode(self._to_vae_input(frames)).latent_dist.mode().float()
         scale, shift = self._latent_affine()
         z = (mu - shift) * scale
         return z.unflatten(0, (batch, count)).transpose(1, 2)
@@ -821,7 +822,8 @@ class OpenSoraWorldModel(WorldModel):
         batch, _, count = latents.shape[:3]
         scale, shift = self._latent_affine()
         z = latents.transpose(1, 2).flatten(0, 1).float() / scale + shift
-        video = self.vae.decode(z.to(self.vae_dtype)).sample
+        with self.autocast():
+            video = self.vae.decode(z.to(self.vae_dtype)).sample
         video = ((video.float().clamp(-1.0, 1.0) + 1.0) * 127.5).round().to(torch.uint8)
         return video.permute(0, 2, 3, 1).unflatten(0, (batch, count))
 
@@ -848,15 +850,16 @@ class OpenSoraWorldModel(WorldModel):
         n_ctx, n_tgt = context.shape[2], x_t.shape[2]
         latents = torch.cat([context, x_t], dim=2).to(self.dtype)
         mask = torch.tensor([False] * n_ctx + [True] * n_tgt, device=x_t.device)
-        out = self.transformer(
-            latents,
-            fm.sigma_to_timestep(sigma.float()),
-            actions.to(self.dtype),
-            frame_mask=mask[None].expand(x_t.shape[0], -1),
-            context_timestep=self.config.context_timestep,
-            pixel_size=(self.height, self.width),
-            drop_actions=drop_actions,
-        )
+        with self.autocast():
+            out = self.transformer(
+                latents,
+                fm.sigma_to_timestep(sigma.float()),
+                actions.to(self.dtype),
+                frame_mask=mask[None].expand(x_t.shape[0], -1),
+                context_timestep=self.config.context_timestep,
+                pixel_size=(self.height, self.width),
+                drop_actions=drop_actions,
+            )
         return out[:, : self.config.transformer.in_channels, n_ctx:]
 
     def _velocity(

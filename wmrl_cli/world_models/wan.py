@@ -518,13 +518,15 @@ class WanWorldModel(WorldModel):
         frames = check_frames("frames", frames, 5, self.height, self.width)
         if (frames.shape[1] - 1) % FRAMES_PER_LATENT:
             raise WmrlError(f"the Wan VAE encodes 1 + 4k frames, got {frames.shape[1]}")
-        mu = self.vae.encode(self._to_vae_input(frames)).latent_dist.mode().float()
+        with self.autocast():
+            mu = self.vae.encode(self._to_vae_input(frames)).latent_dist.mode().float()
         return (mu - self.latents_mean) / self.latents_std if normalize else mu
 
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
         """Normalized latents [B,z,F,h,w] -> uint8 frames [B,1+4(F-1),H,W,3]."""
         z = latents.float() * self.latents_std + self.latents_mean
-        video = self.vae.decode(z.to(self.vae_dtype)).sample
+        with self.autocast():
+            video = self.vae.decode(z.to(self.vae_dtype)).sample
         video = ((video.float().clamp(-1.0, 1.0) + 1.0) * 127.5).round().to(torch.uint8)
         return video.permute(0, 2, 3, 4, 1)
 
@@ -584,9 +586,10 @@ class WanWorldModel(WorldModel):
             ],
             dim=1,
         )
-        out = self.transformer(
-            latents, timestep, actions.context, actions.modulation, actions.tokens
-        )
+        with self.autocast():
+            out = self.transformer(
+                latents, timestep, actions.context, actions.modulation, actions.tokens
+            )
         return out[:, :, n_cond:].float()
 
     def _timestep(self, sigma: torch.Tensor) -> torch.Tensor:
