@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -172,7 +173,8 @@ def _metrics(path):
     ids=["full", "lora", "simulator"],
 )
 def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, extra, where):
-    run_args = args if where == "imagined" else sim_args
+    # the imagined runs are PPO (args' default); in the simulator too, value head included
+    run_args = args if where == "imagined" else functools.partial(sim_args, algo="ppo")
     straight = runner.invoke(app, [*run_args(assets, tmp_path / "a", 3), *extra])
     assert straight.exit_code == 0, straight.output
 
