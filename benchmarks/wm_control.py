@@ -91,7 +91,7 @@ class ControlTrainer(WorldModelTrainer):
     ) -> None:
         super().__init__(cfg, run_dir, store, action_dim=2)
         self.world, self.val_episodes, self.curve = world, val, []
-        self.t_start = self.prep_minutes = 0.0
+        self.t_start = self.prep_minutes = self.cpu_offset = 0.0
 
     def run(self, resume: bool = True, init: str | None = None) -> Path:
         self.t_start = time.process_time()
@@ -103,9 +103,10 @@ class ControlTrainer(WorldModelTrainer):
         source = self.cfg.world_model.vae_init
         path = None
         if source is not None:
-            digest = hashlib.sha1(
-                (Path(source).resolve() / "model.safetensors").read_bytes()
-            ).hexdigest()[:12]
+            weights = Path(source) / "model.safetensors"
+            if not weights.is_file():  # a train-wm run directory
+                weights = Path(source) / "world_model" / "model.safetensors"
+            digest = hashlib.sha1(weights.read_bytes()).hexdigest()[:12]
             path = Path(self.store.root) / f"latents-{digest}.pt"
         if path is not None and path.is_file():
             latents = torch.load(path, weights_only=True)
@@ -129,7 +130,7 @@ class ControlTrainer(WorldModelTrainer):
             alternatives=("other",),
             replay=self.world.replay,
         )
-        row = {"step": step, "cpu_minutes": (self.clock() - self.t_run) / 60}
+        row = {"step": step, "cpu_minutes": self.cpu_offset + (self.clock() - self.t_run) / 60}
         for h in (1, 8, 16):
             row[f"psnr@{h}"] = report.psnr[h - 1]
             row[f"copy_psnr@{h}"] = report.copy_psnr[h - 1]
@@ -158,6 +159,11 @@ def main() -> None:
     parser.add_argument("--vae-steps", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue OUT's run from its last checkpoint for --minutes more (the curve goes on)",
+    )
     parser.add_argument("--data", type=Path, help="episode store to (re)use (default OUT/data)")
     parser.add_argument(
         "--sampling-steps", type=int, default=2, help="as the mw-* presets (imagination speed)"
@@ -189,12 +195,18 @@ def main() -> None:
     configure_threads(cfg.num_threads)
     torch.manual_seed(0)
     trainer = ControlTrainer(cfg, args.out, store, world, val)
-    trainer.run(resume=False)
+    total_minutes = args.minutes
+    previous = args.out / "control.json"
+    if args.resume and previous.is_file():
+        earlier = json.loads(previous.read_text())
+        trainer.curve, trainer.cpu_offset = earlier["curve"], earlier["curve"][-1]["cpu_minutes"]
+        total_minutes += earlier["minutes"]
+    trainer.run(resume=args.resume)
     result = {
         "backend": args.backend,
         "distractors": args.distractors,
         "overrides": args.overrides,
-        "minutes": args.minutes,
+        "minutes": total_minutes,
         "prep_cpu_minutes": trainer.prep_minutes,
         "curve": trainer.curve,
     }
