@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from wmrl_cli.cli.app import app
@@ -75,3 +76,39 @@ def test_train_wm_backends(backend, store, tmp_path) -> None:
     assert tuned.exit_code == 0, tuned.output
     assert load_world_model(tmp_path / "tuned").config.motion_loss_weight == 2.5
     assert load_world_model(tmp_path / "run").config.motion_loss_weight == 0.0
+
+
+def test_train_wm_action_path_options_and_a_reused_autoencoder(store, tmp_path) -> None:
+    common = [
+        "train-wm", "--data", str(store), "--backend", "opensora", "--steps", "2",
+        "--set", "simulator.image_size=32", "--set", "world_model.batch_size=2",
+        "--set", "world_model.val_every=2", "--set", "world_model.val_horizon=8",
+        "--set", "world_model.window_stride=16", "--set", "world_model.num_inference_steps=1",
+        "--set", "num_threads=1",
+    ]  # fmt: skip
+    base = runner.invoke(app, [*common, "--vae-steps", "2", "--out", str(tmp_path / "base")])
+    assert base.exit_code == 0, base.output
+    options = [
+        "--set", "world_model.action_tokens=true", "--set", "world_model.action_modulation=all",
+        "--set", "world_model.action_dropout=0.2", "--set", "world_model.action_guidance=1.5",
+        "--set", "world_model.train_shift=3", "--set", f"world_model.vae_init={tmp_path / 'base'}",
+    ]  # fmt: skip
+    strong = runner.invoke(app, [*common, *options, "--out", str(tmp_path / "strong")])
+    assert strong.exit_code == 0, strong.output
+    model = load_world_model(tmp_path / "strong")
+    config = model.config
+    assert config.transformer.action_tokens and config.transformer.action_modulation == "all"
+    assert config.transformer.null_action and config.action_dropout == 0.2
+    assert config.action_guidance == 1.5 and config.train_shift == 3.0
+    base_model = load_world_model(tmp_path / "base")
+    assert all(
+        torch.equal(a, b) for a, b in zip(base_model.vae.parameters(), model.vae.parameters())
+    )
+    # guidance needs a null action: a model trained without one refuses it, in one line
+    refused = runner.invoke(
+        app,
+        [*common, "--set", "world_model.action_guidance=2", "--steps", "1",
+         "--init", str(tmp_path / "base"), "--out", str(tmp_path / "refused")],
+    )  # fmt: skip
+    assert refused.exit_code != 0 and "null action" in refused.output
+    assert "Traceback" not in refused.output

@@ -62,13 +62,16 @@ def train_wm_command(
 
         data_ = json.loads(reliability.read_text())
         table = Table(title="open-loop PSNR (dB) on held-out episodes")
-        for column in ("horizon", "world model", "copy last frame"):
+        other = (data_.get("alternative_psnr") or {}).get("other")
+        columns = ["horizon", "world model", "copy last frame"]
+        columns += ["action gap (other episode)"] if other else []
+        for column in columns:
             table.add_column(column, justify="right")
         for step in (8, 16, 24, 32):
             if step <= data_["horizon"]:
-                table.add_row(
-                    str(step),
-                    f"{data_['psnr'][step - 1]:.2f}",
-                    f"{data_['copy_psnr'][step - 1]:.2f}",
-                )
+                row = [str(step), f"{data_['psnr'][step - 1]:.2f}"]
+                row.append(f"{data_['copy_psnr'][step - 1]:.2f}")
+                if other:
+                    row.append(f"{data_['psnr'][step - 1] - other[step - 1]:+.2f}")
+                table.add_row(*row)
         console.print(table)
