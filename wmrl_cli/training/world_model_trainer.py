@@ -279,6 +279,7 @@ class WorldModelTrainer:
 
     def run(self, resume: bool = True, init: str | None = None) -> Path:
         self.t_run = self.clock()  # `time_limit_min` counts the whole run, autoencoder included
+        autocast_dtype = resolve_precision(self.cfg.precision, "cpu")  # models train on the CPU
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
         start = 0
         if checkpoint is not None:
@@ -287,14 +288,14 @@ class WorldModelTrainer:
             model = load_world_model(init)
         else:
             model = build_world_model(self.cfg, self.action_dim)
-            model.autocast_dtype = resolve_precision(self.cfg.precision, str(model.device))
+            model.autocast_dtype = autocast_dtype  # the autoencoder trains in it too
             if self.wm.vae_init is not None:
                 model.adopt_autoencoder(load_world_model(self.wm.vae_init))
             elif self.wm.vae_steps > 0:
                 self.train_autoencoder(model)
         # The training objective is the run's, also when starting from another model.
         apply_objective(model.config, self.cfg)
-        model.autocast_dtype = resolve_precision(self.cfg.precision, str(model.device))
+        model.autocast_dtype = autocast_dtype
         model.vae.requires_grad_(False)
         ema = {n: p.detach().clone() for n, p in model.transformer.named_parameters()}
         optimizer = torch.optim.AdamW(
