@@ -42,6 +42,7 @@ from wmrl_cli.evaluation.world_model_eval import (
 )
 from wmrl_cli.runtime import configure_threads
 from wmrl_cli.sims.dot_world import DotWorld, dot_centroid
+from wmrl_cli.training.latent_cache import WindowLatents
 from wmrl_cli.training.world_model_trainer import WorldModelTrainer
 from wmrl_cli.world_models.interface import WorldModel
 
@@ -97,7 +98,7 @@ class ControlTrainer(WorldModelTrainer):
         self.t_start = time.process_time()
         return super().run(resume, init)
 
-    def cache_latents(self, model: WorldModel) -> torch.Tensor:
+    def cache_latents(self, model: WorldModel) -> WindowLatents:
         """Encoded windows, cached beside the data per reused autoencoder (every row of an
         ablation shares data and autoencoder); the budget starts after them."""
         source = self.cfg.world_model.vae_init
@@ -107,13 +108,14 @@ class ControlTrainer(WorldModelTrainer):
             if not weights.is_file():  # a train-wm run directory
                 weights = Path(source) / "world_model" / "model.safetensors"
             digest = hashlib.sha1(weights.read_bytes()).hexdigest()[:12]
-            path = Path(self.store.root) / f"latents-{digest}.pt"
+            path = Path(self.store.root) / f"window-latents-{digest}.pt"
         if path is not None and path.is_file():
-            latents = torch.load(path, weights_only=True)
+            state = torch.load(path, weights_only=True)
+            latents = WindowLatents.from_state_dict(self.train, state)
         else:
             latents = super().cache_latents(model)
             if path is not None:
-                torch.save(latents, path)
+                torch.save(latents.state_dict(), path)
         self.t_run = self.clock()  # the denoiser's budget starts here
         self.prep_minutes = (self.t_run - self.t_start) / 60  # autoencoder + encoding
         return latents

@@ -41,6 +41,14 @@ class WindowSet:
         windows = [self.window(int(i)) for i in indices]
         return {key: np.stack([w[key] for w in windows]) for key in windows[0]}
 
+    def frame_steps(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(episode index [B], frame steps [B, K+C]) of the context and target frames of each
+        window: the frames `batch` cuts, as positions in their episode."""
+        episode, start = self.starts[indices].T
+        context = start[:, None] + np.arange(1 - self.context, 1)[None]
+        target = start[:, None] + np.arange(1, self.chunk + 1)[None]
+        return episode, np.concatenate([np.maximum(context, 0), target], axis=1)
+
 
 def cut_window(episode: Episode, start: int, context: int, chunk: int) -> dict[str, np.ndarray]:
     a_dim = episode.actions.shape[1]

@@ -5,7 +5,7 @@ Two stages, each checkpointed and resumable:
 1. autoencoder (only when training from scratch): the backend's VAE learns to reconstruct
    short clips; then its latents are normalized with statistics measured on the data;
 2. denoiser: windows (reference + K context + C target frames, data/windows.py) are encoded
-   once and cached; the transformer learns the flow-matching velocity of the target latents
+   once and cached (training/latent_cache.py); the transformer learns the flow-matching velocity of the target latents
    (the loss and the noisy-context recipe are the backend's `forward`), with an EMA copy.
 
 Validation: open-loop rollouts on held-out episodes (PSNR/SSIM per horizon, next to the
@@ -31,6 +31,7 @@ from wmrl_cli.evaluation.world_model_eval import OpenLoopReport, open_loop_eval
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.runtime import resolve_precision
 from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from wmrl_cli.training.latent_cache import WindowLatents
 from wmrl_cli.world_models.interface import WorldModel
 
 MODEL_DIR = "world_model"
@@ -189,16 +190,10 @@ class WorldModelTrainer:
         )
 
     # -- stage 2 ----------------------------------------------------------------------------
-    @torch.no_grad()
-    def cache_latents(self, model: WorldModel) -> torch.Tensor:
-        batches = []
+    def cache_latents(self, model: WorldModel) -> WindowLatents:
         n = len(self.train)
         with progress_task("encode windows", n, self.cfg.logging.progress) as advance:
-            for start in range(0, n, 32):
-                idx = np.arange(start, min(start + 32, n))
-                batches.append(model.encode_window(self.train.batch(idx)).cpu())
-                advance(len(idx))
-        return torch.cat(batches)
+            return WindowLatents.encode(model, self.train, advance)
 
     def validate(self, model: WorldModel, step: int) -> OpenLoopReport | None:
         if not self.val_episodes:
@@ -219,7 +214,7 @@ class WorldModelTrainer:
     def train_denoiser(
         self,
         model: WorldModel,
-        latents: torch.Tensor,
+        latents: WindowLatents,
         start: int,
         optimizer: torch.optim.Optimizer,
         ema: dict[str, torch.Tensor],

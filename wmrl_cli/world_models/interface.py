@@ -250,6 +250,9 @@ class WorldModel(nn.Module, ABC):
     # A per-frame (2D) VAE learns from any short clip; a causal video VAE (Wan) must see the
     # window layout it encodes at rollout time: the reference frame, then consecutive frames.
     autoencoder_trains_on_windows: ClassVar[bool] = False
+    # A frame's latent depends on that frame alone (a 2D VAE): training windows can share the
+    # latents of each episode's frames, encoded once (training/latent_cache.py).
+    frame_wise_latents: ClassVar[bool] = False
 
     @abstractmethod
     def _to_vae_input(self, frames: torch.Tensor) -> torch.Tensor:

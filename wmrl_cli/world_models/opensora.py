@@ -728,6 +728,7 @@ class OpenSoraWorldModel(WorldModel):
     title = "OpenSora"
     backend = "opensora"
     config_class = OpenSoraWorldModelConfig
+    frame_wise_latents = True
 
     def __init__(
         self,
