@@ -5,8 +5,9 @@ Two stages, each checkpointed and resumable:
 1. autoencoder (only when training from scratch): the backend's VAE learns to reconstruct
    short clips; then its latents are normalized with statistics measured on the data;
 2. denoiser: windows (reference + K context + C target frames, data/windows.py) are encoded
-   once and cached (training/latent_cache.py); the transformer learns the flow-matching velocity of the target latents
-   (the loss and the noisy-context recipe are the backend's `forward`), with an EMA copy.
+   once and cached (training/latent_cache.py); the transformer learns the flow-matching
+   velocity of the target latents (the loss and the noisy-context recipe are the backend's
+   `forward`), with an EMA copy.
 
 Validation: open-loop rollouts on held-out episodes (PSNR/SSIM per horizon, next to the
 copy-last-frame baseline) with the EMA weights; videos to TensorBoard.
