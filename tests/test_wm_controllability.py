@@ -12,7 +12,7 @@ from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.evaluation.world_model_eval import alternative_actions, open_loop_eval
 from wmrl_cli.sims.dot_world import DotWorld, dot_centroid
 from wmrl_cli.world_models.action_conditioning import chunk_action_features, guided
-from wmrl_cli.world_models.interface import WorldModel
+from wmrl_cli.world_models.interface import WorldModel, moving_pixels
 from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
 from wmrl_cli.world_models.wan import WanWorldModel, WanWorldModelConfig
 
@@ -223,3 +223,35 @@ def test_an_autoencoder_is_adopted_with_its_normalization() -> None:
     wan = WanWorldModel(WanWorldModelConfig.tiny(action_dim=2))
     with pytest.raises(WmrlError, match="OpenSora autoencoder"):
         wan.adopt_autoencoder(source)
+
+
+# -- the motion-weighted autoencoder loss -----------------------------------------------------
+
+
+def test_moving_pixels_mark_the_dots_path_not_the_scene() -> None:
+    world = DotWorld(distractors=True)
+    episode = world.episode(3, length=8, chunk_size=8)
+    moving = moving_pixels(torch.as_tensor(episode.frames[None]))[0].numpy()
+    assert moving.shape == episode.frames.shape[:3]
+    dot = episode.frames.min(axis=-1) > 200  # the white dot, frame by frame
+    swept = dot.any(axis=0)
+    assert (moving == swept[None]).mean() > 0.99  # the dot's path in every frame, nothing else
+    still = torch.as_tensor(np.repeat(episode.frames[:1], 6, axis=0)[None])
+    assert not moving_pixels(still).any()
+
+
+@pytest.mark.parametrize("backend", ["opensora", "wan"])
+def test_motion_weight_reweights_only_moving_clips(backend: str) -> None:
+    torch.manual_seed(0)
+    model = _opensora() if backend == "opensora" else WanWorldModel(WanWorldModelConfig.tiny(2))
+    world = DotWorld(size=model.height)
+    episode = world.episode(4, length=8, chunk_size=8)
+    moving = torch.as_tensor(episode.frames[None, :5])
+    still = torch.as_tensor(np.repeat(episode.frames[:1], 5, axis=0)[None])
+
+    def loss(frames: torch.Tensor, weight: float) -> float:
+        gen = torch.Generator().manual_seed(0)
+        return model.autoencoder_loss(frames, generator=gen, motion_weight=weight).item()
+
+    assert loss(still, 30.0) == pytest.approx(loss(still, 0.0), rel=1e-6)
+    assert loss(moving, 30.0) != pytest.approx(loss(moving, 0.0), rel=1e-3)

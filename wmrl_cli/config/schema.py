@@ -118,6 +118,12 @@ class WorldModelConfig(Section):
     vae_steps: int = Field(1500, ge=0, description="autoencoder steps when training from scratch")
     vae_batch_size: int = Field(8, ge=1)
     vae_lr: float = Field(1e-3, gt=0.0)
+    vae_motion_weight: float = Field(
+        0.0,
+        ge=0.0,
+        description="weight the autoencoder's reconstruction loss on pixels that move in the "
+        "clip (1 + m): the dot or the arm, a few percent of a frame",
+    )
     steps: int = Field(3000, ge=1, description="denoiser steps")
     batch_size: int = Field(16, ge=1)
     lr: float = Field(5e-4, gt=0.0, le=1.0)
@@ -361,6 +367,9 @@ class CoEvolveConfig(Section):
 class LoggingConfig(Section):
     tensorboard: bool = True
     progress: bool = True
+    log_every: int = Field(
+        10, ge=1, description="steps between plain log lines where stdout is no terminal"
+    )
 
 
 class RunConfig(Section):

@@ -175,7 +175,7 @@ class WorldModelTrainer:
                 rng = np.random.default_rng([self.cfg.simulator.seed, 1, step])
                 idx = rng.integers(0, len(self.train), wm.vae_batch_size)
                 clips = autoencoder_clips(model, self.train, idx, self.cfg.simulator.chunk_size)
-                loss = model.autoencoder_loss(clips)
+                loss = model.autoencoder_loss(clips, motion_weight=wm.vae_motion_weight)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, wm.grad_clip)

@@ -140,6 +140,16 @@ def check_actions(
     return actions.float()
 
 
+def moving_pixels(frames: torch.Tensor, threshold: int = 12) -> torch.Tensor:
+    """uint8 clips [B,T,H,W,3] -> bool [B,T,H,W]: the region the clip's motion sweeps, the
+    pixels whose value changes by more than `threshold` levels in some channel over the clip
+    (the same region in every frame: where the dot or the arm is, was or will be, as opposed
+    to the static scene)."""
+    spread = frames.amax(dim=1).to(torch.int16) - frames.amin(dim=1).to(torch.int16)
+    swept = spread.amax(dim=-1) > threshold  # [B,H,W]
+    return swept.unsqueeze(1).expand(-1, frames.shape[1], -1, -1)
+
+
 class WorldModel(nn.Module, ABC):
     """An action-conditioned video model that stands in for the simulator.
 
@@ -259,16 +269,31 @@ class WorldModel(nn.Module, ABC):
         """uint8 frames [B,T,H,W,3] -> the VAE's input tensor in [-1, 1]."""
 
     def autoencoder_loss(
-        self, frames: TensorLike, kl_weight: float = 1e-6, generator: torch.Generator | None = None
+        self,
+        frames: TensorLike,
+        kl_weight: float = 1e-6,
+        generator: torch.Generator | None = None,
+        motion_weight: float = 0.0,
     ) -> torch.Tensor:
-        """Reconstruction MSE (pixels in [-1,1]) + kl_weight * KL, for training the VAE itself."""
+        """Reconstruction MSE (pixels in [-1,1]) + kl_weight * KL, for training the VAE itself.
+
+        `motion_weight` m weights the pixels that move in the clip (1 + m, see `moving_pixels`):
+        the dot or the arm covers a few percent of a frame, and a VAE trained on plain MSE can
+        settle on the static scene and lose exactly what the actions move."""
         frames = check_frames("frames", frames, 5, self.height, self.width)
         x = self._to_vae_input(frames)
         with self.autocast():
             posterior = self.vae.encode(x).latent_dist
             recon = self.vae.decode(posterior.sample(generator=generator)).sample
         kl = 0.5 * (posterior.mean.pow(2) + posterior.var - 1.0 - posterior.logvar).mean()
-        return torch.nn.functional.mse_loss(recon.float(), x.float()) + kl_weight * kl
+        error = (recon.float() - x.float()).pow(2)
+        if motion_weight > 0:
+            # the mask as a white-on-black clip through the VAE's own input layout
+            mask = (moving_pixels(frames)[..., None] * 255).expand(*frames.shape).to(torch.uint8)
+            moving = (self._to_vae_input(mask).float() + 1.0) / 2.0
+            weight = 1.0 + motion_weight * moving
+            error = error * (weight / weight.mean())  # the mean weight stays 1
+        return error.mean() + kl_weight * kl
 
     def adopt_autoencoder(self, other: WorldModel) -> None:
         """Take another model's trained autoencoder and its latent normalization (a VAE trained
