@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import sys
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,8 +26,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-console = Console(stderr=False)
-err_console = Console(stderr=True)
+# soft_wrap: a line is never broken at the console's width (80 columns where the output is no
+# terminal), so paths and numbers in batch-job logs stay whole; tables still fit the width.
+console = Console(stderr=False, soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 T = TypeVar("T")
 
@@ -41,8 +43,9 @@ def make_progress(enabled: bool = True) -> Progress:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=err_console,
-        disable=not enabled,
-        transient=not sys.stderr.isatty(),
+        # Off where stderr is no terminal (nohup, a batch scheduler): a bar there is a blank
+        # line; MetricsLogger prints plain lines instead.
+        disable=not (enabled and err_console.is_terminal),
     )
 
 
@@ -69,11 +72,37 @@ def _scalar(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+# The metrics a plain log line shows (by the last part of their name), beside step and speed.
+_HEADLINE = ("loss", "autoencoder_loss", "success_once", "return", "f1")
+
+
+def truncate_metrics(path: Path, last_step: int) -> None:
+    """Keep the rows of a metrics.jsonl up to `last_step` (a resumed run logs the later steps
+    again); a torn last line (a kill during a write) goes too."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and int(row.get("step", 0)) <= last_step:
+            kept.append(line)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(f"{line}\n" for line in kept))
+    tmp.replace(path)
+
+
 class MetricsLogger:
     """TensorBoard events + metrics.jsonl in `run_dir`; only the main process writes.
 
     `real_steps`: the real environment steps behind a run that trains on stored data (its
     episode store's), logged with every row as `env/real_steps` (docs/cli.md).
+    `resume_step`: the step a run (re)starts from; the rows and TensorBoard events after it,
+    written by an interrupted attempt, are dropped so that no step is logged twice.
+    Where stdout is no terminal (batch jobs), a plain line (step, loss, success, seconds per
+    step) is printed at most every `log_every` steps.
     """
 
     def __init__(
@@ -82,18 +111,30 @@ class MetricsLogger:
         tensorboard: bool = True,
         enabled: bool = True,
         real_steps: int | None = None,
+        resume_step: int | None = None,
+        log_every: int = 10,
+        total: int | None = None,
     ):
         self.run_dir = Path(run_dir)
         self.enabled = enabled
         self.real_steps = real_steps
+        self.log_every = max(1, log_every)
+        self.total = total
+        self._printed: tuple[int, float] | None = None  # (step, time) of the last plain line
+        self._start = (resume_step or 0, time.time())
         self._writer = None
         if enabled:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            if resume_step is not None:
+                truncate_metrics(self.run_dir / "metrics.jsonl", resume_step)
             self._jsonl = (self.run_dir / "metrics.jsonl").open("a")
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+                purge = None if resume_step is None else resume_step + 1
+                self._writer = SummaryWriter(
+                    log_dir=str(self.run_dir / "tensorboard"), purge_step=purge
+                )
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         if not self.enabled:
@@ -106,6 +147,28 @@ class MetricsLogger:
         if self._writer is not None:
             for key, value in clean.items():
                 self._writer.add_scalar(key, value, int(step))
+        if not console.is_terminal:
+            self._plain_line(clean, int(step))
+
+    def _plain_line(self, metrics: dict[str, float], step: int) -> None:
+        last_step, last_time = self._printed or self._start
+        final = self.total is not None and step >= self.total
+        evaluated = any(k.startswith("eval/") for k in metrics)
+        if (
+            self._printed is not None
+            and step - last_step < self.log_every
+            and not (final or evaluated)
+        ):
+            return
+        now = time.time()
+        parts = [f"step {step}" + (f"/{self.total}" if self.total else "")]
+        for key, value in metrics.items():
+            if key.count("/") <= 2 and key.rsplit("/", 1)[-1] in _HEADLINE:
+                parts.append(f"{key} {value:.4g}")
+        if step > last_step:
+            parts.append(f"{(now - last_time) / (step - last_step):.2f} s/step")
+        console.print("  ".join(parts), soft_wrap=True, markup=False, highlight=False)
+        self._printed = (step, now)
 
     def log_video(self, tag: str, frames: np.ndarray, step: int, fps: int = 10) -> None:
         """frames uint8 [N,T,H,W,3]: the N clips side by side, as an animated GIF in

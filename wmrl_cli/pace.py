@@ -244,7 +244,7 @@ def _wm_reliability(model_dir: str) -> dict[str, Any]:
 
 def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     """The whole pipeline; returns the report (also written to report.json / report.md)."""
-    from wmrl_cli.evaluation.pace_report import write_report
+    from wmrl_cli.evaluation.pace_report import rl_activity, write_report
     from wmrl_cli.training.sft import collect_demos, train_bc
 
     ce = cfg.coevolve
@@ -363,4 +363,11 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         )
     walls = {name: item["wall_s"] for name, item in p.state.items()}
     real_steps = {name: item.get("real_steps") for name, item in p.state.items()}
-    return write_report(run_dir, cfg, evals, reliability, reward_metrics, walls, real_steps)
+    activity = {
+        name: act
+        for name in evals
+        if name != "base" and (act := rl_activity(run_dir / name)) is not None
+    }
+    return write_report(
+        run_dir, cfg, evals, reliability, reward_metrics, walls, real_steps, activity
+    )

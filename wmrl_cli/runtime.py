@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -61,13 +63,53 @@ def resolve_precision(setting: str, device: str = "cpu") -> Any:
     return None
 
 
+# Run directories this process created, removed again if the command fails on a user error
+# before it wrote anything but config.yaml (`discard_unused_run_dirs`).
+_CREATED: list[Path] = []
+
+
+def make_run_dir(run_dir: Path) -> Path:
+    """Create `run_dir` (and its parents), with one-line errors for a path that is a file or
+    cannot be written; remembered for `discard_unused_run_dirs` when it is new."""
+    from wmrl_cli.errors import ConfigError
+
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--out {run_dir}: is a file, expected a run directory")
+    existed = run_dir.is_dir()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(
+            f"--out {run_dir}: cannot create or write this directory ({reason})"
+        ) from None
+    if not existed:
+        _CREATED.append(run_dir)
+    return run_dir
+
+
 def prepare_run_dir(config: RunConfig, command: str, default: Path | None = None) -> Path:
     """Create the run directory and write the resolved `config.yaml` into it."""
     run_dir = (
         config.output_dir or default or Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = make_run_dir(Path(run_dir))
     config.output_dir = run_dir
     atomic_write_text(run_dir / "config.yaml", dump_config(config))
     return run_dir
+
+
+def discard_unused_run_dirs() -> None:
+    """After a user error: remove the run directories this process created that hold nothing
+    but config.yaml (and empty folders), so that bad inputs leave nothing behind."""
+    while _CREATED:
+        run_dir = _CREATED.pop()
+        if not run_dir.is_dir():
+            continue
+        files = [p for p in run_dir.rglob("*") if not p.is_dir()]
+        if all(p == run_dir / "config.yaml" for p in files):
+            shutil.rmtree(run_dir, ignore_errors=True)

@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 
-from wmrl_cli.cli.common import OutOpt, PresetOpt, SetOpt, build_config, handle_errors
+from wmrl_cli.cli.common import (
+    OutOpt,
+    PresetOpt,
+    SeedOpt,
+    SetOpt,
+    build_config,
+    handle_errors,
+)
 from wmrl_cli.logging import console
 
 PROFILES = {"default": "mw-coevolve", "smoke": "mw-coevolve-smoke"}
@@ -17,6 +24,7 @@ def co_evolve_command(
     profile: Annotated[
         str, typer.Option(help="default (the embedded main job) or smoke (minutes, for CI).")
     ] = "default",
+    seed: SeedOpt = None,
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
@@ -28,7 +36,7 @@ def co_evolve_command(
 
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile '{profile}': expected {' or '.join(PROFILES)}")
-    cfg = build_config(preset or PROFILES[profile], set_, output_dir=out)
+    cfg = build_config(preset or PROFILES[profile], set_, simulator__seed=seed, output_dir=out)
     run_dir = prepare_run_dir(cfg, f"co-evolve-{profile}")
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)

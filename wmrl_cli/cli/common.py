@@ -13,6 +13,7 @@ from rich.text import Text
 from wmrl_cli.config import RunConfig, resolve_config
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import err_console
+from wmrl_cli.runtime import discard_unused_run_dirs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,13 +72,15 @@ def build_config(preset: str | None, overrides: list[str] | None, **options: Any
 
 
 def handle_errors(func: F) -> F:
-    """User errors become one red line on stderr and a non-zero exit code, no traceback."""
+    """User errors become one red line on stderr and a non-zero exit code, no traceback; a
+    run directory the command created and left empty but for config.yaml is removed."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except WmrlError as exc:
+            discard_unused_run_dirs()
             err_console.print(Text.assemble(("error: ", "bold red"), str(exc)), soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:

@@ -26,15 +26,16 @@ from wmrl_cli.cli.common import (
     handle_errors,
 )
 from wmrl_cli.config import RunConfig
-from wmrl_cli.errors import WmrlError
-from wmrl_cli.logging import console
+from wmrl_cli.errors import ConfigError, WmrlError
+from wmrl_cli.logging import console, err_console
 from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
 
 WorldModelOpt = Annotated[
     Path | None,
     typer.Option(
         "--world-model",
-        help="Evaluate this world model (a train-wm run or model directory) instead of a "
+        help="Evaluate this world model (a train-wm run, a model directory or an RLinf "
+        "Wan/OpenSora directory) instead of a "
         "policy: open-loop PSNR/SSIM, imagined vs real frames/s, imagined vs real success.",
     ),
 ]
@@ -52,6 +53,41 @@ DataOpt = Annotated[
 HorizonOpt = Annotated[
     int | None, typer.Option(help="With --world-model: open-loop horizon in steps (default 32).")
 ]
+OverwriteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Evaluate into an --out directory that is not empty, replacing the report and "
+        "videos an earlier evaluation left there.",
+    ),
+]
+
+# What an evaluation writes into its directory; an earlier evaluation's are removed with
+# --overwrite, so that a report never sits beside another run's videos.
+EVAL_OUTPUTS = ("report.json", "report.md", "videos")
+
+
+def check_out_dir(out: Path | None, overwrite: bool) -> None:
+    """Refuse a non-empty --out (one line, exit 2) unless --overwrite; checked before the
+    evaluation starts."""
+    if out is None or not out.is_dir() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise ConfigError(
+            f"--out {out} is not empty (an earlier run's files would mix with this evaluation's);"
+            " pass --overwrite to replace its report and videos, or choose another directory"
+        )
+
+
+def clear_eval_outputs(run_dir: Path) -> None:
+    import shutil
+
+    for name in EVAL_OUTPUTS:
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
 
 
 @handle_errors
@@ -76,12 +112,14 @@ def eval_command(
     reward_model: RewardModelOpt = None,
     data: DataOpt = None,
     horizon: HorizonOpt = None,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Evaluate a policy on every task x trial of a suite with fixed seeds (success_once); with --world-model, evaluate a world model's reliability on stored episodes instead."""  # noqa: E501
     if world_model is None and (reward_model or data or horizon is not None):
         raise WmrlError("--reward-model, --data and --horizon apply only with --world-model")
+    check_out_dir(out, overwrite)
     from wmrl_cli.evaluation.policy_eval import evaluate_policy
-    from wmrl_cli.policies.registry import build_policy
+    from wmrl_cli.policies.registry import build_policy, policy_mismatches
     from wmrl_cli.sims.backends import (
         check_scripted_policy,
         resolve_simulator,
@@ -122,7 +160,13 @@ def eval_command(
         sim_cfg.chunk_size,
         seed=sim_cfg.seed,
     )
+    warning = policy_mismatches(
+        cfg.policy.name, agent, sim_cfg.suite, sim_cfg.image_size, sim_cfg.chunk_size
+    )
+    if warning:
+        err_console.print(warning, style="yellow", soft_wrap=True, markup=False)
     run_dir = prepare_run_dir(cfg, "eval")
+    clear_eval_outputs(run_dir)
     configure_threads(cfg.num_threads)
     seed_everything(sim_cfg.seed)
     with simulator(sim_cfg) as sim:
@@ -154,7 +198,7 @@ def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
         evaluate_world_model,
         load_reward_model_from,
     )
-    from wmrl_cli.training.world_model_trainer import load_world_model
+    from wmrl_cli.rl.setup import load_any_world_model
 
     wm_path, rm_path = cfg.world_model.path, cfg.reward_model.path
     if data is None:
@@ -162,7 +206,10 @@ def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
     if rm_path is None:
         raise WmrlError("--world-model needs --reward-model PATH to judge imagined success")
     if not Path(wm_path).exists():
-        raise WmrlError(f"{wm_path}: no such world model (expected a train-wm run directory)")
+        raise WmrlError(
+            f"{wm_path}: no such world model (expected a train-wm run, a model directory or an "
+            "RLinf Wan/OpenSora directory)"
+        )
     store = EpisodeStore.open(data)
     ids = episodes_per_task(store, cfg.eval.episodes_per_task)
     if not ids:
@@ -170,8 +217,10 @@ def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
     configure_threads(cfg.num_threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rm = load_reward_model_from(rm_path).to(device)
-    wm = load_world_model(wm_path, device=device).eval()
+    height, width = store.load(ids[0]).frames.shape[1:3]  # a published model's frame size
+    wm = load_any_world_model(Path(wm_path), height, width, cfg, device).eval()
     run_dir = prepare_run_dir(cfg, "eval-wm")  # only once the inputs are known to be good
+    clear_eval_outputs(run_dir)
     seed_everything(cfg.simulator.seed)
     report = evaluate_world_model(
         wm,

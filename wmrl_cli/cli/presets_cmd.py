@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.syntax import Syntax
 from rich.table import Table
 
 from wmrl_cli.cli.common import handle_errors
@@ -34,5 +33,8 @@ def list_command() -> None:
 def show_command(
     name: Annotated[str, typer.Argument(help="Preset name or YAML path.")],
 ) -> None:
-    """Print the full configuration a preset resolves to (defaults filled in)."""
-    console.print(Syntax(dump_config(resolve_config(name)), "yaml"))
+    """Print the full configuration a preset resolves to (defaults filled in), as plain YAML that
+    can be redirected to a file and used with --preset."""
+    # Plain text, never through rich: rich cuts lines to the terminal width (80 columns when
+    # redirected) and pads them with spaces, which corrupts long values.
+    typer.echo(dump_config(resolve_config(name)), nl=False)

@@ -12,8 +12,15 @@ from typing import Annotated
 
 import typer
 
-from wmrl_cli.cli.common import OutOpt, PresetOpt, SetOpt, build_config, handle_errors
-from wmrl_cli.errors import WmrlError
+from wmrl_cli.cli.common import (
+    OutOpt,
+    PresetOpt,
+    SeedOpt,
+    SetOpt,
+    build_config,
+    handle_errors,
+)
+from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.logging import console
 
 
@@ -89,6 +96,7 @@ def train_policy_command(
     num_processes: Annotated[
         int, typer.Option(help="Processes (ranks) to launch; use 1 under accelerate launch.")
     ] = 1,
+    seed: SeedOpt = None,
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
@@ -104,11 +112,16 @@ def train_policy_command(
         algorithm__env=env,
         assets_dir=assets_dir,
         training__steps=steps,
+        simulator__seed=seed,
         output_dir=out,
     )
+    from wmrl_cli.rl.schedule import check_world_size
+
+    if "LOCAL_RANK" not in os.environ:  # checked before any rank starts
+        check_world_size(cfg.algorithm.num_envs, cfg.algorithm.group_size, num_processes)
     if num_processes > 1 and "LOCAL_RANK" not in os.environ:
         if cfg.output_dir is None:
-            raise typer.BadParameter("--num-processes needs --out so that every rank agrees")
+            raise ConfigError("--num-processes needs --out so that every rank writes one run")
         _relaunch(num_processes)
 
     import torch
@@ -142,3 +155,6 @@ def train_policy_command(
         rl_env.close()
     if accelerator.is_main_process:
         console.print(f"policy saved to {out_dir}")
+        if trainer.last_eval is not None:
+            step, success = trainer.last_eval
+            console.print(f"real success at step {step}: {100 * success:.1f}%")

@@ -56,9 +56,12 @@ def write_report(
     rewards: dict[str, dict[str, Any]],
     walls: dict[str, float],
     real_steps: dict[str, int | None],
+    rl_activity: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """`real_steps`: per stage, the real environment steps it consumed (None: not recorded,
-    a stage finished before wmrl counted them)."""
+    a stage finished before wmrl counted them). `rl_activity`: per RL stage, what
+    `rl_activity` (below) read from its metrics; a stage whose RL changed nothing is flagged."""
+    rl_activity = rl_activity or {}
     data_steps = [v or 0 for k, v in real_steps.items() if not k.startswith("eval")]
     report = {
         "suite": cfg.simulator.suite,
@@ -71,9 +74,17 @@ def write_report(
         "real_steps": real_steps,
         "total_real_steps": sum(v or 0 for v in real_steps.values()),
         "total_real_steps_without_evaluation": sum(data_steps),
+        "rl_activity": rl_activity,
     }
     atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
-    plot_success(evals, run_dir / PLOT_FILE)
+    # An all-zero chart says nothing the table does not: none is drawn (an old one goes).
+    plotted = any(
+        e["overall"] > 0 or any(v > 0 for v in e["per_task"].values()) for e in evals.values()
+    )
+    if plotted:
+        plot_success(evals, run_dir / PLOT_FILE)
+    else:
+        (run_dir / PLOT_FILE).unlink(missing_ok=True)
     stages = list(evals)
     tasks = list(evals[stages[0]]["per_task"])
     lines = [
@@ -92,8 +103,20 @@ def write_report(
     lines += [
         f"| **overall** | {overall} |",
         "",
-        f"![success per stage]({PLOT_FILE})",
+        f"![success per stage]({PLOT_FILE})" if plotted else "(no chart: every success is 0)",
         "",
+    ]
+    idle = [name for name, act in rl_activity.items() if not act.get("updated", True)]
+    for name in idle:
+        act = rl_activity[name]
+        lines.append(
+            f"**Warning: RL stage `{name}` made no update**: in its {act['steps']} steps, "
+            f"kept groups {act['kept_groups_fraction']:.2f} on average and gradient norm "
+            f"{act['max_grad_norm']:.3g} at most (every imagined group had the same outcome, "
+            "so GRPO had no signal); its policy is the one it started from."
+        )
+    lines += [""] if idle else []
+    lines += [
         "## World-model reliability (open loop, held-out episodes, PSNR dB)",
         "",
     ]
@@ -139,3 +162,23 @@ def write_report(
     ]
     atomic_write_text(run_dir / "report.md", "\n".join(lines))
     return report
+
+
+def rl_activity(stage_dir: Path) -> dict[str, Any] | None:
+    """What an RL stage's metrics.jsonl says about its updates: steps, the mean fraction of
+    kept groups, the largest gradient norm and whether any step changed the policy (None
+    without metrics)."""
+    path = Path(stage_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not rows:
+        return None
+    kept = [float(r.get("rollout/kept_groups_fraction", 1.0)) for r in rows]
+    grad = [float(r.get("train/actor/grad_norm", 0.0)) for r in rows]
+    return {
+        "steps": len(rows),
+        "kept_groups_fraction": float(np.mean(kept)),
+        "max_grad_norm": max(grad),
+        "updated": max(grad) > 0.0,
+    }

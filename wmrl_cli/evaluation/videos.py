@@ -16,9 +16,23 @@ def upscale(frames: np.ndarray, min_side: int = 128) -> np.ndarray:
     return frames if factor == 1 else frames.repeat(factor, axis=-3).repeat(factor, axis=-2)
 
 
+MACRO_BLOCK = 16  # what H.264 players expect frame sides to be a multiple of
+
+
+def pad_to_block(frames: np.ndarray, block: int = MACRO_BLOCK) -> np.ndarray:
+    """frames [T,H,W,3] padded with white at the bottom and right to multiples of `block`
+    (rather than imageio's resize, which blurs every pixel and warns once per video)."""
+    h, w = frames.shape[1:3]
+    pad_h, pad_w = -h % block, -w % block
+    if not (pad_h or pad_w):
+        return frames
+    return np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), constant_values=255)
+
+
 def write_mp4(path: str | Path, frames: np.ndarray, fps: int = 20) -> Path:
     """frames uint8 [T,H,W,3]; written to a temp file, then renamed."""
     path = Path(path)
+    frames = pad_to_block(np.asarray(frames))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     try:

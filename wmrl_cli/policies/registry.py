@@ -87,3 +87,49 @@ def build_policy(
             f"dimensions, the simulator expects {action_dim}"
         )
     return policy
+
+
+def _trained_setting(name: str, policy: LearnedPolicy) -> dict[str, object]:
+    """Suite, image size and chunk size a learned policy was trained with: from the config.yaml
+    of the wmrl run that holds it, else what its checkpoint says (chunk size, the suites of
+    its action statistics)."""
+    import yaml
+
+    config = policy.model.config
+    setting: dict[str, object] = {"chunk size": int(config.chunk_len)}
+    directory = resolve_policy_dir(name)
+    for run in (Path(name), directory.parent if directory is not None else None):
+        if run is not None and (run / "config.yaml").is_file():
+            try:
+                sim = (yaml.safe_load((run / "config.yaml").read_text()) or {}).get("simulator")
+            except yaml.YAMLError:
+                sim = None
+            if isinstance(sim, dict):
+                setting.update({"suite": sim.get("suite"), "image size": sim.get("image_size")})
+                return {k: v for k, v in setting.items() if v is not None}
+    stats = getattr(policy.model, "norm_stats", None) or {}
+    if len(stats) == 1:
+        setting["suite"] = next(iter(stats))
+    return setting
+
+
+def policy_mismatches(
+    name: str, policy: Policy, suite: str, image_size: int, chunk_size: int
+) -> str | None:
+    """A one-line warning when a learned policy is run on a suite, image size or chunk size
+    other than its own (None when they agree, or for scripted policies)."""
+    if not isinstance(policy, LearnedPolicy):
+        return None
+    trained = _trained_setting(name, policy)
+    now = {"suite": suite, "image size": image_size, "chunk size": chunk_size}
+    differ = []
+    for key, value in trained.items():
+        # a published policy's statistics key names its suite and variant (libero_spatial_...)
+        same = value == now[key] or (key == "suite" and str(value).startswith(f"{suite}_"))
+        if not same:
+            differ.append(f"{key} {value} (trained) vs {now[key]} (now)")
+    if not differ:
+        return None
+    return f"warning: {name} was trained with another setting than it is run with: " + ", ".join(
+        differ
+    )

@@ -18,6 +18,18 @@ import torch
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.rl.buffer import Rollout
 
+
+def check_world_size(num_envs: int, group_size: int, world: int) -> None:
+    """Each rank owns whole GRPO groups: num_envs must split into `world` shards of groups."""
+    if world < 1:
+        raise ConfigError(f"--num-processes must be at least 1, got {world}")
+    if num_envs % (world * group_size):
+        raise ConfigError(
+            f"invalid value for 'algorithm.num_envs': {num_envs} must be a multiple "
+            f"of group_size x processes ({group_size} x {world})"
+        )
+
+
 # Per-step fields [B,T,...] and what a padded (never executed) step holds: it is done, masked.
 _PAD = {"images": 0, "tokens": 0, "logprobs": 0.0, "values": 0.0, "rewards": 0.0, "dones": 1.0}
 

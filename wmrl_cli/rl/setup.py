@@ -257,19 +257,25 @@ def load_any_world_model(
     path: Path, height: int, width: int, cfg: RunConfig, device: str
 ) -> WorldModel:
     """A wmrl world model (run or model directory) or a published one (RLinf's Wan or OpenSora
-    directory, told apart by its files); frames of the reset set's size for published ones."""
+    directory, told apart by its files); frames of the reset set's size for published ones. A
+    damaged weights file is a one-line error."""
+    from safetensors import SafetensorError
+
     from wmrl_cli.training.world_model_trainer import load_world_model
     from wmrl_cli.world_models.published import load_published_world_model
 
-    if published_layout(path) is None:
-        return load_world_model(path, device=device)
-    model = load_published_world_model(
-        path,
-        height=height,
-        width=width,
-        context_frames=cfg.world_model.context_frames,
-        chunk_size=cfg.simulator.chunk_size,
-    )
+    try:
+        if published_layout(path) is None:
+            return load_world_model(path, device=device)
+        model = load_published_world_model(
+            path,
+            height=height,
+            width=width,
+            context_frames=cfg.world_model.context_frames,
+            chunk_size=cfg.simulator.chunk_size,
+        )
+    except SafetensorError as exc:
+        raise WmrlError(f"{path}: the world model's weights are unreadable ({exc})") from None
     return model.to(device)
 
 

@@ -31,7 +31,6 @@ from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import atomic_write_text
 from wmrl_cli.envs.interface import Env
 from wmrl_cli.envs.reset_sampler import GroupResetSampler
-from wmrl_cli.errors import ConfigError
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.rl import (
     band_filter,
@@ -51,7 +50,7 @@ from wmrl_cli.rl import (
 )
 from wmrl_cli.rl.aggregation import LossAggregation, loss_scale
 from wmrl_cli.rl.buffer import Rollout, collect_rollout
-from wmrl_cli.rl.schedule import concat_rollouts, optimizer_batches
+from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_batches
 from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 
 POLICY_DIR = "policy"
@@ -90,11 +89,7 @@ class PolicyTrainer:
         self.env = env
         self.evaluate = evaluate
         rank, world = accelerator.process_index, accelerator.num_processes
-        if self.alg.num_envs % (world * self.alg.group_size):
-            raise ConfigError(
-                f"invalid value for 'algorithm.num_envs': {self.alg.num_envs} must be a multiple "
-                f"of group_size x processes ({self.alg.group_size} x {world})"
-            )
+        check_world_size(self.alg.num_envs, self.alg.group_size, world)
         self.local_envs = self.alg.num_envs // world
         self.sampler = GroupResetSampler(
             len(env.reset_set), self.alg.num_envs, self.alg.group_size, seed=cfg.simulator.seed
@@ -133,6 +128,7 @@ class PolicyTrainer:
         self.step = 0
         self.real_steps = real_steps
         self._resumed_from = None
+        self.last_eval: tuple[int, float] | None = None  # (step, real success) of the last eval
         if checkpoint is not None:
             info = load_checkpoint(checkpoint, [self.optimizer])
             self.step = info["step"]
@@ -148,7 +144,12 @@ class PolicyTrainer:
         )
         self.generator = torch.Generator()
         self.logger = MetricsLogger(
-            run_dir, cfg.logging.tensorboard, enabled=accelerator.is_main_process
+            run_dir,
+            cfg.logging.tensorboard,
+            enabled=accelerator.is_main_process,
+            resume_step=self.step,
+            log_every=cfg.logging.log_every,
+            total=cfg.training.steps,
         )
         self._local_metrics: dict[str, float] = {}
         self._stepped_ids: list[list[int]] = []
@@ -396,6 +397,7 @@ class PolicyTrainer:
                     t_eval = time.time()
                     metrics.update(self.evaluate(self.unwrapped, self.step))
                     metrics["time/eval"] = time.time() - t_eval
+                    self.last_eval = (self.step, metrics["eval/success_once"])
                 self.logger.log(metrics, self.step)
                 if self.step % t.save_every == 0 or self.step == t.steps:
                     acc.wait_for_everyone()

@@ -6,10 +6,20 @@ Meta-World's experts are closed-loop position controllers, so they act one step 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from wmrl_cli.envs.interface import Obs, PolicyOutput
 from wmrl_cli.sims.suites import Suite
+
+
+def silence_expert_warnings() -> None:
+    """Meta-World's experts warn at every step whose response the env clips anyway (ten lines
+    an episode); the warning says nothing about the run."""
+    warnings.filterwarnings(
+        "ignore", message=r"Constant\(s\) may be too high", category=UserWarning
+    )
 
 
 class ExpertPolicy:
@@ -18,6 +28,7 @@ class ExpertPolicy:
     def __init__(self, suite: Suite, noise_std: float = 0.0, seed: int = 0) -> None:
         import metaworld.policies as mw_policies
 
+        silence_expert_warnings()
         self.name = "expert" if noise_std == 0 else f"expert(noise={noise_std:g})"
         self._experts = [getattr(mw_policies, task.expert)() for task in suite.tasks]
         self._noise_std = noise_std

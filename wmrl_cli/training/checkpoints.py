@@ -92,26 +92,47 @@ def save_checkpoint(
     return final
 
 
+def _complete(path: Path) -> bool:
+    """Whether a checkpoint folder holds everything a resume reads."""
+    return (path / "training_state" / "state.json").is_file() and (
+        path / "model" / "config.json"
+    ).is_file()
+
+
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    pointer = Path(run_dir) / "checkpoints" / LATEST
-    if not pointer.is_file():
+    """The checkpoint `latest` names, or, where that one is missing or incomplete, the newest
+    complete `step_*` folder (with a one-line notice); None when there is none."""
+    root = Path(run_dir) / "checkpoints"
+    pointer = root / LATEST
+    named = root / pointer.read_text().strip() if pointer.is_file() else None
+    if named is not None and named.name.startswith("step_") and _complete(named):
+        return named
+    candidates = sorted(p for p in root.glob("step_*") if p.is_dir() and _complete(p))
+    if not candidates:
         return None
-    path = pointer.parent / pointer.read_text().strip()
-    return path if path.is_dir() else None
+    if named is not None:
+        from wmrl_cli.logging import console
+
+        console.print(
+            f"notice: {pointer} names {named.name}, which is missing or incomplete; "
+            f"resuming from {candidates[-1].name}"
+        )
+    return candidates[-1]
 
 
 def load_checkpoint(
     checkpoint: Path, stateful: list[Any], restore_rng_state: bool = True
 ) -> dict[str, Any]:
-    """Restores optimizer/scheduler states (weights_only) and RNG; returns {'step', 'extra'}."""
+    """Restores optimizer/scheduler states (weights_only) and RNG; returns {'step', 'extra'}.
+    A state file whose pickle would run code is refused in one line (UnsafeFileError)."""
+    from wmrl_cli.rewards.loading import safe_torch_load
+
     folder = checkpoint / "training_state"
     try:
         state = json.loads((folder / "state.json").read_text())
         for i, obj in enumerate(stateful):
-            obj.load_state_dict(
-                torch.load(folder / f"state_{i}.pt", weights_only=True, map_location="cpu")
-            )
-    except (OSError, json.JSONDecodeError, RuntimeError, KeyError) as exc:
+            obj.load_state_dict(safe_torch_load(folder / f"state_{i}.pt"))
+    except (OSError, json.JSONDecodeError, RuntimeError, KeyError, ValueError) as exc:
         raise WmrlError(f"{checkpoint}: cannot resume from this checkpoint ({exc})") from None
     if restore_rng_state:
         restore_rng(state["rng"])

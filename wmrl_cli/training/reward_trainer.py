@@ -90,7 +90,14 @@ def train_reward_model(
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=rc.lr, weight_decay=1e-4)
     pos, neg = np.flatnonzero(train.labels), np.flatnonzero(~train.labels)
-    logger = MetricsLogger(run_dir, cfg.logging.tensorboard, real_steps=store.real_steps())
+    logger = MetricsLogger(  # training starts over: rows of an earlier attempt go
+        run_dir,
+        cfg.logging.tensorboard,
+        real_steps=store.real_steps(),
+        resume_step=0,
+        log_every=cfg.logging.log_every,
+        total=rc.steps,
+    )
     model.train()
     with progress_task("reward model", rc.steps, cfg.logging.progress) as advance:
         for step in range(rc.steps):

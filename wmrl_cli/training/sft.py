@@ -167,6 +167,9 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
         cfg.logging.tensorboard,
         enabled=accelerator.is_main_process,
         real_steps=store.real_steps(),
+        resume_step=start,
+        log_every=cfg.logging.log_every,
+        total=s.steps,
     )
     wrapped.train()
     t0 = time.time()

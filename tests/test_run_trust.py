@@ -1,0 +1,367 @@
+"""Runs a researcher can trust (issue 15): one-line errors instead of tracebacks, plain YAML from
+`presets show`, validation before anything is written, resume bookkeeping, logs for batch jobs
+and warnings about silent mismatches."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from tests.test_sft import _sft
+from tests.test_train_policy import assets  # noqa: F401 - a fixture
+from wmrl_cli.cli.app import app
+from wmrl_cli.config import dump_config, resolve_config
+from wmrl_cli.data.episodes import EpisodeStore
+
+runner = CliRunner()
+SMALL_SIM = ["--num-envs", "3", "--num-workers", "0", "--set", "simulator.max_steps=16"]
+
+
+def _one_error_line(result, code: int, *fragments: str) -> str:
+    """The command failed with `code` and printed exactly one line, an error without a
+    traceback, that holds every fragment."""
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("error:") and "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+# train-policy's inputs (tests/test_train_policy.py): expert episodes of mw3 at 32x32 (demos/),
+# a 2-step tiny SFT policy (sft/), an untrained tiny OpenSora world model (wm/) and ResNet
+# reward model (rm/).
+
+
+@pytest.fixture(scope="module")
+def demo_store(assets):  # noqa: F811 - the imported fixture
+    return assets / "demos"
+
+
+@pytest.fixture(scope="module")
+def sft_run(assets):  # noqa: F811
+    return assets / "sft"
+
+
+@pytest.fixture(scope="module")
+def models(assets):  # noqa: F811
+    return assets
+
+
+def _truncated_world_model(models, tmp_path):
+    import shutil
+
+    broken = tmp_path / "wm-broken"
+    shutil.copytree(models / "wm", broken)
+    weights = broken / "world_model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return broken
+
+
+def _train_policy_args(sft_run, world_model, models, demo_store, out, steps=1, eval_trials=0):
+    return [
+        "train-policy", "--policy", str(sft_run), "--world-model", str(world_model),
+        "--reward-model", str(models / "rm"), "--reset-set", str(demo_store),
+        "--steps", str(steps), "--out", str(out),
+        "--set", "algorithm.name=grpo", "--set", "algorithm.num_envs=4",
+        "--set", "algorithm.group_size=2", "--set", "algorithm.max_episode_steps=16",
+        "--set", "algorithm.minibatch_trajectories=2",
+        "--set", f"algorithm.eval_trials={eval_trials}",
+        "--set", "simulator.suite=mw3", "--set", "simulator.num_envs=3",
+        "--set", "simulator.num_workers=0", "--set", "simulator.image_size=32",
+        "--set", "simulator.max_steps=16", "--set", "num_threads=1",
+    ]  # fmt: skip
+
+
+# -- (4) one line instead of a traceback ------------------------------------------------------
+
+
+def test_truncated_world_model_is_one_line(models, demo_store, sft_run, tmp_path) -> None:
+    broken = _truncated_world_model(models, tmp_path)
+    evaluated = runner.invoke(
+        app,
+        ["eval", "--world-model", str(broken), "--reward-model", str(models / "rm"),
+         "--data", str(demo_store), "-o", str(tmp_path / "eval")],
+    )  # fmt: skip
+    _one_error_line(evaluated, 1, "unreadable")
+    assert not (tmp_path / "eval").exists()
+    # train-policy reads the world model after it created its run directory: it removes it.
+    trained = runner.invoke(
+        app, _train_policy_args(sft_run, broken, models, demo_store, tmp_path / "rl")
+    )
+    _one_error_line(trained, 1, "unreadable")
+    assert not (tmp_path / "rl").exists()
+
+
+def test_out_naming_a_file_or_an_unwritable_path_is_one_line(tmp_path) -> None:
+    a_file = tmp_path / "taken"
+    a_file.write_text("not a directory")
+    for out, fragment in ((a_file, "is a file"), (a_file / "below", "cannot create")):
+        result = runner.invoke(
+            app, ["eval", "--policy", "expert", "--suite", "mw2", "-n", "1", "-o", str(out)]
+        )
+        _one_error_line(result, 2, f"--out {out}", fragment)
+    assert a_file.read_text() == "not a directory"
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_malicious_training_state_is_refused_in_one_line(demo_store, tmp_path) -> None:
+    out = tmp_path / "run"
+    first = _sft(out, demo_store, 1, "--set", "sft.save_every=1")
+    assert first.exit_code == 0, first.output
+    state = out / "checkpoints" / "step_000001" / "training_state" / "state_0.pt"
+    torch.save({"state": _Payload()}, state)
+    resumed = _sft(out, demo_store, 2, "--set", "sft.save_every=1")
+    line = _one_error_line(resumed, 1, "refusing to load", "state_0.pt")
+    assert "weights_only" not in resumed.output and "pwned" not in resumed.output, line
+
+
+# -- (5) presets show ------------------------------------------------------------------------
+
+
+def test_presets_show_prints_plain_yaml_whole(tmp_path) -> None:
+    long_path = "/data/" + "very-long-asset-directory-name/" * 8 + "world_model"
+    preset = tmp_path / "long.yaml"
+    preset.write_text(yaml.safe_dump({"world_model": {"path": long_path}}))
+    result = runner.invoke(app, ["presets", "show", str(preset)])
+    assert result.exit_code == 0, result.output
+    assert any(line.strip() == f"path: {long_path}" for line in result.output.splitlines())
+    assert not any(line != line.rstrip() for line in result.output.splitlines())
+    assert result.output == dump_config(resolve_config(str(preset)))
+    assert yaml.safe_load(result.output)["world_model"]["path"] == long_path
+
+
+# -- (9) validation before anything starts or is written ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("processes", "fragment"), [("0", "at least 1"), ("-1", "at least 1"), ("3", "num_envs")]
+)
+def test_num_processes_checked_before_launch(
+    processes, fragment, models, demo_store, sft_run, tmp_path, monkeypatch
+) -> None:
+    import subprocess
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("torchrun was started")
+
+    monkeypatch.setattr(subprocess, "call", no_launch)
+    args = _train_policy_args(sft_run, models / "wm", models, demo_store, tmp_path / "rl")
+    result = runner.invoke(app, [*args, "--num-processes", processes])
+    _one_error_line(result, 2, fragment)
+    assert not (tmp_path / "rl").exists()
+
+
+def test_failed_sft_leaves_no_run_directory(tmp_path) -> None:
+    empty = tmp_path / "empty-store"
+    EpisodeStore(empty)  # an episode store without episodes
+    result = runner.invoke(app, ["sft", "--data", str(empty), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+# -- (7) resume bookkeeping ------------------------------------------------------------------
+
+
+def test_damaged_latest_resumes_from_newest_checkpoint_without_duplicate_steps(
+    demo_store, tmp_path
+) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    out = tmp_path / "run"
+    first = _sft(out, demo_store, 2, "--set", "sft.save_every=1")
+    assert first.exit_code == 0, first.output
+    (out / "checkpoints" / "latest").write_text("step_000007")  # names a missing checkpoint
+    # What an attempt killed after logging step 3 but before checkpointing it leaves behind.
+    with (out / "metrics.jsonl").open("a") as handle:
+        handle.write(json.dumps({"step": 3, "train/sft/loss": 99.0, "stale": 1.0}) + "\n")
+        handle.write('{"step": 4, "train/sft/lo')  # torn by the kill
+    writer = SummaryWriter(str(out / "tensorboard"))
+    writer.add_scalar("train/sft/loss", 99.0, 3)
+    writer.close()
+
+    resumed = _sft(out, demo_store, 3, "--set", "sft.save_every=1")
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming from step_000002" in resumed.output
+    assert "resuming behaviour cloning from step 2" in resumed.output
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2, 3]
+    assert "stale" not in rows[-1] and rows[-1]["train/sft/loss"] != 99.0
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    logged = [(e.step, e.value) for e in events.Scalars("train/sft/loss")]
+    assert [step for step, _ in logged] == [1, 2, 3]
+    assert logged[-1][1] == pytest.approx(rows[-1]["train/sft/loss"])
+    # (8) batch jobs: CliRunner's stdout is no terminal, so plain lines stand in for the bar.
+    assert "step 3/3" in resumed.output and "train/sft/loss" in resumed.output
+
+
+# -- (8) batch jobs --------------------------------------------------------------------------
+
+
+def test_videos_are_padded_to_macro_blocks_without_warnings(tmp_path, caplog) -> None:
+    import imageio.v2 as imageio
+
+    from wmrl_cli.evaluation.videos import write_mp4
+
+    frames = np.random.default_rng(0).integers(0, 255, (4, 34, 50, 3), dtype=np.uint8)
+    with caplog.at_level("WARNING"):
+        write_mp4(tmp_path / "v.mp4", frames, fps=5)
+    assert not [r for r in caplog.records if "macro_block_size" in r.getMessage()]
+    first = imageio.get_reader(tmp_path / "v.mp4").get_data(0)
+    assert first.shape == (48, 64, 3)
+    assert (first[36:, :] > 200).all() and (first[:, 52:] > 200).all()  # white padding
+
+
+def test_meta_world_expert_warning_filtered_at_its_source() -> None:
+    from metaworld.policies.policy import move
+
+    from wmrl_cli.sims.experts import ExpertPolicy
+    from wmrl_cli.sims.suites import get_suite
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # pyproject's filter for the test suite is off here
+        ExpertPolicy(get_suite("mw2"))
+        move(np.zeros(3), np.ones(3), p=10.0)
+    assert not [w for w in caught if "Constant(s) may be too high" in str(w.message)]
+
+
+def test_train_policy_prints_final_real_success_and_takes_a_seed(
+    models, demo_store, sft_run, tmp_path
+) -> None:
+    out = tmp_path / "rl"
+    args = _train_policy_args(sft_run, models / "wm", models, demo_store, out, eval_trials=1)
+    result = runner.invoke(app, [*args, "--seed", "123"])
+    assert result.exit_code == 0, result.output
+    assert "real success at step 1:" in result.output
+    assert yaml.safe_load((out / "config.yaml").read_text())["simulator"]["seed"] == 123
+    assert "step 1/1" in result.output  # the plain log line of a batch job
+
+
+# -- (10) silent mismatches ------------------------------------------------------------------
+
+
+def test_eval_warns_when_a_policy_runs_outside_its_training_setting(sft_run, tmp_path) -> None:
+    result = runner.invoke(
+        app,
+        ["eval", "--policy", str(sft_run), "--suite", "mw2", "--image-size", "64", "-n", "1",
+         "-o", str(tmp_path / "eval"), *SMALL_SIM],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    warning = next(line for line in result.output.splitlines() if line.startswith("warning:"))
+    assert "suite mw3 (trained) vs mw2" in warning and "image size 32 (trained) vs 64" in warning
+    same = runner.invoke(
+        app,
+        ["eval", "--policy", str(sft_run), "--suite", "mw3", "--image-size", "32", "-n", "1",
+         "-o", str(tmp_path / "same"), *SMALL_SIM],
+    )  # fmt: skip
+    assert same.exit_code == 0, same.output
+    assert "warning:" not in same.output
+
+
+def test_co_evolve_takes_a_seed(tmp_path, monkeypatch) -> None:
+    import wmrl_cli.pace as pace
+
+    seen = {}
+
+    def fake_co_evolve(cfg, run_dir):
+        seen["seed"] = cfg.simulator.seed
+        return {"success": {"base": {"overall": 0.5}}}
+
+    monkeypatch.setattr(pace, "co_evolve", fake_co_evolve)
+    result = runner.invoke(
+        app, ["co-evolve", "--profile", "smoke", "--seed", "11", "--out", str(tmp_path / "ce")]
+    )
+    assert result.exit_code == 0, result.output
+    assert seen["seed"] == 11
+
+
+def test_eval_world_model_opens_a_published_layout(models, demo_store, tmp_path, monkeypatch):
+    from tests.published_layouts import write_opensora_libero
+    from wmrl_cli.errors import WmrlError
+    from wmrl_cli.evaluation import reliability
+    from wmrl_cli.world_models.opensora import OpenSoraWorldModel
+
+    published = write_opensora_libero(tmp_path / "RLinf-OpenSora-LIBERO-Spatial", frame_size=32)
+    loaded = {}
+
+    def stop_after_loading(wm, rm, store, ids, sim, **kwargs):
+        loaded["model"] = wm
+        raise WmrlError("loaded")
+
+    monkeypatch.setattr(reliability, "evaluate_world_model", stop_after_loading)
+    result = runner.invoke(
+        app,
+        ["eval", "--world-model", str(published), "--reward-model", str(models / "rm"),
+         "--data", str(demo_store), "--set", "world_model.backend=opensora",
+         "-o", str(tmp_path / "eval")],
+    )  # fmt: skip
+    _one_error_line(result, 1, "loaded")
+    assert isinstance(loaded["model"], OpenSoraWorldModel)
+
+
+def test_co_evolve_report_flags_rl_without_updates_and_skips_empty_charts(tmp_path) -> None:
+    from wmrl_cli.evaluation.pace_report import PLOT_FILE, rl_activity, write_report
+
+    stage = tmp_path / "stage1"
+    stage.mkdir()
+    rows = [{"step": s, "rollout/kept_groups_fraction": 0.0, "train/actor/grad_norm": 0.0}
+            for s in (1, 2)]  # fmt: skip
+    (stage / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    activity = rl_activity(stage)
+    assert activity == {
+        "steps": 2,
+        "kept_groups_fraction": 0.0,
+        "max_grad_norm": 0.0,
+        "updated": False,
+    }
+    (tmp_path / PLOT_FILE).write_bytes(b"stale chart")
+    zero = {"overall": 0.0, "per_task": {"a": 0.0, "b": 0.0}}
+    cfg = resolve_config("mw-coevolve-smoke")
+
+    def report_for(stage1, act):
+        evals = {"base": zero, "stage1": stage1}
+        return write_report(tmp_path, cfg, evals, {}, {}, {"sft": 1.0}, {"sft": 0}, act)
+
+    report = report_for(zero, {"stage1": activity})
+    text = (tmp_path / "report.md").read_text()
+    assert "RL stage `stage1` made no update" in text
+    assert not (tmp_path / PLOT_FILE).exists() and PLOT_FILE not in text
+    assert report["rl_activity"]["stage1"]["updated"] is False
+    moved = {"overall": 0.5, "per_task": {"a": 1.0, "b": 0.0}}
+    report_for(moved, {"stage1": {**activity, "updated": True, "max_grad_norm": 0.3}})
+    text = (tmp_path / "report.md").read_text()
+    assert "made no update" not in text and (tmp_path / PLOT_FILE).stat().st_size > 100
+
+
+# -- (6) eval into an existing directory -----------------------------------------------------
+
+
+def test_eval_refuses_a_non_empty_directory_unless_overwrite(tmp_path) -> None:
+    out = tmp_path / "eval"
+    (out / "videos").mkdir(parents=True)
+    (out / "videos" / "old-run_trial000_failure.mp4").write_bytes(b"old")
+    (out / "report.json").write_text("{}")
+    args = ["eval", "--policy", "expert", "--suite", "mw2", "-n", "1", "--image-size", "32",
+            "-o", str(out), *SMALL_SIM]  # fmt: skip
+    refused = runner.invoke(app, args)
+    _one_error_line(refused, 2, "not empty", "--overwrite")
+    assert (out / "videos" / "old-run_trial000_failure.mp4").is_file()
+    replaced = runner.invoke(app, [*args, "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    assert not (out / "videos").exists()
+    assert json.loads((out / "report.json").read_text())["suite"] == "mw2"
