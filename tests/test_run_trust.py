@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import warnings
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from tests.test_sft import _sft
+from tests.test_sft import TINY, _sft
 from tests.test_train_policy import assets  # noqa: F401 - a fixture
 from wmrl_cli.cli.app import app
 from wmrl_cli.config import dump_config, resolve_config
@@ -57,8 +58,6 @@ def models(assets):  # noqa: F811
 
 
 def _truncated_world_model(models, tmp_path):
-    import shutil
-
     broken = tmp_path / "wm-broken"
     shutil.copytree(models / "wm", broken)
     weights = broken / "world_model" / "model.safetensors"
@@ -119,11 +118,11 @@ class _Payload:
 
 def test_malicious_training_state_is_refused_in_one_line(demo_store, tmp_path) -> None:
     out = tmp_path / "run"
-    first = _sft(out, demo_store, 1, "--set", "sft.save_every=1")
+    first = _sft(out, demo_store, 1)
     assert first.exit_code == 0, first.output
     state = out / "checkpoints" / "step_000001" / "training_state" / "state_0.pt"
     torch.save({"state": _Payload()}, state)
-    resumed = _sft(out, demo_store, 2, "--set", "sft.save_every=1")
+    resumed = _sft(out, demo_store, 1)  # the same command again resumes from the checkpoint
     line = _one_error_line(resumed, 1, "refusing to load", "state_0.pt")
     assert "weights_only" not in resumed.output and "pwned" not in resumed.output, line
 
@@ -183,9 +182,11 @@ def test_damaged_latest_resumes_from_newest_checkpoint_without_duplicate_steps(
     from torch.utils.tensorboard import SummaryWriter
 
     out = tmp_path / "run"
-    first = _sft(out, demo_store, 2, "--set", "sft.save_every=1")
+    first = _sft(out, demo_store, 3, "--set", "sft.save_every=1")
     assert first.exit_code == 0, first.output
-    (out / "checkpoints" / "latest").write_text("step_000007")  # names a missing checkpoint
+    straight = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # `latest` names step 3, which is gone (a damaged disk, a partial copy): step 2 is newest.
+    shutil.rmtree(out / "checkpoints" / "step_000003")
     # What an attempt killed after logging step 3 but before checkpointing it leaves behind.
     with (out / "metrics.jsonl").open("a") as handle:
         handle.write(json.dumps({"step": 3, "train/sft/loss": 99.0, "stale": 1.0}) + "\n")
@@ -201,6 +202,7 @@ def test_damaged_latest_resumes_from_newest_checkpoint_without_duplicate_steps(
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2, 3]
     assert "stale" not in rows[-1] and rows[-1]["train/sft/loss"] != 99.0
+    assert rows[-1]["train/sft/loss"] == pytest.approx(straight[-1]["train/sft/loss"], rel=1e-6)
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
     logged = [(e.step, e.value) for e in events.Scalars("train/sft/loss")]
@@ -365,3 +367,74 @@ def test_eval_refuses_a_non_empty_directory_unless_overwrite(tmp_path) -> None:
     assert replaced.exit_code == 0, replaced.output
     assert not (out / "videos").exists()
     assert json.loads((out / "report.json").read_text())["suite"] == "mw2"
+
+
+# -- (1) (2) the run-directory rule ----------------------------------------------------------
+
+
+def _hidden(run) -> int:
+    return json.loads((run / "policy" / "config.json").read_text())["policy"]["llm"]["hidden_size"]
+
+
+def test_rerun_with_another_config_stops_unless_resume_or_overwrite(demo_store, tmp_path) -> None:
+    out = tmp_path / "run"
+    first = _sft(out, demo_store, 1)
+    assert first.exit_code == 0, first.output
+    recorded = (out / "config.yaml").read_text()
+    changed = _sft(out, demo_store, 1, "--set", "sft.llm_hidden=64")
+    _one_error_line(changed, 2, f"--out {out}", "sft.llm_hidden 32 -> 64", "--resume")
+    assert (out / "config.yaml").read_text() == recorded and _hidden(out) == 32
+    # --resume: the run goes on with what it recorded; the command's 64 is ignored, and said so.
+    kept = _sft(out, demo_store, 1, "--set", "sft.llm_hidden=64", "--resume")
+    assert kept.exit_code == 0, kept.output
+    assert "ignored: sft.llm_hidden 32 -> 64" in kept.output
+    assert yaml.safe_load((out / "config.yaml").read_text())["sft"]["llm_hidden"] == 32
+    # --overwrite: a new run at 64 in place of the old one.
+    fresh = _sft(out, demo_store, 1, "--set", "sft.llm_hidden=64", "--overwrite")
+    assert fresh.exit_code == 0, fresh.output
+    assert "resuming" not in fresh.output and _hidden(out) == 64
+    assert yaml.safe_load((out / "config.yaml").read_text())["sft"]["llm_hidden"] == 64
+    # Bookkeeping settings may change between attempts.
+    again = _sft(out, demo_store, 1, "--set", "sft.llm_hidden=64", "--set", "sft.save_every=5")
+    assert again.exit_code == 0 and "resuming behaviour cloning from step 1" in again.output
+
+
+def test_changed_input_files_are_a_different_run(tmp_path) -> None:
+    from tests.test_train_reward import visible_success_episode
+
+    store = tmp_path / "store"
+    EpisodeStore(store).add([visible_success_episode(i, succeed=i % 3 != 0) for i in range(8)])
+    args = ["train-reward", "--data", str(store), "--steps", "2", "--width", "4",
+            "--set", "reward_model.batch_size=8", "--out", str(tmp_path / "rm")]  # fmt: skip
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert runner.invoke(app, args).exit_code == 0  # the same inputs: run again
+    (store / "extra-episode-notes.txt").write_text("the store changed")
+    _one_error_line(runner.invoke(app, args), 2, "data (the files in", "changed")
+
+
+def test_default_out_makes_a_rerun_resume(demo_store, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["sft", "--suite", "mw3", "--data", str(demo_store), "--steps", "1", *TINY]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert (tmp_path / "runs" / "sft" / "policy" / "config.json").is_file()
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and "resuming behaviour cloning from step 1" in again.output
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["sft"]
+
+
+def test_co_evolve_rerun_with_another_suite_is_refused(tmp_path, monkeypatch) -> None:
+    import wmrl_cli.pace as pace
+
+    def finished(cfg, run_dir):
+        (run_dir / "report.md").write_text(f"Suite {cfg.simulator.suite}")
+        return {"success": {"base": {"overall": 0.5}}}
+
+    monkeypatch.setattr(pace, "co_evolve", finished)
+    out = tmp_path / "ce"
+    base = ["co-evolve", "--profile", "smoke", "--out", str(out)]
+    assert runner.invoke(app, base).exit_code == 0
+    result = runner.invoke(app, [*base, "--set", "simulator.suite=mw3"])
+    _one_error_line(result, 2, "simulator.suite 'mw2' -> 'mw3'")
+    assert (out / "report.md").read_text() == "Suite mw2"

@@ -105,11 +105,184 @@ def prepare_run_dir(config: RunConfig, command: str, default: Path | None = None
 
 def discard_unused_run_dirs() -> None:
     """After a user error: remove the run directories this process created that hold nothing
-    but config.yaml (and empty folders), so that bad inputs leave nothing behind."""
+    but config.yaml and the run record (and empty folders), so that bad inputs leave nothing
+    behind."""
     while _CREATED:
         run_dir = _CREATED.pop()
         if not run_dir.is_dir():
             continue
         files = [p for p in run_dir.rglob("*") if not p.is_dir()]
-        if all(p == run_dir / "config.yaml" for p in files):
+        if all(p.parent == run_dir and p.name in ("config.yaml", RUN_RECORD) for p in files):
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+# -- the run-directory rule ---------------------------------------------------------------------
+#
+# A run directory records what made it (RUN_RECORD: the command, the resolved config and the
+# fingerprints of its inputs). Running again with the same record resumes; a different one stops
+# with one line naming what differs, unless --resume (continue with the recorded config) or
+# --overwrite (start over) is given.
+
+RUN_RECORD = "run.json"
+# Settings that change how a run is carried out or logged, not what it computes.
+_FREE_KEYS = ("output_dir", "assets_dir", "num_threads")
+_FREE_PREFIXES = ("logging.",)
+_FREE_SUFFIXES = (".save_every", ".log_every")
+_HASHED_BYTES = 64 * 2**20  # larger files are fingerprinted by size and modification time
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def _free(key: str, command: str) -> bool:
+    """Whether `key` may differ between attempts at one run. A training command's step count
+    may (more steps continue the run from its checkpoint); co-evolve's may not (its finished
+    stages are kept as they are)."""
+    if command != "co-evolve" and key.endswith(".steps"):
+        return True
+    return key in _FREE_KEYS or key.startswith(_FREE_PREFIXES) or key.endswith(_FREE_SUFFIXES)
+
+
+def fingerprint(path: str | Path) -> str | None:
+    """sha256 over a file's or a directory's files (relative names and contents; files over
+    64 MiB by size and modification time); None for a path that does not exist."""
+    import hashlib
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        digest.update(str(file.relative_to(path) if file != path else file.name).encode())
+        stat = file.stat()
+        if stat.st_size > _HASHED_BYTES:
+            digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+            continue
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(2**20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def run_record(config: RunConfig, command: str, inputs: dict[str, Any] | None = None) -> dict:
+    import yaml
+
+    return {
+        "command": command,
+        "config": yaml.safe_load(dump_config(config)),
+        "inputs": {
+            key: {"path": str(path), "sha256": fingerprint(path)}
+            for key, path in (inputs or {}).items()
+            if path is not None
+        },
+    }
+
+
+def _read_record(run_dir: Path) -> dict | None:
+    """The run's record; for a run made before records existed, its config.yaml alone."""
+    import json
+
+    import yaml
+
+    try:
+        if (run_dir / RUN_RECORD).is_file():
+            return json.loads((run_dir / RUN_RECORD).read_text())
+        if (run_dir / "config.yaml").is_file():
+            return {"config": yaml.safe_load((run_dir / "config.yaml").read_text())}
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return None
+
+
+def record_differences(old: dict, new: dict) -> list[str]:
+    """What differs between two run records, one short phrase per key."""
+    out = []
+    if old.get("command", new["command"]) != new["command"]:
+        out.append(f"command {old['command']} -> {new['command']}")
+    before, after = _flatten(old.get("config") or {}), _flatten(new["config"])
+    for key in sorted(set(before) | set(after)):
+        if not _free(key, new["command"]) and before.get(key) != after.get(key):
+            out.append(f"{key} {before.get(key)!r} -> {after.get(key)!r}")
+    old_inputs = old.get("inputs") or {}
+    for key, item in new["inputs"].items():
+        prior = old_inputs.get(key)
+        if prior is None:
+            continue
+        if prior.get("path") != item["path"]:
+            out.append(f"{key} {prior.get('path')} -> {item['path']}")
+        elif prior.get("sha256") != item["sha256"]:
+            out.append(f"{key} (the files in {item['path']} changed)")
+    return out
+
+
+def default_run_dir(command: str, preset: str | None = None) -> Path:
+    """runs/<command>[-<preset>]: the same command run again finds its run and resumes it."""
+    name = command if not preset else f"{command}-{Path(preset).stem}"
+    return Path("runs") / name
+
+
+def claim_run_dir(
+    config: RunConfig,
+    command: str,
+    *,
+    default: Path,
+    inputs: dict[str, Any] | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    write: bool = True,
+) -> Path:
+    """Apply the run-directory rule to `config.output_dir` (else `default`): a new or matching
+    run directory is used as it is (a matching one resumes); one whose record differs stops
+    with a one-line ConfigError naming the differences, unless `resume` (the recorded config is
+    copied into `config`, the command's differing settings are ignored) or `overwrite` (the
+    directory is emptied). `write`: create it and write config.yaml and the record (False on the
+    ranks other than the main one, which only adopt the config)."""
+    import json
+
+    from wmrl_cli.errors import ConfigError
+    from wmrl_cli.logging import console
+
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other: pass one")
+    run_dir = Path(config.output_dir or default)
+    config.output_dir = run_dir
+    old = _read_record(run_dir) if run_dir.is_dir() else None
+    wipe = False
+    if old is not None:
+        differ = record_differences(old, run_record(config, command, inputs))
+        if differ and overwrite:
+            wipe = True
+        elif differ and resume:
+            kept = type(config).model_validate(old["config"])
+            for field in type(config).model_fields:
+                if field != "output_dir":
+                    setattr(config, field, getattr(kept, field))
+            console.print(
+                f"notice: resuming {run_dir} with its recorded configuration; ignored: "
+                + "; ".join(differ)
+            )
+        elif differ:
+            shown = "; ".join(differ[:5]) + (f" (and {len(differ) - 5} more)" if differ[5:] else "")
+            raise ConfigError(
+                f"--out {run_dir} holds a run with another configuration ({shown}); run the same "
+                "command to resume it, pass --resume to continue it with its recorded "
+                "configuration or --overwrite to start over, or choose another --out"
+            )
+        elif overwrite:
+            wipe = True
+    if write:
+        if wipe:
+            shutil.rmtree(run_dir)
+        prepare_run_dir(config, command, default=run_dir)
+        # --resume keeps the record the run was started with (a pre-record run gets one now)
+        kept = old is not None and resume and "command" in old
+        record = old if kept else run_record(config, command, inputs)
+        atomic_write_text(run_dir / RUN_RECORD, json.dumps(record, indent=1))
+    return run_dir

@@ -8,7 +8,9 @@ import typer
 
 from wmrl_cli.cli.common import (
     OutOpt,
+    OverwriteOpt,
     PresetOpt,
+    ResumeOpt,
     SeedOpt,
     SetOpt,
     build_config,
@@ -25,6 +27,8 @@ def co_evolve_command(
         str, typer.Option(help="default (the embedded main job) or smoke (minutes, for CI).")
     ] = "default",
     seed: SeedOpt = None,
+    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = False,
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
@@ -32,12 +36,19 @@ def co_evolve_command(
     """Expert demos -> SFT base policy -> base rollouts -> world model + reward model -> RL stage 1 -> real rollouts of the evolved policy -> refinement -> RL stage 2, with real-simulator evaluation after every stage and report.md / report.json / a success plot. Run the same command again to resume an interrupted run."""  # noqa: E501
     from wmrl_cli.errors import ConfigError
     from wmrl_cli.pace import co_evolve
-    from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+    from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir, seed_everything
 
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile '{profile}': expected {' or '.join(PROFILES)}")
     cfg = build_config(preset or PROFILES[profile], set_, simulator__seed=seed, output_dir=out)
-    run_dir = prepare_run_dir(cfg, f"co-evolve-{profile}")
+    named = preset or (profile if profile != "default" else None)
+    run_dir = claim_run_dir(
+        cfg,
+        "co-evolve",
+        default=default_run_dir("co-evolve", named),
+        resume=resume,
+        overwrite=overwrite,
+    )
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
     report = co_evolve(cfg, run_dir)

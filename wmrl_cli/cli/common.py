@@ -31,7 +31,24 @@ SetOpt = Annotated[
     ),
 ]
 OutOpt = Annotated[
-    Path | None, typer.Option("--out", "-o", help="Run directory (default: runs/<command>-<time>).")
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="Run directory (default: runs/<command>[-<preset>]). The same command again "
+        "resumes the run there; another configuration is refused, naming what differs.",
+    ),
+]
+ResumeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Continue the run in --out with the configuration it recorded, ignoring where "
+        "this command's settings differ.",
+    ),
+]
+OverwriteOpt = Annotated[
+    bool, typer.Option("--overwrite", help="Start over: delete the run that --out holds.")
 ]
 SuiteOpt = Annotated[
     str | None,

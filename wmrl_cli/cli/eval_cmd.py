@@ -14,7 +14,6 @@ from wmrl_cli.cli.common import (
     ImageSizeOpt,
     NoiseOpt,
     NumEnvsOpt,
-    OutOpt,
     PolicyOpt,
     PresetOpt,
     SeedOpt,
@@ -52,6 +51,12 @@ DataOpt = Annotated[
 ]
 HorizonOpt = Annotated[
     int | None, typer.Option(help="With --world-model: open-loop horizon in steps (default 32).")
+]
+EvalOutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out", "-o", help="Run directory (default: runs/eval-<time>); refused if not empty."
+    ),
 ]
 OverwriteOpt = Annotated[
     bool,
@@ -105,7 +110,7 @@ def eval_command(
     num_envs: NumEnvsOpt = None,
     num_workers: WorkersOpt = None,
     image_size: ImageSizeOpt = None,
-    out: OutOpt = None,
+    out: EvalOutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
     world_model: WorldModelOpt = None,

@@ -10,7 +10,9 @@ import typer
 from wmrl_cli.cli.common import (
     ImageSizeOpt,
     OutOpt,
+    OverwriteOpt,
     PresetOpt,
+    ResumeOpt,
     SeedOpt,
     SetOpt,
     SuiteOpt,
@@ -34,9 +36,8 @@ def sft_command(
     steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Samples per step (all ranks).")] = None,
     lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
-    resume: Annotated[
-        bool, typer.Option(help="Continue from the run directory's last checkpoint, if any.")
-    ] = True,
+    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = False,
     seed: SeedOpt = None,
     num_workers: WorkersOpt = None,
     image_size: ImageSizeOpt = None,
@@ -46,7 +47,7 @@ def sft_command(
 ) -> None:
     """Collect scripted-expert demonstrations (or read --data), behaviour-clone a tiny OpenVLA-OFT policy with cross-entropy over action tokens, and save it to RUN_DIR/policy. Evaluate with `wmrl eval --policy RUN_DIR`."""  # noqa: E501
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+    from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir, seed_everything
     from wmrl_cli.training.sft import collect_demos, train_bc
 
     cfg = build_config(
@@ -64,10 +65,19 @@ def sft_command(
         output_dir=out,
     )
     store = EpisodeStore.open(cfg.sft.data) if cfg.sft.data else None
-    run_dir = prepare_run_dir(cfg, "sft")
+    run_dir = claim_run_dir(
+        cfg,
+        "sft",
+        default=default_run_dir("sft", preset),
+        inputs={"sft.data": cfg.sft.data},
+        resume=resume,
+        overwrite=overwrite,
+    )
+    if resume and cfg.sft.data:  # the recorded config's store
+        store = EpisodeStore.open(cfg.sft.data)
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
     if store is None:
         store = collect_demos(cfg, run_dir)
-    policy_dir = train_bc(cfg, run_dir, store, resume=resume)
+    policy_dir = train_bc(cfg, run_dir, store)
     console.print(f"policy saved to {policy_dir}; evaluate it with `wmrl eval --policy {run_dir}`")

@@ -14,7 +14,9 @@ import typer
 
 from wmrl_cli.cli.common import (
     OutOpt,
+    OverwriteOpt,
     PresetOpt,
+    ResumeOpt,
     SeedOpt,
     SetOpt,
     build_config,
@@ -97,6 +99,8 @@ def train_policy_command(
         int, typer.Option(help="Processes (ranks) to launch; use 1 under accelerate launch.")
     ] = 1,
     seed: SeedOpt = None,
+    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = False,
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
@@ -116,20 +120,36 @@ def train_policy_command(
         output_dir=out,
     )
     from wmrl_cli.rl.schedule import check_world_size
+    from wmrl_cli.rl.setup import check_inputs
+    from wmrl_cli.runtime import claim_run_dir, default_run_dir
+
+    def _claim(inputs) -> dict:
+        """The run-directory rule's arguments: the inputs fingerprinted by their paths."""
+        paths = {
+            "policy": inputs.policy,
+            "world_model": inputs.world_model,
+            "reward_model": inputs.reward_model,
+            "reset_set": inputs.reset_set,
+        }
+        default = default_run_dir("train-policy", preset)
+        return dict(default=default, inputs=paths, resume=resume, overwrite=overwrite)
 
     if "LOCAL_RANK" not in os.environ:  # checked before any rank starts
         check_world_size(cfg.algorithm.num_envs, cfg.algorithm.group_size, num_processes)
     if num_processes > 1 and "LOCAL_RANK" not in os.environ:
         if cfg.output_dir is None:
             raise ConfigError("--num-processes needs --out so that every rank writes one run")
+        claim_run_dir(  # the rule, checked only: the ranks apply it
+            cfg.model_copy(deep=True), "train-policy", **_claim(check_inputs(cfg)), write=False
+        )
         _relaunch(num_processes)
 
     import torch
     from accelerate import Accelerator
 
-    from wmrl_cli.rl.setup import build_env, check_inputs, load_policy, real_eval_callback
+    from wmrl_cli.rl.setup import build_env, load_policy, real_eval_callback
     from wmrl_cli.rl.trainer import PolicyTrainer
-    from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+    from wmrl_cli.runtime import configure_threads, seed_everything
 
     inputs = check_inputs(cfg)
     accelerator = Accelerator(
@@ -137,8 +157,11 @@ def train_policy_command(
     )
     if accelerator.num_processes > 1 and cfg.output_dir is None:
         raise WmrlError("several ranks need --out so that every rank writes to the same run")
-    if accelerator.is_main_process:
-        prepare_run_dir(cfg, "train-policy")  # sets cfg.output_dir when it was not given
+    # every rank applies the run-directory rule (with --resume, each adopts the recorded
+    # config); the main process writes
+    claim_run_dir(cfg, "train-policy", **_claim(inputs), write=accelerator.is_main_process)
+    if resume:  # the recorded config may name other inputs
+        inputs = check_inputs(cfg)
     accelerator.wait_for_everyone()
     run_dir = Path(cfg.output_dir)
     configure_threads(cfg.num_threads)

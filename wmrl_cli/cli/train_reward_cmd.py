@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from wmrl_cli.cli.common import OutOpt, PresetOpt, SetOpt, build_config, handle_errors
+from wmrl_cli.cli.common import (
+    OutOpt,
+    OverwriteOpt,
+    PresetOpt,
+    ResumeOpt,
+    SetOpt,
+    build_config,
+    handle_errors,
+)
 from wmrl_cli.logging import console
 
 
@@ -19,6 +27,8 @@ def train_reward_command(
     ] = None,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
     width: Annotated[int | None, typer.Option(help="ResNet base width (RLinf: 64).")] = None,
+    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = False,
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
@@ -27,7 +37,7 @@ def train_reward_command(
     from rich.table import Table
 
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.runtime import configure_threads, prepare_run_dir
+    from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir
     from wmrl_cli.training.reward_trainer import train_reward_model
 
     cfg = build_config(
@@ -39,7 +49,14 @@ def train_reward_command(
         output_dir=out,
     )
     store = EpisodeStore.open(data)
-    run_dir = prepare_run_dir(cfg, "train-reward")
+    run_dir = claim_run_dir(
+        cfg,
+        "train-reward",
+        default=default_run_dir("train-reward", preset),
+        inputs={"data": data},
+        resume=resume,
+        overwrite=overwrite,
+    )
     configure_threads(cfg.num_threads)
     num_tasks = 1 + max(int(m["task_id"]) for m in store.index) if len(store) else 1
     model_dir, metrics = train_reward_model(cfg, run_dir, store, num_tasks)

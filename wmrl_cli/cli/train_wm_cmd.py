@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from wmrl_cli.cli.common import OutOpt, PresetOpt, SetOpt, build_config, handle_errors
+from wmrl_cli.cli.common import (
+    OutOpt,
+    OverwriteOpt,
+    PresetOpt,
+    ResumeOpt,
+    SetOpt,
+    build_config,
+    handle_errors,
+)
 from wmrl_cli.logging import console
 
 
@@ -24,9 +32,8 @@ def train_wm_command(
     vae_steps: Annotated[
         int | None, typer.Option(help="Autoencoder steps when training from scratch.")
     ] = None,
-    resume: Annotated[
-        bool, typer.Option(help="Continue from the run directory's last checkpoint, if any.")
-    ] = True,
+    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = False,
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
@@ -35,7 +42,7 @@ def train_wm_command(
     from rich.table import Table
 
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+    from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir, seed_everything
     from wmrl_cli.training.world_model_trainer import WorldModelTrainer
 
     cfg = build_config(
@@ -50,11 +57,18 @@ def train_wm_command(
     if len(store) == 0:
         raise typer.BadParameter(f"{data} holds no episodes")
     action_dim = int(store.load(0).actions.shape[1])
-    run_dir = prepare_run_dir(cfg, "train-wm")
+    run_dir = claim_run_dir(
+        cfg,
+        "train-wm",
+        default=default_run_dir("train-wm", preset),
+        inputs={"data": data, "init": init},
+        resume=resume,
+        overwrite=overwrite,
+    )
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
     trainer = WorldModelTrainer(cfg, run_dir, store, action_dim)
-    out_dir = trainer.run(resume=resume, init=None if init is None else str(init))
+    out_dir = trainer.run(resume=True, init=None if init is None else str(init))
     console.print(f"world model saved to {out_dir}")
     reliability = out_dir / "reliability.json"
     if reliability.is_file():

@@ -386,7 +386,9 @@ class RunConfig(Section):
     sft: SftConfig = Field(default_factory=SftConfig)
     coevolve: CoEvolveConfig = Field(default_factory=CoEvolveConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    output_dir: Path | None = Field(None, description="run directory (default: runs/<cmd>-<time>)")
+    output_dir: Path | None = Field(
+        None, description="run directory (default: runs/<cmd>[-<preset>])"
+    )
     assets_dir: Path | None = Field(
         None,
         description="where `wmrl download` put the published assets that config values name "
