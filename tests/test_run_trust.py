@@ -163,15 +163,6 @@ def test_num_processes_checked_before_launch(
     assert not (tmp_path / "rl").exists()
 
 
-def test_failed_sft_leaves_no_run_directory(tmp_path) -> None:
-    empty = tmp_path / "empty-store"
-    EpisodeStore(empty)  # an episode store without episodes
-    result = runner.invoke(app, ["sft", "--data", str(empty), "--out", str(tmp_path / "run")])
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    assert not (tmp_path / "run").exists()
-
-
 # -- (7) resume bookkeeping ------------------------------------------------------------------
 
 
