@@ -5,7 +5,11 @@ import math
 import pytest
 
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.rewards.calibration import best_f1_threshold, binary_metrics
+from wmrl_cli.rewards.calibration import (
+    best_f1_threshold,
+    binary_metrics,
+    cross_validated_threshold,
+)
 
 SCORES = [0.9, 0.8, 0.4, 0.3, 0.2]
 LABELS = [1, 0, 1, 0, 0]
@@ -55,3 +59,25 @@ def test_bad_inputs():
         binary_metrics([0.1, 0.2], [1], 0.5)
     with pytest.raises(WmrlError, match="0 \\(failure\\) or 1"):
         binary_metrics([0.1], [2], 0.5)
+
+
+def test_cross_validated_threshold_counts_out_of_sample():
+    labels = [1, 0, 1, 0, 1, 0, 1, 0]
+    # groups 0 and 2 form one fold, 1 and 3 the other; both folds hold both score patterns, so
+    # a cut chosen on either fold separates the other
+    scores = [0.9, 0.5, 0.9, 0.5, 0.6, 0.2, 0.6, 0.2]
+    groups = [0, 0, 1, 1, 2, 2, 3, 3]
+    in_sample = best_f1_threshold(scores, labels)
+    cv = cross_validated_threshold(scores, labels, groups)
+    assert cv.threshold == in_sample.threshold  # the threshold to use: fitted on everything
+    assert (cv.tp, cv.fp, cv.fn, cv.tn) == (4, 0, 0, 4)
+    # now fold A (groups 0, 2) scores 0.9 / 0.5 and fold B (1, 3) 0.6 / 0.2: in sample one cut
+    # (0.55) separates all, but a cut chosen on B (0.4) calls A's 0.5 a success and one chosen
+    # on A (0.7) misses B's 0.6
+    scores = [0.9, 0.5, 0.6, 0.2, 0.9, 0.5, 0.6, 0.2]
+    assert best_f1_threshold(scores, labels).f1 == 1.0
+    cv = cross_validated_threshold(scores, labels, groups)
+    assert (cv.tp, cv.fp, cv.fn, cv.tn) == (2, 2, 2, 2)
+    assert cross_validated_threshold([0.9, 0.1], [1, 0], [0, 1]) is None  # a fold without success
+    with pytest.raises(WmrlError):
+        cross_validated_threshold([0.9, 0.1], [1, 0], [0])

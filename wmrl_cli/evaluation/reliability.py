@@ -49,7 +49,11 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.world_model_eval import ALTERNATIVES, OpenLoopReport, open_loop_eval
 from wmrl_cli.logging import progress_task
 from wmrl_cli.rewards.base import RewardModel
-from wmrl_cli.rewards.calibration import BinaryMetrics, best_f1_threshold
+from wmrl_cli.rewards.calibration import (
+    BinaryMetrics,
+    best_f1_threshold,
+    cross_validated_threshold,
+)
 from wmrl_cli.world_models.interface import WorldModel
 
 DEFAULT_THRESHOLD = 0.5  # for a reward model saved without a calibrated threshold
@@ -153,6 +157,9 @@ class ReliabilityReport:
     agreement_by_kind: dict[str, SuccessAgreement]
     starts: list[StartResult] = field(default_factory=list)
     imagined_calibration: BinaryMetrics | None = None  # best-F1 threshold on imagined scores
+    # The same recalibration scored out of sample: thresholds chosen on half of the episodes,
+    # counted on the other half (`cross_validated_threshold`).
+    imagined_calibration_cv: BinaryMetrics | None = None
     # The reward model on the simulator's own frames of the same replays: separates what the
     # reward model gets wrong from what the world model does.
     reward_on_real: SuccessAgreement | None = None
@@ -188,6 +195,9 @@ class ReliabilityReport:
             "reward_on_real": asdict(self.reward_on_real) if self.reward_on_real else None,
             "imagined_calibration": (
                 self.imagined_calibration.to_dict() if self.imagined_calibration else None
+            ),
+            "imagined_calibration_cv": (
+                self.imagined_calibration_cv.to_dict() if self.imagined_calibration_cv else None
             ),
             "starts": [asdict(s) for s in self.starts],
         }
@@ -251,11 +261,16 @@ class ReliabilityReport:
             ]
             for name, a in groups.items()
         ]
-        cal = self.imagined_calibration
-        if cal is not None:
+        calibrations = {
+            "best F1 here": self.imagined_calibration,
+            "chosen on the other half of the episodes": self.imagined_calibration_cv,
+        }
+        for how, cal in calibrations.items():
+            if cal is None:
+                continue
             agreement.append(
                 [
-                    f"all, threshold {cal.threshold:.3f} (best F1 here)",
+                    f"all, threshold {cal.threshold:.2g} ({how})",
                     str(cal.tp + cal.fp + cal.fn + cal.tn),
                     f"{cal.tp}/{cal.fp}/{cal.fn}/{cal.tn}",
                     _fmt(cal.precision, 3),
@@ -866,5 +881,12 @@ def evaluate_world_model(
         # A start with no compared step scores -inf: any finite floor below every score does.
         imagined_calibration=(
             best_f1_threshold(np.maximum(max_score, -1.0), real) if real.any() else None
+        ),
+        imagined_calibration_cv=(
+            cross_validated_threshold(
+                np.maximum(max_score, -1.0), real, [r.episode_id for r in results]
+            )
+            if real.any()
+            else None
         ),
     )

@@ -103,3 +103,32 @@ def best_f1_threshold(
     lower = s_sorted[ends[best] + 1] if ends[best] + 1 < s.size else None
     threshold = cut if lower is None else (cut + lower) / 2.0
     return binary_metrics(s, y, float(threshold))
+
+
+def cross_validated_threshold(
+    scores: np.ndarray | torch.Tensor | list[float],
+    labels: np.ndarray | torch.Tensor | list,
+    groups: np.ndarray | list[int],
+    folds: int = 2,
+) -> BinaryMetrics | None:
+    """Out-of-sample counts of a best-F1 threshold: the groups (episodes) are dealt into
+    `folds` folds, each fold is predicted with the threshold chosen on the others, and the
+    counts are summed, so no prediction uses a threshold fitted on its own label. The
+    `threshold` field is the one chosen on all the data (the one to use). None when a fitting
+    set holds no success (F1 undefined there)."""
+    s, y = _as_arrays(scores, labels)
+    g = _to_numpy(groups).reshape(-1)
+    if g.size != s.size:
+        raise WmrlError(f"need a group per score (got {g.size} groups for {s.size} scores)")
+    rank = np.unique(g, return_inverse=True)[1]
+    fold = rank % folds
+    counts = np.zeros(4, dtype=np.int64)
+    for k in range(folds):
+        fit, test = fold != k, fold == k
+        if not test.any():
+            continue
+        if not y[fit].any():
+            return None
+        held = binary_metrics(s[test], y[test], best_f1_threshold(s[fit], y[fit]).threshold)
+        counts += (held.tp, held.fp, held.fn, held.tn)
+    return _metrics(best_f1_threshold(s, y).threshold, *(int(c) for c in counts))
