@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -76,22 +76,32 @@ def _scalar(value: Any) -> float | None:
 _HEADLINE = ("loss", "autoencoder_loss", "success_once", "return", "f1")
 
 
-def truncate_metrics(path: Path, last_step: int) -> None:
+def truncate_metrics(
+    path: Path, last_step: int, keep: Callable[[dict[str, Any]], bool] | None = None
+) -> list[dict[str, Any]]:
     """Keep the rows of a metrics.jsonl up to `last_step` (a resumed run logs the later steps
-    again); a torn last line (a kill during a write) goes too."""
+    again), and those after it for which `keep(row)` holds (a stage the resumed run does not
+    repeat, whose steps overlap); a torn last line (a kill during a write) goes too. Returns
+    the rows kept after `last_step`."""
     if not path.is_file():
-        return
-    kept = []
+        return []
+    kept, later = [], []
     for line in path.read_text().splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(row, dict) and int(row.get("step", 0)) <= last_step:
+        if not isinstance(row, dict):
+            continue
+        if int(row.get("step", 0)) <= last_step:
             kept.append(line)
+        elif keep is not None and keep(row):
+            kept.append(line)
+            later.append(row)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(f"{line}\n" for line in kept))
     tmp.replace(path)
+    return later
 
 
 class MetricsLogger:
@@ -100,7 +110,8 @@ class MetricsLogger:
     `real_steps`: the real environment steps behind a run that trains on stored data (its
     episode store's), logged with every row as `env/real_steps` (docs/cli.md).
     `resume_step`: the step a run (re)starts from; the rows and TensorBoard events after it,
-    written by an interrupted attempt, are dropped so that no step is logged twice.
+    written by an interrupted attempt, are dropped so that no step is logged twice, except the
+    rows for which `keep_rows(row)` holds (written to TensorBoard again after its purge).
     Where stdout is no terminal (batch jobs), a plain line (step, loss, success, seconds per
     step) is printed at most every `log_every` steps.
     """
@@ -114,6 +125,7 @@ class MetricsLogger:
         resume_step: int | None = None,
         log_every: int = 10,
         total: int | None = None,
+        keep_rows: Callable[[dict[str, Any]], bool] | None = None,
     ):
         self.run_dir = Path(run_dir)
         self.enabled = enabled
@@ -123,10 +135,13 @@ class MetricsLogger:
         self._printed: tuple[int, float] | None = None  # (step, time) of the last plain line
         self._start = (resume_step or 0, time.time())
         self._writer = None
+        self._paused = False
         if enabled:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            later: list[dict[str, Any]] = []
             if resume_step is not None:
-                truncate_metrics(self.run_dir / "metrics.jsonl", resume_step)
+                path = self.run_dir / "metrics.jsonl"
+                later = truncate_metrics(path, resume_step, keep_rows)
             self._jsonl = (self.run_dir / "metrics.jsonl").open("a")
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
@@ -135,9 +150,22 @@ class MetricsLogger:
                 self._writer = SummaryWriter(
                     log_dir=str(self.run_dir / "tensorboard"), purge_step=purge
                 )
+                for row in later:  # the purge drops every tag's events after resume_step
+                    for key, value in row.items():
+                        if key != "step" and isinstance(value, (int, float)):
+                            self._writer.add_scalar(key, value, int(row["step"]))
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Nothing is logged inside (a result recomputed that the log already holds)."""
+        self._paused, before = True, self._paused
+        try:
+            yield
+        finally:
+            self._paused = before
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        if not self.enabled:
+        if not self.enabled or self._paused:
             return
         clean = {k: v for k, v in ((k, _scalar(v)) for k, v in metrics.items()) if v is not None}
         if self.real_steps is not None:
@@ -173,7 +201,7 @@ class MetricsLogger:
     def log_video(self, tag: str, frames: np.ndarray, step: int, fps: int = 10) -> None:
         """frames uint8 [N,T,H,W,3]: the N clips side by side, as an animated GIF in
         TensorBoard's image tab (what `add_video` produces, without its moviepy dependency)."""
-        if not (self.enabled and self._writer is not None):
+        if not (self.enabled and self._writer is not None) or self._paused:
             return
         import imageio.v2 as imageio
         from tensorboard.compat.proto.summary_pb2 import Summary

@@ -25,6 +25,7 @@ from typing import Any
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore, atomic_write_text
 from wmrl_cli.logging import console
+from wmrl_cli.runtime import seed_stage
 
 STAGES_FILE = "stages.json"
 REAL_STEPS_FILE = "real_steps_before.json"  # in an RL stage's folder: env/real_steps at start
@@ -32,10 +33,13 @@ REAL_STEPS_FILE = "real_steps_before.json"  # in an RL stage's folder: env/real_
 
 class Pipeline:
     """Runs named stages once each, recording outputs, wall times and real steps in
-    stages.json."""
+    stages.json. Each stage starts with the global RNGs (Python, numpy, torch) seeded from the
+    run seed and its name, so a stage started over (after a kill, with the stages before it
+    skipped) draws what it would have drawn in an uninterrupted run."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, seed: int) -> None:
         self.run_dir = run_dir
+        self.seed = seed
         path = run_dir / STAGES_FILE
         self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
 
@@ -47,6 +51,7 @@ class Pipeline:
             console.print(f"[dim]stage {name}: done, skipped[/]")
             return self.state[name]["result"]
         console.rule(f"stage: {name}")
+        seed_stage(self.seed, name)
         start = time.time()
         result = fn()
         self.state[name] = {
@@ -248,7 +253,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     from wmrl_cli.training.sft import collect_demos, train_bc
 
     ce = cfg.coevolve
-    p = Pipeline(run_dir)
+    p = Pipeline(run_dir, cfg.simulator.seed)
     seed = cfg.simulator.seed
 
     def sft() -> str:

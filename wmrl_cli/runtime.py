@@ -23,6 +23,64 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def stage_seed(seed: int, stage: str) -> int:
+    """The seed of one stage of a run: a hash of the run seed and the stage's name, so that a
+    stage started from scratch draws the same random numbers whatever ran before it in the
+    process (a stage skipped on a rerun, a cache found instead of recomputed)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{seed}/{stage}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % 2**63
+
+
+def seed_stage(seed: int, stage: str) -> None:
+    """Seeds Python's, numpy's and torch's global RNGs with `stage_seed(seed, stage)`."""
+    seed_everything(stage_seed(seed, stage))
+
+
+def _requested_processes(launcher_argv: list[str]) -> int:
+    """The `--num_processes N` of an `accelerate launch` command line (1 when not given); the
+    arguments after the script or module (`-m`) are the script's own."""
+    for i, arg in enumerate(launcher_argv):
+        if arg in ("-m", "--module") or "wmrl" in arg:
+            break
+        name, _, value = arg.partition("=")
+        if name in ("--num_processes", "--num-processes"):
+            if not value and i + 1 < len(launcher_argv):
+                value = launcher_argv[i + 1]
+            try:
+                return int(value)
+            except ValueError:
+                return 1
+    return 1
+
+
+def check_not_single_rank_launch() -> None:
+    """Refuses, in one line, a command that `accelerate launch --num_processes N` (N > 1)
+    started as its only process: accelerate's simple launcher, used for `--cpu` and without
+    `--multi_gpu`, starts one process whatever N says, and the run would quietly train on one
+    rank. (The launcher marks its child with ACCELERATE_USE_CPU; ranks have WORLD_SIZE.)"""
+    from wmrl_cli.errors import ConfigError
+
+    if "ACCELERATE_USE_CPU" not in os.environ or "WORLD_SIZE" in os.environ:
+        return
+    try:
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return
+    argv = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    if "launch" not in argv:
+        return
+    requested = _requested_processes(argv[argv.index("launch") + 1 :])
+    if requested > 1:
+        raise ConfigError(
+            f"accelerate launch --num_processes {requested} started a single process "
+            "(its simple launcher, used with --cpu or without --multi_gpu, starts one); "
+            f"use `torchrun --nproc_per_node {requested} -m wmrl_cli ...` "
+            f"(train-policy: --num-processes {requested})"
+        )
+
+
 def configure_threads(num_threads: int) -> None:
     """0 keeps torch's default. On a small shared CPU, oversubscribed threads (torch threads x
     simulator workers x ranks) slow everything down by an order of magnitude."""

@@ -63,6 +63,26 @@ def _numpy_safe(obj: Any) -> Any:
     return obj
 
 
+def canonical_safetensors(directory: str | Path) -> None:
+    """Rewrites the header of every safetensors file in `directory` with its metadata keys in
+    sorted order. safetensors writes a metadata map of several keys (a world model's `format`
+    and `wmrl`) in a per-process random order, so two saves of the same weights differed by
+    their bytes (and sha256); the tensors and their offsets are left as they are."""
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        with path.open("r+b") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+            meta = header.pop("__metadata__", None)
+            if not isinstance(meta, dict) or list(meta) == sorted(meta):
+                continue
+            header = {"__metadata__": dict(sorted(meta.items())), **header}
+            text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+            if len(text) > size:  # never: the same content, reordered
+                continue
+            f.seek(8)
+            f.write(text.ljust(size, b" "))  # safetensors pads its header with spaces too
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
@@ -80,6 +100,7 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "training_state").mkdir(parents=True)
     save_model(tmp / "model")
+    canonical_safetensors(tmp / "model")
     for i, obj in enumerate(stateful):
         torch.save(obj.state_dict(), tmp / "training_state" / f"state_{i}.pt")
     state = {"step": step, "rng": capture_rng(), "extra": extra or {}}
@@ -123,8 +144,11 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 def load_checkpoint(
     checkpoint: Path, stateful: list[Any], restore_rng_state: bool = True
 ) -> dict[str, Any]:
-    """Restores optimizer/scheduler states (weights_only) and RNG; returns {'step', 'extra'}.
-    A state file whose pickle would run code is refused in one line (UnsafeFileError)."""
+    """Restores optimizer/scheduler states (weights_only) and RNG; returns {'step', 'extra',
+    'rng'}. A trainer that draws random numbers between loading and its next step (encoding a
+    cache, building a wrapper) passes restore_rng_state=False and calls restore_rng(rng) just
+    before that step. A state file whose pickle would run code is refused in one line
+    (UnsafeFileError)."""
     from wmrl_cli.rewards.loading import safe_torch_load
 
     folder = checkpoint / "training_state"
@@ -136,4 +160,4 @@ def load_checkpoint(
         raise WmrlError(f"{checkpoint}: cannot resume from this checkpoint ({exc})") from None
     if restore_rng_state:
         restore_rng(state["rng"])
-    return {"step": int(state["step"]), "extra": state.get("extra", {})}
+    return {"step": int(state["step"]), "extra": state.get("extra", {}), "rng": state["rng"]}

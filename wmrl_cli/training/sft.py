@@ -19,7 +19,13 @@ from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import MetricsLogger, console, progress_task
-from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from wmrl_cli.runtime import seed_stage
+from wmrl_cli.training.checkpoints import (
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
 
 POLICY_DIR = "policy"
 
@@ -142,6 +148,9 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
     if checkpoint is not None:
         model = from_pretrained(checkpoint / "model")
     else:
+        # Seeded here, not by the caller: demonstrations collected now or found in the run's
+        # cache leave the RNGs in different states, and the weights must not depend on it.
+        seed_stage(cfg.simulator.seed, "sft")
         model = build_policy_model(cfg, data.instructions, data.chunks.shape[-1], stats)
     optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
 
@@ -152,9 +161,10 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
         return float(0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(progress, 1.0))))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    start = 0
+    start, rng_state = 0, None
     if checkpoint is not None:
-        start = load_checkpoint(checkpoint, [optimizer, scheduler])["step"]
+        state = load_checkpoint(checkpoint, [optimizer, scheduler], restore_rng_state=False)
+        start, rng_state = state["step"], state["rng"]
         console.print(f"resuming behaviour cloning from step {start} ({checkpoint.name})")
     wrapped, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(wrapped)
@@ -172,6 +182,8 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
         total=s.steps,
     )
     wrapped.train()
+    if rng_state is not None:  # the RNGs as they were after step `start`, for dropout etc.
+        restore_rng(rng_state)
     t0 = time.time()
     with progress_task(
         "behaviour cloning", s.steps, cfg.logging.progress and accelerator.is_main_process

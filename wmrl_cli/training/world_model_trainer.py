@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,13 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.world_model_eval import OpenLoopReport, open_loop_eval
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.runtime import resolve_precision
-from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from wmrl_cli.training.checkpoints import (
+    canonical_safetensors,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
 from wmrl_cli.training.latent_cache import WindowLatents
 from wmrl_cli.world_models.interface import WorldModel
 
@@ -162,7 +169,19 @@ class WorldModelTrainer:
             raise WmrlError(f"{store.root}: no episode is long enough for a {chunk}-frame window")
         self.val_episodes = [store.load(i) for i in val_ids[: self.wm.val_episodes]]
         self.action_dim = action_dim
-        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard, real_steps=store.real_steps())
+        self.logger: MetricsLogger  # opened by run(), which knows the step it resumes from
+
+    def _open_logger(self, resume_step: int) -> MetricsLogger:
+        """metrics.jsonl and TensorBoard truncated back to `resume_step`. The autoencoder's rows
+        stay: its steps overlap the denoiser's, and a run resumed from a denoiser checkpoint
+        does not train it again (a run that starts over, resume_step 0, drops them too)."""
+        return MetricsLogger(
+            self.run_dir,
+            self.cfg.logging.tensorboard,
+            real_steps=self.store.real_steps(),
+            resume_step=resume_step,
+            keep_rows=None if resume_step == 0 else _autoencoder_row,
+        )
 
     # -- stage 1 ----------------------------------------------------------------------------
     def train_autoencoder(self, model: WorldModel) -> None:
@@ -277,12 +296,14 @@ class WorldModelTrainer:
         self.t_run = self.clock()  # `time_limit_min` counts the whole run, autoencoder included
         autocast_dtype = resolve_precision(self.cfg.precision, "cpu")  # models train on the CPU
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
-        start = 0
-        if checkpoint is not None:
+        start, rng_state = 0, None
+        if checkpoint is not None:  # the logger opens once the checkpoint's step is read
             model = load_world_model(checkpoint / "model")
         elif init is not None:
+            self.logger = self._open_logger(0)  # an attempt before any checkpoint starts over
             model = load_world_model(init)
         else:
+            self.logger = self._open_logger(0)
             model = build_world_model(self.cfg, self.action_dim)
             model.autocast_dtype = autocast_dtype  # the autoencoder trains in it too
             if self.wm.vae_init is not None:
@@ -304,22 +325,36 @@ class WorldModelTrainer:
             optimizer, lambda s: float(min(1.0, (s + 1) / warm))
         )
         if checkpoint is not None:
-            start = load_checkpoint(checkpoint, [optimizer, scheduler, TensorState(ema)])["step"]
+            state = load_checkpoint(
+                checkpoint, [optimizer, scheduler, TensorState(ema)], restore_rng_state=False
+            )
+            start, rng_state = state["step"], state["rng"]
+            self.logger = self._open_logger(start)
             console.print(f"resuming world-model training from step {start}")
         latents = self.cache_latents(model)
+        if rng_state is not None:  # after encoding: the RNGs as they were after step `start`
+            restore_rng(rng_state)
         report = None
         if start < self.wm.steps:
             report = self.train_denoiser(model, latents, start, optimizer, ema, scheduler)
         with swapped_weights(model.transformer, ema):
             if report is None:
-                report = self.validate(model, start)
+                # Nothing left to train after a resume (killed after the last checkpoint): the
+                # validation of that step is in metrics.jsonl already; computed again unlogged.
+                with self.logger.paused() if checkpoint is not None else nullcontext():
+                    report = self.validate(model, start)
             out = model.save_pretrained(self.run_dir / MODEL_DIR)
+        canonical_safetensors(out)  # the same weights, the same bytes
         if report is not None:
             body = {k: v for k, v in report.__dict__.items() if k != "videos"}
             body["beats_copy_baseline"] = report.beats_copy_baseline()
             atomic_write_text(out / RELIABILITY_FILE, json.dumps(body, indent=1))
         self.logger.close()
         return out
+
+
+def _autoencoder_row(row: dict[str, Any]) -> bool:
+    return "train/wm/autoencoder_loss" in row
 
 
 class TensorState:
