@@ -163,6 +163,31 @@ def test_num_processes_checked_before_launch(
     assert not (tmp_path / "rl").exists()
 
 
+def test_accelerate_launch_that_starts_one_process_is_refused(expert_episodes, tmp_path):
+    """`accelerate launch --cpu --num_processes 2` runs its script once (its simple launcher):
+    refused in one line before anything is written, not trained quietly on one rank."""
+    import subprocess
+    import sys
+
+    demo_store = tmp_path / "demos"
+    EpisodeStore(demo_store).add(expert_episodes)
+
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--cpu",
+        "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+        "--dynamo_backend", "no", "-m", "wmrl_cli", "sft", "--data", str(demo_store),
+        "--steps", "1", "--out", str(tmp_path / "sft"), *TINY,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode != 0  # accelerate adds its own CalledProcessError about the child
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stdout + proc.stderr[-3000:]
+    assert "--num_processes 2 started a single process" in errors[0]
+    assert "wmrl_cli/" not in proc.stderr  # no traceback of ours
+    assert not (tmp_path / "sft").exists()
+
+
 # -- (7) resume bookkeeping ------------------------------------------------------------------
 
 

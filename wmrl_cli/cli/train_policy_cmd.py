@@ -106,6 +106,9 @@ def train_policy_command(
     set_: SetOpt = None,
 ) -> None:
     """GRPO/PPO in imagination (the policy and the world model alternate chunk by chunk, the reward model scores every frame) or, with --env simulator, in the real simulator; token-level clipped updates; periodic evaluation in the real simulator. Starting the same command again resumes from RUN/checkpoints."""  # noqa: E501
+    from wmrl_cli.runtime import check_not_single_rank_launch
+
+    check_not_single_rank_launch()
     cfg = build_config(
         preset,
         set_,
