@@ -2,6 +2,7 @@
 
     python benchmarks/wm_fps.py [--backend opensora] [--steps 1 2 4 10] [--envs 10 32 64]
                                 [--threads 2] [--chunks 3] [--flops]
+                                [--precision fp32 bf16] [--compile]
 
 Speed does not depend on the weights, so each setting uses a freshly built model of the
 configured size (tiny by default: the embedded default's world model, 64x64 frames). The real
@@ -11,6 +12,9 @@ after one warm-up chunk. With `--flops`, each row also gives the floating-point 
 frame of the whole prediction and of its VAE decoder (counted by torch's FlopCounterMode on one
 chunk), the arithmetic rate the measured speed implies, and the frame rate the decoder alone
 would allow at that rate: an upper bound on any world model with that decoder.
+`--precision` times each setting under each autocast precision; `--compile` adds, per
+precision, the same model with its denoiser under torch.compile (`compile_world_model`), its
+compilation in the warm-up chunk.
 Results: docs/benchmarks.md.
 """
 
@@ -77,6 +81,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads for the model")
     parser.add_argument("--chunks", type=int, default=3)
     parser.add_argument("--flops", action="store_true", help="count FLOPs per frame as well")
+    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16"])
+    parser.add_argument("--compile", action="store_true", help="also torch.compile the denoiser")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -87,15 +93,14 @@ def main() -> None:
     real = measure_sim(sim_cfg, steps=96, repeats=2)
     print(f"real simulator (mw10, 2 workers, {args.image_size}px): {real:.1f} frames/s")
     print(f"{args.backend} {args.size} world model, {args.threads} torch thread(s):")
+    columns = "| precision | compiled | sampling steps | envs | frames/s | ratio to real |"
     if args.flops:
-        print(
-            "| sampling steps | envs | frames/s | ratio to real | GFLOP/frame | decoder "
-            "GFLOP/frame | GFLOP/s | decoder-only bound, frames/s |"
-        )
-        print("|---|---|---|---|---|---|---|---|")
-    else:
-        print("| sampling steps | envs | frames/s | ratio to real |")
-        print("|---|---|---|---|")
+        columns += " GFLOP/frame | decoder GFLOP/frame | GFLOP/s | decoder-only bound, frames/s |"
+    print(columns)
+    print("|" + "---|" * (columns.count("|") - 1))
+    dtypes = {"fp32": None, "bf16": torch.bfloat16}
+    compiled_too = [False, True] if args.compile else [False]
+    variants = [(p, c) for p in args.precision for c in compiled_too]
     for steps in args.steps:
         for envs in args.envs:
             cfg = RunConfig.model_validate(
@@ -108,17 +113,24 @@ def main() -> None:
                     },
                 }
             )
-            model = build_world_model(cfg, ACTION_DIM).eval()
-            fps = measure_world_model(model, cfg, envs, args.chunks)
-            row = f"| {steps} | {envs} | {fps:.1f} | {fps / real:.2f}x |"
-            if args.flops:
-                total, decoder = flops_per_frame(model, cfg, envs)
-                rate = fps * total
-                row += (
-                    f" {total / 1e9:.3f} | {decoder / 1e9:.3f} | {rate / 1e9:.1f} |"
-                    f" {rate / max(decoder, 1.0):.0f} |"
+            for precision, compiled in variants:
+                model = build_world_model(cfg, ACTION_DIM).eval()
+                model.autocast_dtype = dtypes[precision]
+                if compiled:
+                    model.transformer = torch.compile(model.transformer)
+                fps = measure_world_model(model, cfg, envs, args.chunks)
+                row = (
+                    f"| {precision} | {'yes' if compiled else 'no'} | {steps} | {envs} | "
+                    f"{fps:.1f} | {fps / real:.2f}x |"
                 )
-            print(row, flush=True)
+                if args.flops:
+                    total, decoder = flops_per_frame(model, cfg, envs)
+                    rate = fps * total
+                    row += (
+                        f" {total / 1e9:.3f} | {decoder / 1e9:.3f} | {rate / 1e9:.1f} |"
+                        f" {rate / max(decoder, 1.0):.0f} |"
+                    )
+                print(row, flush=True)
 
 
 if __name__ == "__main__":

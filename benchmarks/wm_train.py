@@ -107,6 +107,12 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=16, help="imagined envs per chunk")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2, help="timed calls per round")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time bf16 with the denoiser under torch.compile (a copy of the same model; "
+        "compilation takes a minute or two per backend and work, not timed)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -119,36 +125,50 @@ def main() -> None:
         f"matmul 1024^2, {args.threads} thread(s): fp32 {peak['fp32']:.0f} GFLOP/s, "
         f"bf16 {peak['bf16']:.0f} GFLOP/s ({peak['bf16'] / peak['fp32']:.2f}x)"
     )
-    print("| backend | work | fp32 /s | bf16 /s | bf16 / fp32 | GFLOP/s fp32 | GFLOP/s bf16 |")
-    print("|---|---|---|---|---|---|---|")
+    extra = " bf16 compiled /s | compiled / fp32 |" if args.compile else ""
+    print(
+        "| backend | work | fp32 /s | bf16 /s | bf16 / fp32 | GFLOP/s fp32 | GFLOP/s bf16 |" + extra
+    )
+    print("|---|---|---|---|---|---|---|" + "---|---|" * args.compile)
     for backend in args.backend:
         model = build(backend)
         model.config.num_inference_steps = SAMPLING_STEPS[backend]
+        compiled = None
+        if args.compile:  # the same weights; bf16 throughout (a dtype switch would recompile)
+            compiled = build(backend)
+            compiled.load_state_dict(model.state_dict())
+            compiled.config.num_inference_steps = SAMPLING_STEPS[backend]
+            compiled.autocast_dtype = torch.bfloat16
+            compiled.transformer = torch.compile(compiled.transformer)
         work = {
-            f"training samples (batch {args.batch})": (
-                training_step(model, args.batch),
-                args.batch,
-            ),
-            f"imagined frames ({args.envs} envs)": (
-                imagination_chunk(model, args.envs),
-                args.envs * C,
-            ),
+            f"training samples (batch {args.batch})": (training_step, args.batch),
+            f"imagined frames ({args.envs} envs)": (imagination_chunk, args.envs * C),
         }
-        for name, (fn, items) in work.items():
+        for name, (make, items) in work.items():
+            size = args.batch if make is training_step else args.envs
+            fn = make(model, size)
             model.autocast_dtype = None
             count = flops(fn)
-            times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+            runs = {"fp32": (fn, None), "bf16": (fn, torch.bfloat16)}
+            if compiled is not None:
+                runs["compiled"] = (make(compiled, size), torch.bfloat16)
+                runs["compiled"][0]()  # compilation, not timed
+            times: dict[str, list[float]] = {p: [] for p in runs}
             for _ in range(args.rounds):
-                for precision, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
-                    model.autocast_dtype = dtype
-                    fn()  # warm-up (autocast caches, oneDNN primitives)
-                    times[precision].append(timed(fn, args.repeats))
+                for precision, (run, dtype) in runs.items():
+                    if precision != "compiled":
+                        model.autocast_dtype = dtype
+                    run()  # warm-up (autocast caches, oneDNN primitives)
+                    times[precision].append(timed(run, args.repeats))
             rate = {p: items / statistics.median(t) for p, t in times.items()}
             gflops = {p: count / statistics.median(t) / 1e9 for p, t in times.items()}
+            more = ""
+            if compiled is not None:
+                more = f" {rate['compiled']:.1f} | {rate['compiled'] / rate['fp32']:.2f}x |"
             print(
                 f"| {backend} | {name} | {rate['fp32']:.1f} | {rate['bf16']:.1f} | "
                 f"{rate['bf16'] / rate['fp32']:.2f}x | {gflops['fp32']:.0f} | "
-                f"{gflops['bf16']:.0f} |",
+                f"{gflops['bf16']:.0f} |" + more,
                 flush=True,
             )
 

@@ -67,3 +67,17 @@ def test_bf16_autocast_keeps_float32_weights_and_loss_and_stays_close() -> None:
     assert frames16.dtype == torch.uint8
     # bf16 has 8 bits of mantissa: decoded frames differ by a few grey levels at most on average
     assert (frames16.float() - frames32.float()).abs().mean() < 4.0
+
+
+@pytest.mark.slow  # inductor compiles the denoiser: about a minute on one core
+def test_compiled_denoiser_predicts_what_the_eager_one_does() -> None:
+    eager, compiled = _model().eval(), _model().eval()
+    compiled.transformer = torch.compile(compiled.transformer)  # as compile_world_model does
+    frames = _batch()["context_frames"]
+    actions = torch.rand(2, 8, 2, generator=torch.Generator().manual_seed(1))
+    out = []
+    for model in (eager, compiled):
+        with torch.no_grad():
+            model.reset_context(frames[:, 0], frames, torch.zeros(2, 4, 2))
+            out.append(model.predict(actions, generator=torch.Generator().manual_seed(2)))
+    assert (out[0].int() - out[1].int()).abs().max() <= 2  # uint8 frames, rounding only

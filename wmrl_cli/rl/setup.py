@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from wmrl_cli.assets.layout import asset_path, download_command
 from wmrl_cli.assets.registry import ASSETS, get_asset
@@ -298,6 +299,8 @@ def build_imagined_env(
     height, width = entries[0].reference.shape[:2]
     world_model = load_any_world_model(inputs.world_model, height, width, cfg, device).eval()
     world_model.autocast_dtype = resolve_precision(cfg.precision, device)
+    if cfg.compile_world_model:  # imagination only: nothing here saves the world model
+        world_model.transformer = torch.compile(world_model.transformer)
     if cfg.world_model.num_inference_steps is not None:
         world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
     if cfg.world_model.bf16_timesteps:
