@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -139,6 +140,33 @@ def test_train_wm_killed_then_rerun_matches_uninterrupted(tmp_path, expert_episo
     events.Reload()
     assert [e.step for e in events.Scalars("train/wm/autoencoder_loss")] == [3]
     assert [e.step for e in events.Scalars("train/wm/loss")] == [4]
+
+
+@pytest.mark.slow  # three smoke pipelines: about two minutes
+def test_co_evolve_killed_in_the_world_model_stage_then_rerun_matches_uninterrupted(tmp_path):
+    """Killed after the world-model stage's autoencoder: the rerun skips the finished stages
+    (sft, evaluation, rollouts: no random numbers drawn) and trains the world model over from
+    scratch; every stage's weights and metrics match the uninterrupted pipeline's."""
+
+    def co_evolve(out: Path) -> list[str]:
+        return ["co-evolve", "--profile", "smoke", "--out", str(out)]
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    _run(co_evolve(a))
+    trainer = "wmrl_cli.training.world_model_trainer"
+    _run(co_evolve(b), f"{trainer}:WorldModelTrainer.cache_latents before 1")
+    killed = json.loads((b / "stages.json").read_text())
+    assert "sft" in killed and "world_model" not in killed
+    _run(co_evolve(b))
+    models = {
+        "sft": "policy", "wm_base": "world_model", "rm_base": "reward_model",
+        "stage1": "policy", "wm_evo1": "world_model", "rm_evo1": "reward_model",
+        "stage2": "policy", "frozen_control": "policy",
+    }  # fmt: skip
+    for stage, model in models.items():
+        _assert_same_run(a / stage, b / stage, model)
+    report_a, report_b = (json.loads((run / "report.json").read_text()) for run in (a, b))
+    assert report_a["success"] == report_b["success"]
 
 
 def _draws() -> list[float]:
