@@ -140,6 +140,10 @@ def test_train_wm_killed_then_rerun_matches_uninterrupted(tmp_path, expert_episo
     events.Reload()
     assert [e.step for e in events.Scalars("train/wm/autoencoder_loss")] == [3]
     assert [e.step for e in events.Scalars("train/wm/loss")] == [4]
+    # Once more on the finished run: validated again, nothing logged twice, the same weights.
+    again = _run(train(tmp_path / "b"))
+    assert "resuming world-model training from step 4" in again.stdout
+    _assert_same_run(tmp_path / "a", tmp_path / "b", "world_model")
 
 
 @pytest.mark.slow  # three smoke pipelines: about two minutes
