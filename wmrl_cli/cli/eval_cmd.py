@@ -204,6 +204,7 @@ def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
         load_reward_model_from,
     )
     from wmrl_cli.rl.setup import load_any_world_model
+    from wmrl_cli.runtime import resolve_precision
 
     wm_path, rm_path = cfg.world_model.path, cfg.reward_model.path
     if data is None:
@@ -224,6 +225,7 @@ def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
     rm = load_reward_model_from(rm_path).to(device)
     height, width = store.load(ids[0]).frames.shape[1:3]  # a published model's frame size
     wm = load_any_world_model(Path(wm_path), height, width, cfg, device).eval()
+    wm.autocast_dtype = resolve_precision(cfg.precision, device)  # as imagination runs it
     run_dir = prepare_run_dir(cfg, "eval-wm")  # only once the inputs are known to be good
     clear_eval_outputs(run_dir)
     seed_everything(cfg.simulator.seed)
