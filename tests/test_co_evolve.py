@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import imageio.v2 as imageio
 
@@ -19,21 +19,20 @@ def _command(out) -> list[str]:
 def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
-    # First attempt: killed with SIGKILL as soon as RL stage 1 has written a checkpoint.
-    proc = subprocess.Popen(
-        _command(out),
+    # First attempt: killed with SIGKILL right after RL stage 1 wrote its first checkpoint (a
+    # kill point in the process itself: polling for the file raced a fast stage 1 to its end).
+    root = Path(__file__).resolve().parents[1]
+    kill = ["wmrl_cli.rl.trainer:save_checkpoint", "after", "1"]
+    first = subprocess.run(
+        [sys.executable, "-m", "tests.kill_at", *kill, "--", *_command(out)[3:]],
+        cwd=root,
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    marker = out / "stage1" / "checkpoints" / "latest"
-    deadline = time.time() + 400
-    while not marker.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    assert marker.exists(), "stage 1 never checkpointed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    assert first.returncode == -signal.SIGKILL, first.stdout[-3000:] + first.stderr[-3000:]
+    assert (out / "stage1" / "checkpoints" / "latest").exists(), "stage 1 never checkpointed"
     before = json.loads((out / "stages.json").read_text())
     assert {"sft", "eval_base", "base_rollouts", "world_model", "reward_model"} <= set(before)
     assert "stage1" not in before
