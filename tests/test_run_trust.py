@@ -98,6 +98,14 @@ def test_truncated_world_model_is_one_line(models, demo_store, sft_run, tmp_path
     )
     _one_error_line(trained, 1, "unreadable")
     assert not (tmp_path / "rl").exists()
+    # train-wm --init loads it after its metrics logger opened: still one line, no directory.
+    fine_tuned = runner.invoke(
+        app,
+        ["train-wm", "--data", str(demo_store), "--init", str(broken), "--steps", "1",
+         "-o", str(tmp_path / "wm")],
+    )  # fmt: skip
+    _one_error_line(fine_tuned, 1, "unreadable")
+    assert not (tmp_path / "wm").exists()
 
 
 def test_out_naming_a_file_or_an_unwritable_path_is_one_line(tmp_path) -> None:

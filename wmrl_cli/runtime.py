@@ -169,8 +169,15 @@ def discard_unused_run_dirs() -> None:
         run_dir = _CREATED.pop()
         if not run_dir.is_dir():
             continue
+        metrics = run_dir / "metrics.jsonl"
+        logged = metrics.is_file() and metrics.stat().st_size > 0
+        # A metrics logger opened before the error leaves an empty metrics.jsonl and the header
+        # of a TensorBoard events file: nothing of a run.
+        unused = (run_dir / "config.yaml", run_dir / RUN_RECORD, metrics)
         files = [p for p in run_dir.rglob("*") if not p.is_dir()]
-        if all(p.parent == run_dir and p.name in ("config.yaml", RUN_RECORD) for p in files):
+        if not logged and all(
+            p in unused or p.relative_to(run_dir).parts[0] == "tensorboard" for p in files
+        ):
             shutil.rmtree(run_dir, ignore_errors=True)
 
 

@@ -265,9 +265,9 @@ def load_any_world_model(
     from wmrl_cli.training.world_model_trainer import load_world_model
     from wmrl_cli.world_models.published import load_published_world_model
 
+    if published_layout(path) is None:
+        return load_world_model(path, device=device)  # a damaged file: its loader's one line
     try:
-        if published_layout(path) is None:
-            return load_world_model(path, device=device)
         model = load_published_world_model(
             path,
             height=height,

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -360,9 +361,13 @@ class WorldModel(nn.Module, ABC):
             config = cls.config_class.from_dict(json.loads((directory / CONFIG_NAME).read_text()))
         except json.JSONDecodeError as exc:
             raise WmrlError(f"{directory / CONFIG_NAME} is not valid JSON: {exc}") from exc
-        model = cls.from_state_dict(
-            config, load_file(str(directory / WEIGHTS_NAME)), str(directory)
-        )
+        try:
+            weights = load_file(str(directory / WEIGHTS_NAME))
+        except SafetensorError as exc:
+            raise WmrlError(
+                f"{directory / WEIGHTS_NAME}: the world model's weights are unreadable ({exc})"
+            ) from None
+        model = cls.from_state_dict(config, weights, str(directory))
         if device is not None or dtype is not None:
             model.to(device=device, dtype=dtype)
         return model
