@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -85,6 +87,29 @@ def test_group_reset_sampler() -> None:
     assert resumed.sample() == second
     with pytest.raises(ConfigError, match="group_size"):
         GroupResetSampler(5, 8, 3)
+
+
+def test_varied_outcome_sampling_draws_the_tasks_with_signal() -> None:
+    from wmrl_cli.envs.reset_sampler import varied_outcome_probability
+
+    assert varied_outcome_probability(np.array([0.0, 1.0, 0.5]), 4).tolist() == [0, 0, 0.875]
+    tasks = [0, 1, 2] * 10  # entry i belongs to task i % 3
+    sampler = GroupResetSampler(30, 8, 4, seed=1, mode="varied_outcome", entry_tasks=tasks)
+    np.testing.assert_allclose(sampler.task_weights(), 1 / 3)  # no outcomes yet: uniform
+    for _ in range(30):  # task 0 always succeeds, task 1 never, task 2 half the time
+        ids = sampler.sample()
+        outcomes = [tasks[i] == 0 or (tasks[i] == 2 and k % 2 == 1) for k, i in enumerate(ids)]
+        sampler.observe(ids, outcomes)
+    weights = sampler.task_weights()
+    assert weights[2] > 2.5 * max(weights[0], weights[1]) and weights.min() > 0  # none abandoned
+    drawn = [tasks[i] for _ in range(100) for i in sampler.sample()[::4]]
+    assert drawn.count(2) > drawn.count(0) + drawn.count(1)
+    state = json.loads(json.dumps(sampler.state_dict()))  # as a checkpoint stores it
+    resumed = GroupResetSampler(30, 8, 4, mode="varied_outcome", entry_tasks=tasks)
+    resumed.load_state_dict(state)
+    assert resumed.sample() == sampler.sample()
+    with pytest.raises(ConfigError, match="task of every reset entry"):
+        GroupResetSampler(30, 8, 4, mode="varied_outcome")
 
 
 def test_actions_reach_the_world_model_in_its_convention(parts, monkeypatch) -> None:

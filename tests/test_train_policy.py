@@ -169,8 +169,13 @@ def _metrics(path):
 
 @pytest.mark.parametrize(
     "extra,where",
-    [([], "imagined"), (["--set", "training.lora_rank=4"], "imagined"), ([], "simulator")],
-    ids=["full", "lora", "simulator"],
+    [
+        ([], "imagined"),
+        (["--set", "training.lora_rank=4"], "imagined"),
+        ([], "simulator"),
+        (["--set", "algorithm.reset_sampling=varied_outcome"], "simulator"),
+    ],
+    ids=["full", "lora", "simulator", "simulator-varied-outcome"],
 )
 def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, extra, where):
     # the imagined runs are PPO (args' default); in the simulator too, value head included
@@ -204,11 +209,14 @@ def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, 
 def test_two_ranks_stay_in_sync(assets, tmp_path, where) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run_args = args if where == "imagined" else sim_args
+    # in the simulator, the reset sampler that learns from every rank's outcomes
+    extra = ["--set", "algorithm.reset_sampling=varied_outcome"] if where == "simulator" else []
     cmd = [
         sys.executable,
         "-m",
         "wmrl_cli",
         *run_args(assets, tmp_path / "ddp", 2, envs=8),
+        *extra,
         "--num-processes",
         "2",
     ]
@@ -219,6 +227,9 @@ def test_two_ranks_stay_in_sync(assets, tmp_path, where) -> None:
     ]
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
     assert ranks[0]["init_ids"] != ranks[1]["init_ids"]  # each rank owns its own envs
+    assert ranks[0]["sampler"] == ranks[1]["sampler"]  # ... drawn from one shared state
+    if where == "simulator":  # it saw all 8 episodes of both steps, decayed once per step
+        assert sum(ranks[0]["sampler"]["trials"]) == pytest.approx(8 * 0.9 + 8)
     logged = _metrics(tmp_path / "ddp" / "metrics.jsonl")[-1]
     for key in ("env/episode_len", "train/actor/policy_loss", "rollout/advantages_mean"):
         mean = (ranks[0]["last_metrics"][key] + ranks[1]["last_metrics"][key]) / 2

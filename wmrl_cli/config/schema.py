@@ -181,6 +181,12 @@ class AlgorithmConfig(Section):
         "seeds (0..) and the SFT demonstrations (1,000,000+)",
     )
     group_size: int = Field(8, ge=1)
+    reset_sampling: Literal["uniform", "varied_outcome"] = Field(
+        "uniform",
+        description="how groups draw their initial states: uniformly (RLinf, WMPO) or, "
+        "varied_outcome, tasks in proportion to the chance that a group of the task has "
+        "varied outcomes under the current policy (envs/reset_sampler.py)",
+    )
     clip_low: float = Field(0.2, ge=0.0, le=1.0)
     clip_high: float = Field(0.28, ge=0.0, le=10.0)
     dual_clip: float | None = Field(None, gt=1.0)

@@ -58,6 +58,7 @@ class ImaginedEnv:
         self.world_model = world_model
         self.reward_model = reward_model
         self.reset_set = reset_set
+        self.entry_task_ids = [e.task_id for e in reset_set]  # varied_outcome reset sampling
         self.task_names = task_names
         self.num_envs = num_envs
         self.action_dim = int(reset_set[0].context_actions.shape[-1])

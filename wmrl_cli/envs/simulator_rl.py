@@ -36,6 +36,8 @@ class SimulatorRLEnv:
         self.action_dim = sim.action_dim
         self.task_names = sim.task_names
         self.reset_set = range(offset, offset + num_states)  # entry index -> init id
+        # the task of every entry (varied_outcome reset sampling): init id % number of tasks
+        self.entry_task_ids = [i % len(self.task_names) for i in self.reset_set]
         self.reward_coef = reward_coef
         self.timings = {"simulator": 0.0}
 

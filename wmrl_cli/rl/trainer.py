@@ -92,7 +92,12 @@ class PolicyTrainer:
         check_world_size(self.alg.num_envs, self.alg.group_size, world)
         self.local_envs = self.alg.num_envs // world
         self.sampler = GroupResetSampler(
-            len(env.reset_set), self.alg.num_envs, self.alg.group_size, seed=cfg.simulator.seed
+            len(env.reset_set),
+            self.alg.num_envs,
+            self.alg.group_size,
+            seed=cfg.simulator.seed,
+            mode=self.alg.reset_sampling,
+            entry_tasks=getattr(env, "entry_task_ids", None),
         )
         self.rank = rank
         checkpoint = latest_checkpoint(run_dir)
@@ -194,9 +199,11 @@ class PolicyTrainer:
             self.env.generator.manual_seed(seed + 1)
         max_chunks = -(-alg.max_episode_steps // self.unwrapped.chunk_size)
         self.wrapped.eval()
-        rollouts, ids = [], []
+        rollouts, ids, global_ids = [], [], []
         for _ in range(alg.rollout_epochs):  # each epoch draws fresh initial states
-            shard = self.sampler.sample()[self.rank * self.local_envs :][: self.local_envs]
+            drawn = self.sampler.sample()
+            global_ids.append(drawn)
+            shard = drawn[self.rank * self.local_envs :][: self.local_envs]
             ids += shard
             rollouts.append(
                 collect_rollout(
@@ -211,6 +218,7 @@ class PolicyTrainer:
             )
         ro = concat_rollouts(rollouts)
         timings["time/rollout"] = time.time() - t0
+        self._observe_outcomes(global_ids, ro)
         self.real_steps += self._real_steps_taken(ro)
         if hasattr(self.env, "pop_timings"):
             timings.update({f"time/{k}": v for k, v in self.env.pop_timings().items()})
@@ -337,6 +345,19 @@ class PolicyTrainer:
             "env/success_once": float(ro.success.float().mean()),
         }
 
+    def _observe_outcomes(self, global_ids: list[list[int]], ro: Rollout) -> None:
+        """Feed every rank's training outcomes, in global order, to the reset sampler."""
+        if self.alg.reset_sampling == "uniform":
+            return
+        local = ro.success.to(torch.int64).reshape(len(global_ids), self.local_envs)
+        # gather: [world * epochs, local] in rank order -> per epoch, ranks concatenated
+        gathered = self.accelerator.gather(local.to(self.accelerator.device)).cpu()
+        world = gathered.shape[0] // len(global_ids)
+        per_rank = gathered.reshape(world, len(global_ids), self.local_envs)
+        for epoch, drawn in enumerate(global_ids):
+            outcomes = per_rank[:, epoch].reshape(-1).tolist()
+            self.sampler.observe(drawn[: len(outcomes)], [bool(x) for x in outcomes])
+
     def _real_steps_taken(self, ro: Rollout) -> int:
         """Real environment steps of this rollout, summed over ranks (0 in imagination)."""
         local = int(ro.episode_len.sum()) if getattr(self.env, "real", False) else 0
@@ -367,6 +388,7 @@ class PolicyTrainer:
             "rank": self.rank,
             "weights_sha256": digest.hexdigest(),
             "init_ids": self._stepped_ids,
+            "sampler": self.sampler.state_dict(),  # identical on every rank
             "last_metrics": self._local_metrics,
         }
         atomic_write_text(
