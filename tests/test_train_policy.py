@@ -403,3 +403,22 @@ def test_rlinf_schedule_and_options_run(assets, tmp_path, monkeypatch) -> None:
     assert len(summary["init_ids"][0]) == 8  # 2 rollout epochs x 4 envs
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert row["rollout/kept_groups_fraction"] == 1.0  # every mean return lies in [0, 5]
+
+
+def test_kl_anchor_is_zero_until_the_policy_moves(assets, tmp_path) -> None:
+    """algorithm.kl_coef > 0: a k3 penalty to the policy as given (it was accepted but ignored
+    before). At the first update the policy is its own reference; after it, it is not."""
+    result = runner.invoke(
+        app,
+        [
+            *sim_args(assets, tmp_path / "kl", 2, algo="ppo"),
+            "--set",
+            "algorithm.kl_coef=0.5",
+            "--set",
+            "training.lr=1e-3",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "kl" / "metrics.jsonl").open()]
+    assert rows[0]["train/actor/kl_loss"] == 0.0
+    assert rows[1]["train/actor/kl_loss"] > 0.0

@@ -197,7 +197,12 @@ class AlgorithmConfig(Section):
     value_clip: float = Field(0.2, ge=0.0)
     huber_delta: float = Field(10.0, gt=0.0)
     entropy_coef: float = Field(0.0, ge=0.0)
-    kl_coef: float = Field(0.0, ge=0.0)
+    kl_coef: float = Field(
+        0.0,
+        ge=0.0,
+        description="weight of a k3 KL penalty to the policy as given (a frozen copy; 0 in "
+        "RLinf's and WMPO's configs): an anchor against forgetting what the policy could do",
+    )
     aggregation: Literal["token_mean", "trajectory_mean", "masked_mean_ratio"] = Field(
         "trajectory_mean",
         description="trajectory_mean: masked GRPO (WoVR eq. 11); masked_mean_ratio: RLinf's "

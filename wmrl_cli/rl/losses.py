@@ -137,8 +137,9 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 
     log r is clamped to [-20, 20] so exp() cannot overflow on far-off tokens.
     """
-    log_r = torch.clamp(ref_logprobs - logprobs, -20.0, 20.0)
-    return torch.exp(log_r) - log_r - 1.0
+    log_r = torch.clamp(ref_logprobs - logprobs, -20.0, 20.0).double()
+    # in float64: near the reference k3 ~ (log r)^2 / 2 would round to 0 in float32
+    return (torch.expm1(log_r) - log_r).to(logprobs.dtype)
 
 
 def kl_loss(

@@ -39,6 +39,7 @@ from wmrl_cli.rl import (
     explained_variance,
     gae,
     grpo_advantages,
+    kl_loss,
     masked_mean,
     masked_stats,
     normalize_advantages,
@@ -100,6 +101,13 @@ class PolicyTrainer:
             entry_tasks=getattr(env, "entry_task_ids", None),
         )
         self.rank = rank
+        # KL anchor (algorithm.kl_coef > 0): a frozen copy of the policy as given, before any
+        # checkpoint or LoRA adapter replaces it, so that a resumed run keeps the same anchor.
+        self.reference = None
+        if self.alg.kl_coef > 0:
+            import copy
+
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         checkpoint = latest_checkpoint(run_dir)
         if checkpoint is not None:  # the saved policy, LoRA adapters and value head included
             from wmrl_cli.policies.checkpoint import from_pretrained
@@ -300,6 +308,14 @@ class PolicyTrainer:
         )
         ent_loss = entropy_loss(ent, tok_mask, self.loss_rule)
         total = loss - alg.entropy_coef * ent_loss
+        if self.reference is not None:
+            with torch.no_grad():
+                ref = self.reference(
+                    images, prompts, tokens, self.cfg.policy.temperature, self.cfg.policy.top_k
+                )
+            ref_logp = torch.zeros(shape).index_put((sel[:, 0], sel[:, 1]), ref.log_probs.cpu())
+            kl = kl_loss(logp, ref_logp, tok_mask, self.loss_rule)
+            total = total + alg.kl_coef * kl
         stats = {
             "train/actor/policy_loss": pm["policy_loss"],
             "train/actor/approx_kl": pm["approx_kl"],
@@ -307,6 +323,8 @@ class PolicyTrainer:
             "train/actor/clipped_ratio": pm["clipped_ratio"],
             "train/entropy_loss": ent_loss.detach(),
         }
+        if self.reference is not None:
+            stats["train/actor/kl_loss"] = kl.detach()
         if alg.name == "ppo" and out.values is not None:
             values = torch.zeros(mask.shape).index_put((sel[:, 0], sel[:, 1]), out.values.cpu())
             vloss, vm = value_loss(
