@@ -151,6 +151,27 @@ def test_report_fields_agreement_and_speed(report, store) -> None:
     assert sp.num_envs == 2 and sp.image_size == 64 and sp.chunk_size == 8
     assert sp.world_model_fps > 0 and sp.real_fps > 0 and sp.imagined_env_fps > 0
     assert sp.ratio == pytest.approx(sp.world_model_fps / sp.real_fps)
+    hand = report.hand_tracking  # read by a regressor trained on the other episode's frames
+    assert hand.episodes == 2 and len(hand.error_cm) == len(hand.floor_cm) == 16
+    assert np.isfinite(hand.error_cm + hand.other_error_cm + hand.floor_cm).all()
+
+
+def test_replay_reports_the_hand_where_the_actions_move_it(store) -> None:
+    from wmrl_cli.evaluation.reliability import SimulatorReplay
+
+    episodes = [store.load(0), store.load(1)]
+    replay = SimulatorReplay(replay_sim_config(store, episodes, small_sim_config(**SIM)), 2)
+    try:
+        push = np.zeros((2, 8, 4), np.float32)
+        push[..., 0] = 1.0  # +x at full speed for a chunk
+        frames, hands = replay.states(episodes, push)
+        again = replay(episodes, push)
+    finally:
+        replay.close()
+    assert frames.shape[:2] == hands.shape[:2] == (2, 9) and hands.shape[2] == 3
+    assert np.array_equal(frames, again)
+    assert (hands[:, 8, 0] - hands[:, 0, 0] > 0.03).all()  # metres: the hand moved along +x
+    assert np.abs(hands[:, 8, 1:] - hands[:, 0, 1:]).max() < 0.02
 
 
 def test_report_renders_and_serializes(report, tmp_path) -> None:
@@ -169,7 +190,8 @@ def test_report_renders_and_serializes(report, tmp_path) -> None:
     report.save(tmp_path, save_video=True)
     assert (tmp_path / "videos" / "open_loop_truth_vs_model.mp4").stat().st_size > 0
     md = (tmp_path / "report.md").read_text()
-    assert md.startswith("# World-model reliability") and md.count("## ") == 4
+    assert md.startswith("# World-model reliability") and md.count("## ") == 5
+    assert "hand tracking (cm)" in md and body["hand_tracking"]["horizon"] == report.horizon
     assert json.loads((tmp_path / "report.json").read_text()) == body
 
 

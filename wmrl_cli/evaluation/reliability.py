@@ -46,6 +46,7 @@ from wmrl_cli.data.kir import Keyframe, select_keyframes
 from wmrl_cli.data.reset_set import ResetEntry, reset_set_from_store, rest_action
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.evaluation.hand_tracking import HandTrackingReport, hand_tracking_eval
 from wmrl_cli.evaluation.world_model_eval import ALTERNATIVES, OpenLoopReport, open_loop_eval
 from wmrl_cli.logging import progress_task
 from wmrl_cli.rewards.base import RewardModel
@@ -163,6 +164,8 @@ class ReliabilityReport:
     # The reward model on the simulator's own frames of the same replays: separates what the
     # reward model gets wrong from what the world model does.
     reward_on_real: SuccessAgreement | None = None
+    # Where the imagined hand is against the simulator's under the same actions (cm).
+    hand_tracking: HandTrackingReport | None = None
 
     @property
     def videos(self) -> np.ndarray | None:
@@ -199,6 +202,7 @@ class ReliabilityReport:
             "imagined_calibration_cv": (
                 self.imagined_calibration_cv.to_dict() if self.imagined_calibration_cv else None
             ),
+            "hand_tracking": asdict(self.hand_tracking) if self.hand_tracking else None,
             "starts": [asdict(s) for s in self.starts],
         }
         return _json_safe(body)
@@ -279,7 +283,7 @@ class ReliabilityReport:
                     _fmt(cal.fp / (cal.tp + cal.fp) if cal.tp + cal.fp else None, 3),
                 ]
             )
-        return [
+        sections = [
             (
                 f"open-loop fidelity on {ol.episodes} episodes (beats the copy baseline at "
                 f"every step: {'yes' if ol.beats_copy_baseline() else 'no'})",
@@ -315,6 +319,30 @@ class ReliabilityReport:
                 agreement,
             ),
         ]
+        hand = self.hand_tracking
+        if hand is not None:
+            hand_steps = sorted({s for s in REPORT_STEPS if s <= hand.horizon} | {hand.horizon})
+            sections.insert(
+                2,
+                (
+                    "hand tracking (cm): the hand read from the model's frames against the "
+                    "simulator's hand under the same actions; copy: read from the first frame; "
+                    "floor: the reader on held-out simulator frames",
+                    ["step", "recorded", "copy", "other actions", "copy (other)", "floor"],
+                    [
+                        [
+                            str(s),
+                            _fmt(hand.error_cm[s - 1], 2),
+                            _fmt(hand.copy_error_cm[s - 1], 2),
+                            _fmt(hand.other_error_cm[s - 1], 2),
+                            _fmt(hand.copy_other_error_cm[s - 1], 2),
+                            _fmt(hand.floor_cm[s - 1], 2),
+                        ]
+                        for s in hand_steps
+                    ],
+                ),
+            )
+        return sections
 
     def table(self) -> Group:
         tables = []
@@ -657,12 +685,20 @@ class SimulatorReplay:
         self._sims: dict[int, Any] = {}
 
     def __call__(self, episodes: Sequence[Episode], actions: np.ndarray) -> np.ndarray:
+        return self.states(episodes, actions)[0]
+
+    def states(
+        self, episodes: Sequence[Episode], actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Frames [B, T + 1, H, W, 3] and hand positions [B, T + 1, 3] (metres; Meta-World's
+        observation starts with the end effector's xyz) under `actions` [B, T, A]."""
         from wmrl_cli.sims.metaworld_sim import MetaWorldSim
 
         b, steps = self.batch_size, actions.shape[1]
         chunk = episodes[0].chunk_size
         size = episodes[0].frames.shape[1]
         out = np.zeros((len(episodes), steps + 1, size, size, 3), dtype=np.uint8)
+        hands = np.zeros((len(episodes), steps + 1, 3))
         for i, episode in enumerate(episodes):
             out[i, 0] = episode.frames[0]
         for offset in sorted({_seed_offset(e) for e in episodes}):
@@ -673,15 +709,16 @@ class SimulatorReplay:
             group = [i for i, e in enumerate(episodes) if _seed_offset(e) == offset]
             for sub in _batches(len(group), b):
                 idx = [group[j] for j in sub]  # exactly b (padded with repeats)
-                sim.reset(
+                obs = sim.reset(
                     [episodes[i].init_id for i in idx], [episodes[i].sim_states.get(0) for i in idx]
                 )
+                hands[idx, 0] = obs.proprio[:, :3]
                 for start in range(0, steps - steps % chunk, chunk):
                     part = slice(start, start + chunk)
-                    out[idx, start + 1 : start + chunk + 1] = sim.chunk_step(
-                        actions[idx][:, part]
-                    ).frames
-        return out
+                    result = sim.chunk_step(actions[idx][:, part])
+                    out[idx, start + 1 : start + chunk + 1] = result.frames
+                    hands[idx, start + 1 : start + chunk + 1] = result.info["step_proprio"][..., :3]
+        return out, hands
 
     def close(self) -> None:
         for sim in self._sims.values():
@@ -802,6 +839,11 @@ def evaluate_world_model(
             alternatives=ALTERNATIVES,
             replay=replay,
         )
+        hand = (
+            hand_tracking_eval(world_model, ordered, replay.states, horizon, b, seed)
+            if len(ordered) >= 2
+            else None
+        )
     finally:
         replay.close()
 
@@ -878,6 +920,7 @@ def evaluate_world_model(
         reward_on_real=success_agreement(real_score >= thr, real),
         agreement_by_kind=by_kind if len(kinds) > 1 else {},
         starts=results,
+        hand_tracking=hand,
         # A start with no compared step scores -inf: any finite floor below every score does.
         imagined_calibration=(
             best_f1_threshold(np.maximum(max_score, -1.0), real) if real.any() else None

@@ -166,11 +166,14 @@ class MetaWorldEnvs:
                 f"actions have shape {actions.shape}, expected [{len(self.slots)},C,4]"
             )
         out = empty_chunk_arrays(b, c, a, self.image_size)
+        # the observation after every step (the hand position for hand tracking)
+        out["step_proprio"] = np.zeros((b, c, len(self.slots[0].last_proprio)), np.float64)
         clipped = np.clip(actions, -1.0, 1.0)
         for i, slot in enumerate(self.slots):
             for t in range(c):
                 if slot.done:
                     out["frames"][i, t] = slot.last_image
+                    out["step_proprio"][i, t] = slot.last_proprio
                     continue
                 proprio, reward, _, truncated, info = slot.env.step(clipped[i, t])
                 success = bool(info["success"])
@@ -178,6 +181,7 @@ class MetaWorldEnvs:
                 slot.last_image = self._render(slot)
                 terminated = success and self.terminate_on_success
                 out["frames"][i, t] = slot.last_image
+                out["step_proprio"][i, t] = slot.last_proprio
                 out["rewards"][i, t] = reward
                 out["success"][i, t] = success
                 out["terminated"][i, t] = terminated

@@ -154,6 +154,9 @@ class ShardedEnvs:
         def cat(key: str) -> np.ndarray:
             return np.concatenate([p[key] for p in parts])
 
+        info = {"valid": cat("valid"), "executed_actions": cat("executed")}
+        if "step_proprio" in parts[0]:  # [B,C,D]: the proprio after every step (Meta-World)
+            info["step_proprio"] = cat("step_proprio")
         return ChunkResult(
             obs=self._obs(parts),
             frames=cat("frames"),
@@ -161,7 +164,7 @@ class ShardedEnvs:
             terminated=cat("terminated"),
             truncated=cat("truncated"),
             success=cat("success"),
-            info={"valid": cat("valid"), "executed_actions": cat("executed")},
+            info=info,
         )
 
     def close(self) -> None:
