@@ -35,6 +35,23 @@ class _Slot:
     last_proprio: np.ndarray | None = None
 
 
+def _release_memory() -> None:
+    """Give freed MuJoCo models back to the system. Without it a worker that rebuilds
+    environments for changing task mixes (GRPO groups) grew by about 130 MB per RL step of 16
+    slots, heap fragmentation rather than live objects (measured: flat with this call), until
+    the out-of-memory killer took it."""
+    import contextlib
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name:
+        with contextlib.suppress(OSError, AttributeError):  # malloc_trim is glibc's
+            ctypes.CDLL(name).malloc_trim(0)
+
+
 class MetaWorldEnvs:
     """B environment slots; a slot may switch task at every reset."""
 
@@ -92,10 +109,14 @@ class MetaWorldEnvs:
             self._pool.move_to_end((task_id, k))
             slot.task_id = task_id
             slot.env, slot.renderer = self._pool[(task_id, k)]
+        evicted = False
         while len(self._pool) > self.pool_size:
             _, (env, renderer) = self._pool.popitem(last=False)  # not in use: used least recently
             renderer.close()
             env.close()
+            evicted = True
+        if evicted:
+            _release_memory()
 
     # -- state ----------------------------------------------------------------------------
     @staticmethod
