@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from toy_world import ToyWorldModel
 
 from wmrl_cli.evaluation.hand_tracking import fit_hand_regressor, hand_tracking_eval
 from wmrl_cli.sims.dot_world import DotWorld, dot_centroid
-from wmrl_cli.world_models.interface import WorldModel
 
 WORLD = DotWorld(size=32, radius=2.0, speed=1.5)
 
 
-class DotModel(WorldModel):
+class DotModel(ToyWorldModel):
     """Draws the dot where `gain` x the actions move it (1: as the world, 0: never moves)."""
 
     action_dim, num_context_frames, height, width = 2, 1, WORLD.size, WORLD.size
@@ -21,7 +21,6 @@ class DotModel(WorldModel):
     def __init__(self, gain: float) -> None:
         super().__init__()
         self.gain = gain
-        self.weight = torch.nn.Parameter(torch.zeros(1))
         self.centres: list[np.ndarray] = []
 
     def reset_context(self, reference_frames, context_frames, context_actions, ref=None) -> None:
@@ -34,16 +33,6 @@ class DotModel(WorldModel):
             self.centres[i] = path[-1]
             out.append(WORLD.render(np.zeros((WORLD.size, WORLD.size, 3), np.uint8), path))
         return torch.from_numpy(np.stack(out))
-
-    def forward(self, batch, generator=None) -> torch.Tensor:
-        return self.weight.sum()
-
-    def _to_vae_input(self, frames: torch.Tensor) -> torch.Tensor:
-        return frames.float()
-
-    @classmethod
-    def from_state_dict(cls, state_dict, config):
-        raise NotImplementedError
 
 
 def _state_replay(episodes, actions):

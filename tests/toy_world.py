@@ -9,7 +9,25 @@ from wmrl_cli.world_models.interface import WorldModel
 SIZE = 8
 
 
-class ShiftModel(WorldModel):
+class ToyWorldModel(WorldModel):
+    """What every toy model shares: one unused parameter, no training, no loading."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, batch, generator=None) -> torch.Tensor:
+        return self.weight.sum()
+
+    def _to_vae_input(self, frames: torch.Tensor) -> torch.Tensor:
+        return frames.float()
+
+    @classmethod
+    def from_state_dict(cls, state_dict, config):
+        raise NotImplementedError
+
+
+class ShiftModel(ToyWorldModel):
     """Brightness moves by `gain` x 40 x action[0] per step: gain 1 reacts as the toy worlds of
     the tests do, 0 ignores its actions, 0.5 reacts half as much."""
 
@@ -18,7 +36,6 @@ class ShiftModel(WorldModel):
     def __init__(self, gain: float) -> None:
         super().__init__()
         self.gain = gain
-        self.weight = torch.nn.Parameter(torch.zeros(1))
         self.level = torch.zeros(0)
 
     def reset_context(self, reference_frames, context_frames, context_actions, ref=None) -> None:
@@ -30,13 +47,3 @@ class ShiftModel(WorldModel):
         self.level = levels[:, -1]
         frames = levels.clamp(0, 255).round().to(torch.uint8)
         return frames[:, :, None, None, None].expand(-1, -1, SIZE, SIZE, 3).contiguous()
-
-    def forward(self, batch, generator=None) -> torch.Tensor:
-        return self.weight.sum()
-
-    def _to_vae_input(self, frames: torch.Tensor) -> torch.Tensor:
-        return frames.float()
-
-    @classmethod
-    def from_state_dict(cls, state_dict, config):
-        raise NotImplementedError
