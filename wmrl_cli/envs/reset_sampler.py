@@ -67,6 +67,7 @@ class GroupResetSampler:
         if mode == "varied_outcome":
             self.entry_tasks = np.asarray(entry_tasks, dtype=np.int64)
             self.tasks = np.unique(self.entry_tasks)  # the tasks the reset set holds
+            self.task_index = np.searchsorted(self.tasks, self.entry_tasks)  # entry -> position
             self.entries_of = {int(t): np.flatnonzero(self.entry_tasks == t) for t in self.tasks}
             self.successes = np.zeros(len(self.tasks))
             self.trials = np.zeros(len(self.tasks))
@@ -97,11 +98,9 @@ class GroupResetSampler:
             return
         self.successes *= self.decay
         self.trials *= self.decay
-        index = {int(t): k for k, t in enumerate(self.tasks)}
-        for entry, ok in zip(init_ids, success):
-            k = index[int(self.entry_tasks[entry])]
-            self.trials[k] += 1.0
-            self.successes[k] += float(ok)
+        k = self.task_index[np.asarray(init_ids, dtype=np.int64)]
+        np.add.at(self.trials, k, 1.0)
+        np.add.at(self.successes, k, np.asarray(success, dtype=np.float64))
 
     def state_dict(self) -> dict:
         state: dict = {"seed": self.seed, "draws": self.draws}

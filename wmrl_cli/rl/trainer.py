@@ -373,8 +373,7 @@ class PolicyTrainer:
         world = gathered.shape[0] // len(global_ids)
         per_rank = gathered.reshape(world, len(global_ids), self.local_envs)
         for epoch, drawn in enumerate(global_ids):
-            outcomes = per_rank[:, epoch].reshape(-1).tolist()
-            self.sampler.observe(drawn[: len(outcomes)], [bool(x) for x in outcomes])
+            self.sampler.observe(drawn, per_rank[:, epoch].reshape(-1).bool().tolist())
 
     def _real_steps_taken(self, ro: Rollout) -> int:
         """Real environment steps of this rollout, summed over ranks (0 in imagination)."""
