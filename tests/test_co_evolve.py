@@ -95,3 +95,16 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     assert report["real_steps"] == steps
     assert report["total_real_steps"] == sum(steps.values())
     assert "| stage1 |" in (out / "report.md").read_text()
+
+    # Each world model was checked before RL in it; RL judged success at the threshold the check
+    # recalibrated on imagined frames, and the report compares stages episode by episode.
+    for name in ("wm_base", "wm_evo1"):
+        assert (out / "check" / name / "report.md").is_file()
+        check = after[f"eval_{name}"]["result"]
+        assert steps[f"eval_{name}"] == check["real_steps"] > 0
+        assert report["world_model_reliability"][name]["rl_threshold"] == check["rl_threshold"]
+    stage1_cfg = (out / "stage1" / "config.yaml").read_text()
+    threshold = after["eval_wm_base"]["result"]["rl_threshold"]
+    assert f"success_threshold: {threshold}" in stage1_cfg
+    assert "stage2 - base" in report["differences"]
+    assert "stage2 - frozen_control" in report["differences"]

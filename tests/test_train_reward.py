@@ -89,3 +89,59 @@ def test_train_reward_needs_successes(tmp_path) -> None:
         ],
     )
     assert result.exit_code == 1 and "no successful frame" in result.output
+
+
+def test_eval_reward_model_on_stored_episodes(tmp_path) -> None:
+    train = EpisodeStore(tmp_path / "eps")
+    train.add([visible_success_episode(i, succeed=i % 3 != 0) for i in range(20)])
+    held_out = EpisodeStore(tmp_path / "held")
+    held_out.add([visible_success_episode(100 + i, succeed=i % 2 == 0) for i in range(6)])
+    run = tmp_path / "rm"
+    trained = runner.invoke(app, ["train-reward", "--data", str(tmp_path / "eps"), "--out",
+                                  str(run), "--steps", "40", "--width", "4",
+                                  "--set", "reward_model.batch_size=16"])  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    out = tmp_path / "eval"
+    args = ["eval", "--reward-model", str(run), "--data", str(tmp_path / "held"), "-o", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["episodes"] == 6 and report["positive_frames"] == 3 * 4
+    assert report["frame_level"]["f1"] >= 0.9
+    assert report["episode_level"]["tp"] == 3 and report["episode_level"]["tn"] == 3
+    assert set(report["per_task"]) == {"t0", "t1"}
+    assert "Wilson 95%" in (out / "report.md").read_text()
+    for bad, message in (
+        (["eval", "--reward-model", str(run)], "needs --data"),
+        (
+            [
+                "eval",
+                "--reward-model",
+                str(run),
+                "--data",
+                str(tmp_path / "held"),
+                "--policy",
+                "expert",
+            ],
+            "drop --policy",
+        ),  # fmt: skip
+        (["eval", "--data", str(tmp_path / "held")], "--data applies only"),
+    ):
+        refused = runner.invoke(app, bad)
+        assert refused.exit_code != 0 and message in refused.output, refused.output
+        assert "Traceback" not in refused.output
+
+
+def test_random_shift_translates_within_the_pad_and_keeps_shape() -> None:
+    import torch
+
+    from wmrl_cli.training.reward_trainer import random_shift
+
+    images = torch.zeros(64, 1, 16, 16)
+    images[:, :, 8, 8] = 1.0  # one bright pixel in the middle
+    shifted = random_shift(images, 2, np.random.default_rng(0))
+    assert shifted.shape == images.shape
+    rows, cols = torch.nonzero(shifted[:, 0] == 1.0)[:, 1:].T
+    assert (rows - 8).abs().max() <= 2 and (cols - 8).abs().max() <= 2
+    assert len(set(zip(rows.tolist(), cols.tolist(), strict=True))) > 10  # offsets vary
+    assert torch.equal(random_shift(images, 0, np.random.default_rng(0)), images)

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wmrl_cli.config import RunConfig
+from wmrl_cli.config import RunConfig, dump_config
 from wmrl_cli.data.episodes import EpisodeStore, atomic_write_text
 from wmrl_cli.logging import console
+from wmrl_cli.pace_gate import check_world_model, enforce_gate
 from wmrl_cli.runtime import seed_stage
 
 STAGES_FILE = "stages.json"
@@ -162,7 +163,15 @@ def _evaluate(cfg: RunConfig, policy_dir: str, out: Path, videos: bool) -> dict[
         )
     report.save(out)
     steps = sum(e.length for e in report.episodes)
-    return {"overall": report.overall, "per_task": report.per_task, "real_steps": steps}
+    return {
+        "overall": report.overall,
+        "interval95": list(report.interval),
+        "per_task": report.per_task,
+        "real_steps": steps,
+        # (init id, success) per episode: stages share the evaluation seeds, so any two stages
+        # compare episode by episode (the report's paired differences)
+        "outcomes": [[e.init_id, bool(e.success)] for e in report.episodes],
+    }
 
 
 def _train_wm(cfg: RunConfig, data: str, out: Path, init: str | None, steps: int) -> str:
@@ -203,8 +212,11 @@ def _rl(
     reward_model: str,
     reset_set: str,
     real_steps: int,
+    threshold: float | None = None,
 ) -> str:
-    """RL in imagination; its `env/real_steps` start at `real_steps` (the data before it)."""
+    """RL in imagination; its `env/real_steps` start at `real_steps` (the data before it);
+    `threshold`: the success threshold recalibrated on the world model's frames (None: the
+    configured one)."""
     import torch
     from accelerate import Accelerator
 
@@ -221,8 +233,11 @@ def _rl(
         reward_model__path=reward_model,
         world_model__reset_set=reset_set,
     )
+    if threshold is not None:
+        sub.reward_model.success_threshold = threshold
     sub.algorithm.eval_every = 0
     out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.yaml", dump_config(sub))  # what this stage ran with
     before = out / REAL_STEPS_FILE
     if not before.is_file():  # a resumed stage keeps the count it started from
         atomic_write_text(before, json.dumps(real_steps))
@@ -290,10 +305,34 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         "reward_model",
         lambda: _train_rm(cfg, base_data, run_dir / "rm_base", cfg.reward_model.steps),
     )
+    checks: dict[str, dict[str, Any]] = {}
+
+    def check(name: str, wm: str, rm_path: str, data: str) -> float | None:
+        """The world model's health check (an evaluation stage) and gate; the threshold RL is
+        to use (None: no check configured)."""
+        if not ce.check_episodes:
+            return None
+        out = run_dir / "check" / name
+        checks[name] = p.run(
+            f"eval_{name}",
+            lambda: check_world_model(cfg, out, wm, rm_path, data),
+            lambda result: int(result["real_steps"]),
+        )
+        enforce_gate(name, checks[name], cfg, out)
+        return checks[name]["rl_threshold"]
+
+    threshold = frozen_threshold = check("wm_base", wm, rm["path"], base_data)
     policy = p.run(
         "stage1",
         lambda: _rl(
-            cfg, run_dir / "stage1", base_policy, wm, rm["path"], base_data, p.data_steps()
+            cfg,
+            run_dir / "stage1",
+            base_policy,
+            wm,
+            rm["path"],
+            base_data,
+            p.data_steps(),
+            threshold,
         ),
         _rl_steps,
     )
@@ -327,6 +366,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             lambda r=r, d=tuple(data): _merge(list(d), run_dir / "data" / f"merged{r}", cfg),
         )
         frozen_input = (policy, wm, rm["path"], merged)
+        frozen_threshold = threshold
         wm = p.run(
             f"refine_wm{r}",
             lambda r=r, w=wm, m=merged: _train_wm(
@@ -339,10 +379,11 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         )
         reliability[f"wm_evo{r}"] = _wm_reliability(wm)
         reward_metrics[f"rm_evo{r}"] = rm
+        threshold = check(f"wm_evo{r}", wm, rm["path"], merged)
         policy = p.run(
             stage,
-            lambda s=stage, pol=policy, w=wm, rr=rm, m=merged: _rl(
-                cfg, run_dir / s, pol, w, rr["path"], m, p.data_steps()
+            lambda s=stage, pol=policy, w=wm, rr=rm, m=merged, t=threshold: _rl(
+                cfg, run_dir / s, pol, w, rr["path"], m, p.data_steps(), t
             ),
             _rl_steps,
         )
@@ -358,7 +399,9 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         pol, w, rpath, m = frozen_input
         control = p.run(
             "frozen_control",
-            lambda: _rl(cfg, run_dir / "frozen_control", pol, w, rpath, m, p.data_steps()),
+            lambda: _rl(
+                cfg, run_dir / "frozen_control", pol, w, rpath, m, p.data_steps(), frozen_threshold
+            ),
             _rl_steps,
         )
         evals["frozen_control"] = p.run(
@@ -373,6 +416,10 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         for name in evals
         if name != "base" and (act := rl_activity(run_dir / name)) is not None
     }
+    for name, figures in checks.items():  # the health check's figures beside training's
+        reliability.setdefault(name, {}).update(
+            {k: v for k, v in figures.items() if k not in ("gate_step", "real_steps")}
+        )
     return write_report(
         run_dir, cfg, evals, reliability, reward_metrics, walls, real_steps, activity
     )

@@ -1,5 +1,7 @@
-"""`wmrl eval`: success rate of a policy in the real simulator, per task, with videos; or,
-with `--world-model`, the reliability of a world model (evaluation/reliability.py)."""
+"""`wmrl eval`: success rate of a policy in the real simulator, per task, with videos; with
+`--world-model`, the reliability of a world model (evaluation/reliability.py); with
+`--reward-model` alone, how a reward model's scores match the simulator's success labels on
+stored episodes (evaluation/reward_eval.py)."""
 
 from __future__ import annotations
 
@@ -42,12 +44,16 @@ RewardModelOpt = Annotated[
     Path | None,
     typer.Option(
         "--reward-model",
-        help="With --world-model: a train-reward run or model directory, or an RLinf .pth.",
+        help="A train-reward run or model directory, or an RLinf .pth: with --world-model, the "
+        "judge of imagined success; alone (with --data), the model evaluated on stored episodes.",
     ),
 ]
 DataOpt = Annotated[
     Path | None,
-    typer.Option(help="With --world-model: the episode store to evaluate on (held-out episodes)."),
+    typer.Option(
+        help="With --world-model or --reward-model: the episode store to evaluate on "
+        "(held-out episodes)."
+    ),
 ]
 HorizonOpt = Annotated[
     int | None, typer.Option(help="With --world-model: open-loop horizon in steps (default 32).")
@@ -120,8 +126,15 @@ def eval_command(
     overwrite: OverwriteOpt = False,
 ) -> None:
     """Evaluate a policy on every task x trial of a suite with fixed seeds (success_once); with --world-model, evaluate a world model's reliability on stored episodes instead."""  # noqa: E501
-    if world_model is None and (reward_model or data or horizon is not None):
-        raise WmrlError("--reward-model, --data and --horizon apply only with --world-model")
+    if world_model is None and horizon is not None:
+        raise WmrlError("--horizon applies only with --world-model")
+    if world_model is None and reward_model is None and data is not None:
+        raise WmrlError("--data applies only with --world-model or --reward-model")
+    if world_model is None and reward_model is not None and policy is not None:
+        raise WmrlError(
+            "--reward-model without --world-model evaluates the reward model on --data, not a "
+            "policy: drop --policy"
+        )
     check_out_dir(out, overwrite)
     from wmrl_cli.evaluation.policy_eval import evaluate_policy
     from wmrl_cli.policies.registry import build_policy, policy_mismatches
@@ -154,6 +167,9 @@ def eval_command(
     )
     if world_model is not None:
         _eval_world_model(cfg, data)
+        return
+    if reward_model is not None:
+        _eval_reward_model(cfg, data)
         return
     cfg.simulator = sim_cfg = resolve_simulator(cfg.simulator)
     check_scripted_policy(sim_cfg, cfg.policy.name)
@@ -243,5 +259,34 @@ def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
         reward_model_name=str(rm_path),
     )
     report.save(run_dir, save_video=cfg.eval.save_video, fps=cfg.eval.video_fps)
+    console.print(report.table())
+    console.print(f"report: {run_dir / 'report.json'}")
+
+
+def _eval_reward_model(cfg: RunConfig, data: Path | None) -> None:
+    """`wmrl eval --reward-model R --data STORE`: frame- and episode-level precision, recall and
+    F1 of the reward model against the simulator's success labels."""
+    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.evaluation.reliability import (
+        episodes_per_task,
+        load_reward_model_from,
+        resolve_threshold,
+    )
+    from wmrl_cli.evaluation.reward_eval import evaluate_reward_model
+
+    rm_path = cfg.reward_model.path
+    if data is None:
+        raise WmrlError("--reward-model needs --data STORE: the episodes to score")
+    store = EpisodeStore.open(data)
+    ids = episodes_per_task(store, cfg.eval.episodes_per_task)
+    if not ids:
+        raise WmrlError(f"{data}: the episode store holds no episodes")
+    configure_threads(cfg.num_threads)
+    rm = load_reward_model_from(rm_path)
+    threshold, source = resolve_threshold(cfg.reward_model.success_threshold, rm)
+    run_dir = prepare_run_dir(cfg, "eval-rm")  # only once the inputs are known to be good
+    clear_eval_outputs(run_dir)
+    report = evaluate_reward_model(rm, store, ids, threshold, source, str(rm_path))
+    report.save(run_dir)
     console.print(report.table())
     console.print(f"report: {run_dir / 'report.json'}")

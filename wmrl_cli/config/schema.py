@@ -162,6 +162,13 @@ class RewardModelConfig(Section):
     batch_size: int = Field(64, ge=2)
     lr: float = Field(1e-3, gt=0.0, le=1.0)
     val_fraction: float = Field(0.2, gt=0.0, lt=1.0)
+    augment_shift: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="training: shift each frame by up to this many pixels (edge padding, random "
+        "crop, DrQ's augmentation) so that a small model cannot memorize the training frames",
+    )
 
 
 class AlgorithmConfig(Section):
@@ -373,6 +380,28 @@ class CoEvolveConfig(Section):
     frozen_control: bool = Field(False, description="also run the last stage in the frozen WM")
     eval_trials: int = Field(10, ge=1, description="real evaluation trials per task per stage")
     videos: bool = Field(True, description="save videos of the final evaluation")
+    # Between a world model and RL in it (pace_gate.py).
+    check_episodes: int = Field(
+        10,
+        ge=0,
+        description="validation episodes on which each world model is checked before RL "
+        "(`eval --world-model`: action gap, imagined vs real success); 0: no check",
+    )
+    recalibrate_threshold: bool = Field(
+        True,
+        description="RL judges imagined success at the reward-model threshold recalibrated on "
+        "the world model's frames by the check (best F1 of imagined vs real success)",
+    )
+    min_action_gap_db: float | None = Field(
+        None, description="stop before RL when the checked action gap at step 8 is below (dB)"
+    )
+    min_imagined_recall: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="stop before RL when the checked recall of imagined success (out of sample)"
+        " is below",
+    )
 
 
 class LoggingConfig(Section):

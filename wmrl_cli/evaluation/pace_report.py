@@ -12,6 +12,7 @@ import numpy as np
 
 from wmrl_cli.config import RunConfig, dump_config
 from wmrl_cli.data.episodes import atomic_write_bytes, atomic_write_text
+from wmrl_cli.evaluation.stats import pair_by_init_id, paired_difference
 
 PLOT_FILE = "success_per_stage.png"
 
@@ -62,11 +63,13 @@ def write_report(
     a stage finished before wmrl counted them). `rl_activity`: per RL stage, what
     `rl_activity` (below) read from its metrics; a stage whose RL changed nothing is flagged."""
     rl_activity = rl_activity or {}
+    differences = stage_differences(evals)
     data_steps = [v or 0 for k, v in real_steps.items() if not k.startswith("eval")]
     report = {
         "suite": cfg.simulator.suite,
         "trials_per_task": cfg.coevolve.eval_trials,
         "success": evals,
+        "differences": differences,
         "world_model_reliability": reliability,
         "reward_models": rewards,
         "wall_time_s": walls,
@@ -99,10 +102,28 @@ def write_report(
     for task in tasks:
         row = " | ".join(f"{100 * evals[s]['per_task'][task]:.0f}" for s in stages)
         lines.append(f"| {task} | {row} |")
-    overall = " | ".join(f"**{100 * evals[s]['overall']:.1f}**" for s in stages)
+    overall = " | ".join(f"**{_rate(evals[s])}**" for s in stages)
     lines += [
         f"| **overall** | {overall} |",
         "",
+        "Overall: success with its Wilson 95% interval.",
+        "",
+    ]
+    if differences:
+        lines += [
+            "Differences on the same evaluation episodes (percentage points; paired bootstrap "
+            "95% interval over episodes):",
+            "",
+            "| comparison | difference | 95% interval | episodes |",
+            "|---|---|---|---|",
+        ]
+        for name, d in differences.items():
+            lines.append(
+                f"| {name} | {100 * d['difference']:+.1f} | "
+                f"[{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] | {d['episodes']} |"
+            )
+        lines.append("")
+    lines += [
         f"![success per stage]({PLOT_FILE})" if plotted else "(no chart: every success is 0)",
         "",
     ]
@@ -162,6 +183,35 @@ def write_report(
     ]
     atomic_write_text(run_dir / "report.md", "\n".join(lines))
     return report
+
+
+def _rate(result: dict[str, Any]) -> str:
+    interval = result.get("interval95")  # absent in a stage cached before wmrl kept it
+    shown = f"{100 * result['overall']:.1f}"
+    if interval is None:
+        return shown
+    return f"{shown} [{100 * interval[0]:.1f}, {100 * interval[1]:.1f}]"
+
+
+def stage_differences(evals: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Paired differences that answer the pipeline's questions: every stage against the base,
+    each stage against the one before it, and PACE against the frozen-world-model control
+    (the last refined stage minus the control). Stages evaluated without per-episode outcomes
+    are skipped."""
+    names = [n for n in evals if evals[n].get("outcomes")]
+    stages = [n for n in names if n.startswith("stage")]
+    pairs: list[tuple[str, str]] = []
+    if "base" in names:
+        pairs += [("base", s) for s in stages]
+    pairs += list(zip(stages, stages[1:], strict=False))
+    if "frozen_control" in names and len(stages) >= 2:
+        pairs.append(("frozen_control", stages[-1]))
+    out = {}
+    for a, b in dict.fromkeys(pairs):
+        left, right = pair_by_init_id(evals[a]["outcomes"], evals[b]["outcomes"])
+        if left:
+            out[f"{b} - {a}"] = paired_difference(left, right).to_dict()
+    return out
 
 
 def rl_activity(stage_dir: Path) -> dict[str, Any] | None:

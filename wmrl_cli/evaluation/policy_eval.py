@@ -12,6 +12,7 @@ from rich.table import Table
 from wmrl_cli.data.episodes import Episode, atomic_write_text
 from wmrl_cli.envs.interface import Env, Policy
 from wmrl_cli.envs.runner import iter_episodes
+from wmrl_cli.evaluation.stats import wilson_interval
 from wmrl_cli.evaluation.videos import tile, upscale, write_mp4
 from wmrl_cli.logging import progress_task
 
@@ -36,8 +37,17 @@ class EvalReport:
     overall: float
     episodes: list[EpisodeResult] = field(default_factory=list)
 
+    @property
+    def interval(self) -> tuple[float, float]:
+        """Wilson 95% interval of the overall success rate."""
+        return wilson_interval(sum(e.success for e in self.episodes), len(self.episodes))
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+        return json.dumps({**asdict(self), "overall_interval95": list(self.interval)}, indent=1)
+
+    def _overall(self) -> str:
+        low, high = self.interval
+        return f"{100 * self.overall:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
 
     def table(self, title: str = "success_once") -> Table:
         table = Table(title=f"{title}: {self.policy} on {self.suite}")
@@ -47,20 +57,21 @@ class EvalReport:
         for task, rate in self.per_task.items():
             table.add_row(task, f"{100 * rate:.1f}%", str(self.trials_per_task))
         table.add_section()
-        table.add_row("overall", f"{100 * self.overall:.1f}%", str(len(self.episodes)))
+        table.add_row("overall", self._overall(), str(len(self.episodes)))
         return table
 
     def markdown(self) -> str:
         lines = [
             f"# Evaluation: {self.policy} on {self.suite}",
             "",
-            f"{self.trials_per_task} trials per task, success_once.",
+            f"{self.trials_per_task} trials per task, success_once; overall with its Wilson 95% "
+            "interval.",
             "",
             "| task | success |",
             "|---|---|",
         ]
         lines += [f"| {task} | {100 * rate:.1f}% |" for task, rate in self.per_task.items()]
-        lines.append(f"| **overall** | **{100 * self.overall:.1f}%** |")
+        lines.append(f"| **overall** | **{self._overall()}** |")
         return "\n".join(lines) + "\n"
 
     def save(self, run_dir: Path) -> None:

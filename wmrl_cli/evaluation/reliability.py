@@ -166,6 +166,8 @@ class ReliabilityReport:
     reward_on_real: SuccessAgreement | None = None
     # Where the imagined hand is against the simulator's under the same actions (cm).
     hand_tracking: HandTrackingReport | None = None
+    # Real simulator steps the evaluation took (replays and the speed test; at most).
+    simulator_steps: int = 0
 
     @property
     def videos(self) -> np.ndarray | None:
@@ -203,6 +205,7 @@ class ReliabilityReport:
                 self.imagined_calibration_cv.to_dict() if self.imagined_calibration_cv else None
             ),
             "hand_tracking": asdict(self.hand_tracking) if self.hand_tracking else None,
+            "simulator_steps": self.simulator_steps,
             "starts": [asdict(s) for s in self.starts],
         }
         return _json_safe(body)
@@ -683,6 +686,7 @@ class SimulatorReplay:
     def __init__(self, cfg: SimulatorConfig, batch_size: int) -> None:
         self.cfg, self.batch_size = cfg, batch_size
         self._sims: dict[int, Any] = {}
+        self.steps = 0  # simulator steps taken, every env of a batch counted
 
     def __call__(self, episodes: Sequence[Episode], actions: np.ndarray) -> np.ndarray:
         return self.states(episodes, actions)[0]
@@ -716,6 +720,7 @@ class SimulatorReplay:
                 for start in range(0, steps - steps % chunk, chunk):
                     part = slice(start, start + chunk)
                     result = sim.chunk_step(actions[idx][:, part])
+                    self.steps += len(idx) * chunk
                     out[idx, start + 1 : start + chunk + 1] = result.frames
                     hands[idx, start + 1 : start + chunk + 1] = result.info["step_proprio"][..., :3]
         return out, hands
@@ -737,10 +742,11 @@ def _replay_and_time(
     speed_chunks: int,
     seed: int,
     progress: bool,
-) -> tuple[np.ndarray, np.ndarray, SpeedReport]:
+) -> tuple[np.ndarray, np.ndarray, SpeedReport, int]:
     """Real success of every start point, the reward model's highest score on the replayed
-    (real) frames, and the speed of both worlds, timed on the first batch's envs (which the
-    replays then reuse: building a Meta-World env takes a second)."""
+    (real) frames, the speed of both worlds, timed on the first batch's envs (which the
+    replays then reuse: building a Meta-World env takes a second), and the simulator steps
+    spent (at most: a batch whose envs all ended early stops sooner)."""
     from wmrl_cli.sims.metaworld_sim import MetaWorldSim
 
     b, chunk = cfg.num_envs, episodes[starts[0].episode_id].chunk_size
@@ -752,6 +758,7 @@ def _replay_and_time(
     real = np.zeros(len(starts), dtype=bool)
     real_score = np.zeros(len(starts))
     speed: SpeedReport | None = None
+    sim_steps = 0
     with progress_task("simulator replays", total, progress) as advance:
         for offset, group in sorted(groups.items()):
             with MetaWorldSim(cfg.model_copy(update={"seed": offset}), num_envs=b) as sim:
@@ -771,6 +778,7 @@ def _replay_and_time(
                             speed_chunks,
                             seed,
                         )
+                        sim_steps += (1 + speed_chunks) * chunk * b
                     states = [e.sim_state for e in entries]
                     task_ids = np.array([e.task_id for e in entries])
 
@@ -780,9 +788,10 @@ def _replay_and_time(
                     real[idx], real_score[idx] = real_successes(
                         sim, init_ids, states, actions[idx], masks[idx], chunk, judge
                     )
+                    sim_steps += len(idx) * actions.shape[1]
                     advance()
     assert speed is not None  # there is at least one start point
-    return real, real_score, speed
+    return real, real_score, speed, sim_steps
 
 
 # -- the whole evaluation ----------------------------------------------------------------------
@@ -805,6 +814,7 @@ def evaluate_world_model(
     keep_videos: int = 4,
     world_model_name: str | None = None,
     reward_model_name: str | None = None,
+    hand_tracking: bool = True,
 ) -> ReliabilityReport:
     """Fidelity, speed and success agreement of a world model on `episode_ids` of `store`.
 
@@ -841,7 +851,7 @@ def evaluate_world_model(
         )
         hand = (
             hand_tracking_eval(world_model, ordered, replay.states, horizon, b, seed)
-            if len(ordered) >= 2
+            if hand_tracking and len(ordered) >= 2
             else None
         )
     finally:
@@ -873,7 +883,7 @@ def evaluate_world_model(
             success, score = imagined_successes(env, idx, actions[idx], masks[idx], chunk)
             imagined[idx], max_score[idx] = success, score
             advance()
-    real, real_score, speed = _replay_and_time(
+    real, real_score, speed, replay_steps = _replay_and_time(
         world_model, reward_model, cfg, starts, episodes, actions, masks, speed_chunks, seed,
         progress,
     )  # fmt: skip
@@ -921,6 +931,7 @@ def evaluate_world_model(
         agreement_by_kind=by_kind if len(kinds) > 1 else {},
         starts=results,
         hand_tracking=hand,
+        simulator_steps=replay.steps + replay_steps,
         # A start with no compared step scores -inf: any finite floor below every score does.
         imagined_calibration=(
             best_f1_threshold(np.maximum(max_score, -1.0), real) if real.any() else None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,43 +19,21 @@ import torch.nn.functional as F
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.evaluation.reward_eval import labelled_frames, score_frames
 from wmrl_cli.logging import MetricsLogger, progress_task
 from wmrl_cli.rewards.calibration import BinaryMetrics, best_f1_threshold, binary_metrics
 
 METRICS_FILE = "reward_metrics.json"
 
 
-@dataclass
-class LabelledFrames:
-    frames: np.ndarray  # uint8 [N,H,W,3]
-    labels: np.ndarray  # bool [N]
-    task_ids: np.ndarray  # int64 [N]
-
-
-def labelled_frames(store: EpisodeStore, ids: list[int]) -> LabelledFrames:
-    frames, labels, tasks = [], [], []
-    for episode in store.iter_ids(ids):
-        frames.append(episode.frames)
-        labels.append(np.concatenate([[False], episode.success]))
-        tasks.append(np.full(len(episode.frames), episode.task_id))
-    if not frames:
-        raise WmrlError(f"{store.root}: no episodes to train a reward model on")
-    return LabelledFrames(
-        np.concatenate(frames),
-        np.concatenate(labels).astype(bool),
-        np.concatenate(tasks).astype(np.int64),
-    )
-
-
-def score_frames(model, data: LabelledFrames, batch: int = 256) -> np.ndarray:
-    """Success probability of every frame (task by task for the task-embedding model)."""
-    scores = np.empty(len(data.frames), dtype=np.float32)
-    tasks = np.unique(data.task_ids) if model.kind == "taskemb_resnet" else [None]
-    for task in tasks:
-        sel = np.ones(len(scores), bool) if task is None else data.task_ids == task
-        ids = None if task is None else [int(task)]
-        scores[sel] = model.predict(data.frames[sel][None], ids, batch)[0].cpu().numpy()
-    return scores
+def random_shift(images: torch.Tensor, pad: int, rng: np.random.Generator) -> torch.Tensor:
+    """Each image [N,C,H,W] translated by an integer offset in [-pad, pad] per axis, its edges
+    replicated (DrQ, Kostrikov et al. 2020): the label of a success frame does not depend on
+    where the scene sits by a few pixels, the memorized training frame does."""
+    n, _, h, w = images.shape
+    padded = F.pad(images, (pad, pad, pad, pad), mode="replicate")
+    dy, dx = rng.integers(0, 2 * pad + 1, size=(2, n))
+    return torch.stack([padded[i, :, dy[i] : dy[i] + h, dx[i] : dx[i] + w] for i in range(n)])
 
 
 def train_reward_model(
@@ -105,6 +82,8 @@ def train_reward_model(
             half = rc.batch_size // 2
             idx = np.concatenate([rng.choice(pos, half), rng.choice(neg, rc.batch_size - half)])
             images = model.preprocess(torch.from_numpy(train.frames[idx]))
+            if rc.augment_shift:
+                images = random_shift(images, rc.augment_shift, rng)
             ids = torch.from_numpy(train.task_ids[idx])
             labels = torch.from_numpy(train.labels[idx]).float()
             loss = F.binary_cross_entropy_with_logits(model.logits(images, ids), labels)

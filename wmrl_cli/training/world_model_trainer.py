@@ -151,6 +151,15 @@ def autoencoder_clips(
     return _clips(windows, idx, 5)
 
 
+def split_episodes(store: EpisodeStore, cfg: RunConfig) -> tuple[list[int], list[int]]:
+    """(training ids, validation ids) of a store, as `train-wm` splits it: the validation
+    episodes are the ones the world model never trains on."""
+    train_ids, val_ids = store.split(cfg.world_model.val_fraction, seed=cfg.simulator.seed)
+    if not val_ids and len(train_ids) >= 2:  # one episode per task: hold one out anyway
+        val_ids = [train_ids.pop()]
+    return train_ids, val_ids
+
+
 class WorldModelTrainer:
     # What `time_limit_min` is measured on: wall-clock time (a benchmark on a shared machine may
     # count the process's CPU time instead).
@@ -158,9 +167,7 @@ class WorldModelTrainer:
 
     def __init__(self, cfg: RunConfig, run_dir: Path, store: EpisodeStore, action_dim: int):
         self.cfg, self.wm, self.run_dir, self.store = cfg, cfg.world_model, run_dir, store
-        train_ids, val_ids = store.split(self.wm.val_fraction, seed=cfg.simulator.seed)
-        if not val_ids and len(train_ids) >= 2:  # one episode per task: hold one out anyway
-            val_ids = [train_ids.pop()]
+        train_ids, val_ids = split_episodes(store, cfg)
         chunk = cfg.simulator.chunk_size
         self.train = build_windows(
             store, train_ids, self.wm.context_frames, chunk, self.wm.window_stride

@@ -1,0 +1,73 @@
+"""Intervals of success rates and paired differences (evaluation/stats.py), and the
+co-evolution report's paired differences between stages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wmrl_cli.evaluation.stats import pair_by_init_id, paired_difference, wilson_interval
+
+
+def test_wilson_interval_known_values_and_edges() -> None:
+    low, high = wilson_interval(70, 200)  # the mw-sft base in docs/results.md: 35.0%
+    assert round(100 * low, 1) == 28.7 and round(100 * high, 1) == 41.8
+    assert wilson_interval(0, 20)[0] == 0.0 and wilson_interval(0, 20)[1] > 0.1
+    assert wilson_interval(20, 20)[1] == 1.0 and wilson_interval(20, 20)[0] < 0.9
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    narrow, wide = wilson_interval(50, 100), wilson_interval(5, 10)
+    assert narrow[1] - narrow[0] < wide[1] - wide[0]
+
+
+def test_paired_difference_cancels_shared_difficulty() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.random(200) < 0.35
+    same = paired_difference(a, a)
+    assert same.difference == 0.0 and same.low == 0.0 and same.high == 0.0
+    better = a.copy()
+    better[np.flatnonzero(~a)[:20]] = True  # 20 of 200 episodes flip to success, none back
+    d = paired_difference(a, better)
+    assert d.difference == pytest.approx(0.10) and 0.0 < d.low < 0.10 < d.high
+    worse = paired_difference(better, a)
+    assert worse.difference == pytest.approx(-0.10) and worse.high < 0.0
+    with pytest.raises(ValueError, match="equally long"):
+        paired_difference(a, a[:-1])
+
+
+def test_pair_by_init_id_keeps_shared_episodes_in_order() -> None:
+    left, right = pair_by_init_id([(3, True), (1, False), (2, True)], [[2, False], [1, True]])
+    assert left == [False, True] and right == [True, False]
+
+
+def test_co_evolve_report_shows_intervals_and_paired_differences(tmp_path) -> None:
+    from wmrl_cli.config import resolve_config
+    from wmrl_cli.evaluation.pace_report import stage_differences, write_report
+
+    def stage(successes: list[bool]) -> dict:
+        n = len(successes)
+        return {
+            "overall": sum(successes) / n,
+            "interval95": list(wilson_interval(sum(successes), n)),
+            "per_task": {"a": sum(successes) / n},
+            "outcomes": [[i, s] for i, s in enumerate(successes)],
+        }
+
+    base = [i % 4 == 0 for i in range(40)]  # 25%
+    stage1 = [s or i % 4 == 1 for i, s in enumerate(base)]  # 50%, every base success kept
+    stage2 = [s or i % 4 == 2 for i, s in enumerate(stage1)]  # 75%
+    frozen = stage1
+    evals = {"base": stage(base), "stage1": stage(stage1), "stage2": stage(stage2),
+             "frozen_control": stage(frozen)}  # fmt: skip
+    diffs = stage_differences(evals)
+    assert list(diffs) == ["stage1 - base", "stage2 - base", "stage2 - stage1",
+                           "stage2 - frozen_control"]  # fmt: skip
+    assert diffs["stage2 - base"]["difference"] == pytest.approx(0.5)
+    assert diffs["stage2 - frozen_control"]["low"] > 0
+    cached = {"overall": 0.25, "per_task": {"a": 0.25}}  # a stage cached before outcomes
+    assert stage_differences({"base": cached, "stage1": stage(stage1)}) == {}
+    cfg = resolve_config("mw-coevolve-smoke")
+    report = write_report(tmp_path, cfg, evals, {}, {}, {"sft": 1.0}, {"sft": 0})
+    text = (tmp_path / "report.md").read_text()
+    assert report["differences"] == diffs
+    assert "| stage2 - base | +50.0 |" in text and "paired bootstrap" in text
+    assert "**25.0 [" in text  # overall with its Wilson interval
