@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -104,6 +105,16 @@ def truncate_metrics(
     return later
 
 
+# Loggers not yet closed: a run that fails with a user error is closed before its run directory
+# is removed (TensorBoard's writer thread would otherwise write into a deleted folder).
+_OPEN_LOGGERS: weakref.WeakSet[MetricsLogger] = weakref.WeakSet()
+
+
+def close_open_loggers() -> None:
+    for logger in list(_OPEN_LOGGERS):
+        logger.close()
+
+
 class MetricsLogger:
     """TensorBoard events + metrics.jsonl in `run_dir`; only the main process writes.
 
@@ -136,7 +147,9 @@ class MetricsLogger:
         self._start = (resume_step or 0, time.time())
         self._writer = None
         self._paused = False
+        self._closed = False
         if enabled:
+            _OPEN_LOGGERS.add(self)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             later: list[dict[str, Any]] = []
             if resume_step is not None:
@@ -217,7 +230,9 @@ class MetricsLogger:
         )
 
     def close(self) -> None:
-        if self.enabled:
+        if self.enabled and not self._closed:
+            self._closed = True
+            _OPEN_LOGGERS.discard(self)
             self._jsonl.close()
             if self._writer is not None:
                 self._writer.close()

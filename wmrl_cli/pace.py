@@ -17,59 +17,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from wmrl_cli.config import RunConfig, dump_config
 from wmrl_cli.data.episodes import EpisodeStore, atomic_write_text
-from wmrl_cli.logging import console
 from wmrl_cli.pace_gate import check_world_model, enforce_gate
-from wmrl_cli.runtime import seed_stage
+from wmrl_cli.pace_stages import Pipeline
 
-STAGES_FILE = "stages.json"
 REAL_STEPS_FILE = "real_steps_before.json"  # in an RL stage's folder: env/real_steps at start
-
-
-class Pipeline:
-    """Runs named stages once each, recording outputs, wall times and real steps in
-    stages.json. Each stage starts with the global RNGs (Python, numpy, torch) seeded from the
-    run seed and its name, so a stage started over (after a kill, with the stages before it
-    skipped) draws what it would have drawn in an uninterrupted run."""
-
-    def __init__(self, run_dir: Path, seed: int) -> None:
-        self.run_dir = run_dir
-        self.seed = seed
-        path = run_dir / STAGES_FILE
-        self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
-
-    def run(
-        self, name: str, fn: Callable[[], Any], real_steps: Callable[[Any], int] | None = None
-    ) -> Any:
-        """`real_steps(result)`: the real environment steps the stage consumed (none: 0)."""
-        if name in self.state:
-            console.print(f"[dim]stage {name}: done, skipped[/]")
-            return self.state[name]["result"]
-        console.rule(f"stage: {name}")
-        seed_stage(self.seed, name)
-        start = time.time()
-        result = fn()
-        self.state[name] = {
-            "result": result,
-            "wall_s": round(time.time() - start, 1),
-            "real_steps": real_steps(result) if real_steps is not None else 0,
-        }
-        atomic_write_text(self.run_dir / STAGES_FILE, json.dumps(self.state, indent=1))
-        return result
-
-    def data_steps(self) -> int:
-        """Real steps of the finished stages that collected training data (not evaluations)."""
-        return sum(
-            int(item.get("real_steps", 0))
-            for name, item in self.state.items()
-            if not name.startswith("eval")
-        )
 
 
 def store_steps(path: str | Path) -> int:
@@ -268,7 +224,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     from wmrl_cli.training.sft import collect_demos, train_bc
 
     ce = cfg.coevolve
-    p = Pipeline(run_dir, cfg.simulator.seed)
+    p = Pipeline(run_dir, cfg.simulator.seed, cfg)
     seed = cfg.simulator.seed
 
     def sft() -> str:
@@ -277,12 +233,21 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         sub = _sub(cfg, sft_dir)
         return str(train_bc(sub, sft_dir, collect_demos(sub, sft_dir)))
 
-    base_policy = p.run("sft", sft, lambda _: store_steps(run_dir / "sft" / "demos"))
+    base_policy = p.run(
+        "sft",
+        sft,
+        lambda _: store_steps(run_dir / "sft" / "demos"),
+        reads="sft",
+        outputs=("sft",),
+    )
     evals = {
         "base": p.run(
             "eval_base",
             lambda: _evaluate(cfg, base_policy, run_dir / "eval" / "base", False),
             _eval_steps,
+            reads="eval",
+            after=("sft",),
+            outputs=("eval/base",),
         )
     }
     rollouts = p.run(
@@ -291,6 +256,9 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             cfg, run_dir / "data" / "base", base_policy, ce.base_rollouts_per_task, seed + 2_000_000
         ),
         store_steps,
+        reads="base_rollouts",
+        after=("sft",),
+        outputs=("data/base",),
     )
     # The world and reward models learn from the base policy's rollouts and the demonstrations
     # (which hold the successes a weak base policy rarely shows).
@@ -299,17 +267,30 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         lambda: _merge(
             [str(run_dir / "sft" / "demos"), rollouts], run_dir / "data" / "base_merged", cfg
         ),
+        reads="merge",
+        after=("sft", "base_rollouts"),
+        outputs=("data/base_merged",),
     )
-    wm = p.run("world_model", lambda: _train_wm(cfg, base_data, run_dir / "wm_base", None, 0))
+    wm = p.run(
+        "world_model",
+        lambda: _train_wm(cfg, base_data, run_dir / "wm_base", None, 0),
+        reads="world_model",
+        after=("merge0",),
+        outputs=("wm_base",),
+    )
     rm = p.run(
         "reward_model",
         lambda: _train_rm(cfg, base_data, run_dir / "rm_base", cfg.reward_model.steps),
+        reads="reward_model",
+        after=("merge0",),
+        outputs=("rm_base",),
     )
     checks: dict[str, dict[str, Any]] = {}
 
-    def check(name: str, wm: str, rm_path: str, data: str) -> float | None:
+    def check(name: str, wm: str, rm_path: str, data: str, after: tuple[str, ...]) -> float | None:
         """The world model's health check (an evaluation stage) and gate; the threshold RL is
-        to use (None: no check configured)."""
+        to use (None: no check configured). `after`: the stages of the world model, reward
+        model and data it checks."""
         if not ce.check_episodes:
             return None
         out = run_dir / "check" / name
@@ -317,11 +298,15 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             f"eval_{name}",
             lambda: check_world_model(cfg, out, wm, rm_path, data),
             lambda result: int(result["real_steps"]),
+            reads="check",
+            after=after,
+            outputs=(f"check/{name}",),
         )
         enforce_gate(name, checks[name], cfg, out)
         return checks[name]["rl_threshold"]
 
-    threshold = frozen_threshold = check("wm_base", wm, rm["path"], base_data)
+    base_inputs = ("world_model", "reward_model", "merge0")
+    threshold = frozen_threshold = check("wm_base", wm, rm["path"], base_data, base_inputs)
     policy = p.run(
         "stage1",
         lambda: _rl(
@@ -335,6 +320,9 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             threshold,
         ),
         _rl_steps,
+        reads="rl",
+        after=("sft", *base_inputs, "eval_wm_base"),
+        outputs=("stage1",),
     )
     evals["stage1"] = p.run(
         "eval_stage1",
@@ -342,11 +330,21 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             cfg, policy, run_dir / "eval" / "stage1", ce.videos and ce.refinements == 0
         ),
         _eval_steps,
+        reads="eval",
+        after=("stage1",),
+        outputs=("eval/stage1",),
     )
     reliability = {"wm_base": _wm_reliability(wm)}
     reward_metrics = {"rm_base": rm}
     data = [base_data]
     frozen_input = (policy, wm, rm["path"], base_data)
+    frozen_after: tuple[str, ...] = ()
+    stages = {
+        "policy": "stage1",
+        "wm": "world_model",
+        "rm": "reward_model",
+        "check": "eval_wm_base",
+    }
     for r in range(1, ce.refinements + 1):
         stage = f"stage{r + 1}"
         new = p.run(
@@ -359,34 +357,54 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
                 seed + 2_000_000 + 100_000 * r,
             ),
             store_steps,
+            reads="evolved_rollouts",
+            after=(stages["policy"],),
+            outputs=(f"data/evolved{r}",),
         )
         data.append(new)
+        data_stages = ("merge0", *(f"evolved_rollouts{i}" for i in range(1, r + 1)))
         merged = p.run(
             f"merge{r}",
             lambda r=r, d=tuple(data): _merge(list(d), run_dir / "data" / f"merged{r}", cfg),
+            reads="merge",
+            after=data_stages,
+            outputs=(f"data/merged{r}",),
         )
         frozen_input = (policy, wm, rm["path"], merged)
         frozen_threshold = threshold
+        frozen_after = (stages["policy"], stages["wm"], stages["rm"], stages["check"], f"merge{r}")
         wm = p.run(
             f"refine_wm{r}",
             lambda r=r, w=wm, m=merged: _train_wm(
                 cfg, m, run_dir / f"wm_evo{r}", w, ce.refine_steps
             ),
+            reads="refine_wm",
+            after=(stages["wm"], f"merge{r}"),
+            outputs=(f"wm_evo{r}",),
         )
         rm = p.run(
             f"refine_rm{r}",
             lambda r=r, m=merged: _train_rm(cfg, m, run_dir / f"rm_evo{r}", ce.refine_reward_steps),
+            reads="refine_rm",
+            after=(f"merge{r}",),
+            outputs=(f"rm_evo{r}",),
         )
         reliability[f"wm_evo{r}"] = _wm_reliability(wm)
         reward_metrics[f"rm_evo{r}"] = rm
-        threshold = check(f"wm_evo{r}", wm, rm["path"], merged)
+        evo_inputs = (f"refine_wm{r}", f"refine_rm{r}", f"merge{r}")
+        threshold = check(f"wm_evo{r}", wm, rm["path"], merged, evo_inputs)
         policy = p.run(
             stage,
             lambda s=stage, pol=policy, w=wm, rr=rm, m=merged, t=threshold: _rl(
                 cfg, run_dir / s, pol, w, rr["path"], m, p.data_steps(), t
             ),
             _rl_steps,
+            reads="rl",
+            after=(stages["policy"], *evo_inputs, f"eval_wm_evo{r}"),
+            outputs=(stage,),
         )
+        stages = {"policy": stage, "wm": f"refine_wm{r}", "rm": f"refine_rm{r}",
+                  "check": f"eval_wm_evo{r}"}  # fmt: skip
         last = r == ce.refinements
         evals[stage] = p.run(
             f"eval_{stage}",
@@ -394,6 +412,9 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
                 cfg, pol, run_dir / "eval" / s, ce.videos and last
             ),
             _eval_steps,
+            reads="eval",
+            after=(stage,),
+            outputs=(f"eval/{stage}",),
         )
     if ce.frozen_control and ce.refinements > 0:
         pol, w, rpath, m = frozen_input
@@ -403,11 +424,17 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
                 cfg, run_dir / "frozen_control", pol, w, rpath, m, p.data_steps(), frozen_threshold
             ),
             _rl_steps,
+            reads="rl",
+            after=frozen_after,
+            outputs=("frozen_control",),
         )
         evals["frozen_control"] = p.run(
             "eval_frozen_control",
             lambda: _evaluate(cfg, control, run_dir / "eval" / "frozen_control", False),
             _eval_steps,
+            reads="eval",
+            after=("frozen_control",),
+            outputs=("eval/frozen_control",),
         )
     walls = {name: item["wall_s"] for name, item in p.state.items()}
     real_steps = {name: item.get("real_steps") for name, item in p.state.items()}

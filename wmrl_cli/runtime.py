@@ -165,6 +165,9 @@ def discard_unused_run_dirs() -> None:
     """After a user error: remove the run directories this process created that hold nothing
     but config.yaml and the run record (and empty folders), so that bad inputs leave nothing
     behind."""
+    from wmrl_cli.logging import close_open_loggers
+
+    close_open_loggers()  # a failed run's TensorBoard writer must not outlive its folder
     while _CREATED:
         run_dir = _CREATED.pop()
         if not run_dir.is_dir():
@@ -212,6 +215,24 @@ def _free(key: str, command: str) -> bool:
     if command != "co-evolve" and key.endswith(".steps"):
         return True
     return key in _FREE_KEYS or key.startswith(_FREE_PREFIXES) or key.endswith(_FREE_SUFFIXES)
+
+
+def config_values(config: RunConfig, keys: tuple[str, ...] | None, command: str) -> dict[str, Any]:
+    """The flattened config entries a computation reads: those equal to one of `keys` or under
+    it (`world_model` covers `world_model.lr`; None: all), bookkeeping keys left out (`_free`)."""
+    import yaml
+
+    flat = _flatten(yaml.safe_load(dump_config(config)))
+    return {
+        key: value
+        for key, value in sorted(flat.items())
+        if not _free(key, command) and (keys is None or covers(keys, key))
+    }
+
+
+def covers(keys: tuple[str, ...], key: str) -> bool:
+    """Whether `key` is one of `keys` or lies under one of them."""
+    return any(key == k or key.startswith(f"{k}.") for k in keys)
 
 
 def fingerprint(path: str | Path) -> str | None:
@@ -301,21 +322,23 @@ def claim_run_dir(
     inputs: dict[str, Any] | None = None,
     resume: bool = False,
     overwrite: bool = False,
+    update: bool = False,
     write: bool = True,
 ) -> Path:
     """Apply the run-directory rule to `config.output_dir` (else `default`): a new or matching
     run directory is used as it is (a matching one resumes); one whose record differs stops
     with a one-line ConfigError naming the differences, unless `resume` (the recorded config is
     copied into `config`, the command's differing settings are ignored) or `overwrite` (the
-    directory is emptied). `write`: create it and write config.yaml and the record (False on the
-    ranks other than the main one, which only adopt the config)."""
+    directory is emptied) or `update` (co-evolve: the new config is adopted, and the pipeline
+    reruns the stages it affects). `write`: create it and write config.yaml and the record
+    (False on the ranks other than the main one, which only adopt the config)."""
     import json
 
     from wmrl_cli.errors import ConfigError
     from wmrl_cli.logging import console
 
-    if resume and overwrite:
-        raise ConfigError("--resume and --overwrite exclude each other: pass one")
+    if resume + overwrite + update > 1:
+        raise ConfigError("--resume, --overwrite and --update exclude each other: pass one")
     run_dir = Path(config.output_dir or default)
     config.output_dir = run_dir
     old = _read_record(run_dir) if run_dir.is_dir() else None
@@ -333,12 +356,22 @@ def claim_run_dir(
                 f"notice: resuming {run_dir} with its recorded configuration; ignored: "
                 + "; ".join(differ)
             )
+        elif differ and update:
+            console.print(
+                f"notice: updating {run_dir} to this configuration ({'; '.join(differ)}); the "
+                "stages these settings affect run again, the others are kept"
+            )
         elif differ:
             shown = "; ".join(differ[:5]) + (f" (and {len(differ) - 5} more)" if differ[5:] else "")
+            also = (
+                ", --update to keep the stages these settings do not affect and rerun the rest"
+                if command == "co-evolve"
+                else ""
+            )
             raise ConfigError(
                 f"--out {run_dir} holds a run with another configuration ({shown}); run the same "
                 "command to resume it, pass --resume to continue it with its recorded "
-                "configuration or --overwrite to start over, or choose another --out"
+                f"configuration or --overwrite to start over{also}, or choose another --out"
             )
         elif overwrite:
             wipe = True

@@ -29,6 +29,15 @@ def co_evolve_command(
     seed: SeedOpt = None,
     resume: ResumeOpt = False,
     overwrite: OverwriteOpt = False,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="Continue the run in --out with this command's configuration: the finished "
+            "stages it does not affect are kept, the others (and every stage built on them) "
+            "run again.",
+        ),
+    ] = False,
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
@@ -48,6 +57,7 @@ def co_evolve_command(
         default=default_run_dir("co-evolve", named),
         resume=resume,
         overwrite=overwrite,
+        update=update,
     )
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)

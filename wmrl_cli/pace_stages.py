@@ -1,0 +1,148 @@
+"""The stage cache of `wmrl co-evolve` (pace.py): each stage runs once, is recorded in
+stages.json with its result, wall time, real environment steps and a fingerprint of what it
+read, and is skipped when the same command runs again; a stage whose fingerprint changed runs
+again (with every stage built on it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from wmrl_cli.config import RunConfig
+from wmrl_cli.data.episodes import atomic_write_text
+from wmrl_cli.logging import console
+from wmrl_cli.runtime import seed_stage
+
+STAGES_FILE = "stages.json"
+
+# What each kind of stage reads of the run config (keys or sections, `config_values`). A stage's
+# fingerprint hashes these values with the fingerprints of the stages whose outputs it uses, so
+# `co-evolve --update` with a changed config reruns exactly the stages the change reaches.
+_SIM = ("simulator",)
+READS: dict[str, tuple[str, ...]] = {
+    "sft": (*_SIM, "sft", "policy"),
+    "eval": (*_SIM, "policy", "coevolve.eval_trials", "coevolve.videos"),
+    "base_rollouts": (*_SIM, "policy", "rollout", "coevolve.base_rollouts_per_task"),
+    "evolved_rollouts": (*_SIM, "policy", "rollout", "coevolve.evolved_rollouts_per_task"),
+    "merge": (*_SIM, "rollout.kir"),
+    "world_model": (*_SIM, "world_model", "precision"),
+    "refine_wm": (*_SIM, "world_model", "precision", "coevolve.refine_steps"),
+    "reward_model": (*_SIM, "reward_model"),
+    "refine_rm": (*_SIM, "reward_model", "coevolve.refine_reward_steps"),
+    "check": (
+        *_SIM,
+        "world_model",
+        "reward_model",
+        "precision",
+        "coevolve.check_episodes",
+        "coevolve.recalibrate_threshold",
+    ),  # fmt: skip
+    "rl": (
+        *_SIM,
+        "policy",
+        "algorithm",
+        "training",
+        "world_model",
+        "reward_model",
+        "precision",
+        "compile_world_model",
+    ),  # fmt: skip
+    # Settings that add or gate stages without changing a finished one's result.
+    "structure": (
+        "coevolve.refinements",
+        "coevolve.frozen_control",
+        "coevolve.min_action_gap_db",
+        "coevolve.min_imagined_recall",
+    ),  # fmt: skip
+}
+_CLAIMED = tuple(key for keys in READS.values() for key in keys)
+
+
+class Pipeline:
+    """Runs named stages once each, recording outputs, wall times, real steps and a fingerprint
+    of what the stage read in stages.json. Each stage starts with the global RNGs (Python,
+    numpy, torch) seeded from the run seed and its name, so a stage started over (after a kill,
+    with the stages before it skipped) draws what it would have drawn in an uninterrupted run.
+
+    A finished stage whose fingerprint no longer matches (its settings, or a stage it builds
+    on, changed: `co-evolve --update`) has its outputs removed and runs again."""
+
+    def __init__(self, run_dir: Path, seed: int, cfg: RunConfig | None = None) -> None:
+        self.run_dir = run_dir
+        self.seed = seed
+        self.cfg = cfg
+        path = run_dir / STAGES_FILE
+        self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+
+    def fingerprint(self, reads: str | None, after: tuple[str, ...]) -> str | None:
+        """sha256 of the config values of the stage kind `reads`, of the settings no stage
+        declares (a change there reruns everything) and of the fingerprints of `after`."""
+        import hashlib
+
+        from wmrl_cli.runtime import config_values, covers
+
+        if self.cfg is None or reads is None:
+            return None
+        everything = config_values(self.cfg, None, "co-evolve")
+        unclaimed = {k: v for k, v in everything.items() if not covers(_CLAIMED, k)}
+        body = {
+            "reads": config_values(self.cfg, READS[reads], "co-evolve"),
+            "unclaimed": unclaimed,
+            "after": [self.state.get(name, {}).get("fingerprint") for name in after],
+        }
+        return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+    def run(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        real_steps: Callable[[Any], int] | None = None,
+        *,
+        reads: str | None = None,
+        after: tuple[str, ...] = (),
+        outputs: tuple[str, ...] = (),
+    ) -> Any:
+        """`real_steps(result)`: the real environment steps the stage consumed (none: 0);
+        `reads`: the stage's kind in READS; `after`: the stages whose outputs it uses;
+        `outputs`: its folders in the run directory (removed when it must run again)."""
+        fingerprint = self.fingerprint(reads, after)
+        done = self.state.get(name)
+        if done is not None and done.get("fingerprint") in (None, fingerprint):
+            if done.get("fingerprint") is None and fingerprint is not None:
+                done["fingerprint"] = fingerprint  # recorded before fingerprints: adopt this one
+                self._save()
+            console.print(f"[dim]stage {name}: done, skipped[/]")
+            return done["result"]
+        if done is not None:
+            console.print(f"stage {name}: its settings or inputs changed; running it again")
+            del self.state[name]
+            self._save()
+            for folder in outputs:
+                shutil.rmtree(self.run_dir / folder, ignore_errors=True)
+        console.rule(f"stage: {name}")
+        seed_stage(self.seed, name)
+        start = time.time()
+        result = fn()
+        self.state[name] = {
+            "result": result,
+            "wall_s": round(time.time() - start, 1),
+            "real_steps": real_steps(result) if real_steps is not None else 0,
+            "fingerprint": fingerprint,
+        }
+        self._save()
+        return result
+
+    def _save(self) -> None:
+        atomic_write_text(self.run_dir / STAGES_FILE, json.dumps(self.state, indent=1))
+
+    def data_steps(self) -> int:
+        """Real steps of the finished stages that collected training data (not evaluations)."""
+        return sum(
+            int(item.get("real_steps", 0))
+            for name, item in self.state.items()
+            if not name.startswith("eval")
+        )
