@@ -190,7 +190,7 @@ def test_report_renders_and_serializes(report, tmp_path) -> None:
     report.save(tmp_path, save_video=True)
     assert (tmp_path / "videos" / "open_loop_truth_vs_model.mp4").stat().st_size > 0
     md = (tmp_path / "report.md").read_text()
-    assert md.startswith("# World-model reliability") and md.count("## ") == 5
+    assert md.startswith("# World-model reliability") and md.count("## ") == 6
     assert "hand tracking (cm)" in md and body["hand_tracking"]["horizon"] == report.horizon
     assert json.loads((tmp_path / "report.json").read_text()) == body
 
@@ -229,6 +229,11 @@ def test_cli_world_model_eval(store, models, tmp_path) -> None:
     # An uncalibrated reward model falls back to the default threshold, and says so.
     assert body["threshold"] == 0.5 and body["threshold_source"].startswith("default")
     assert (out / "report.md").is_file() and "frames/s" in result.output
+    # Per task, the starts are those of the task, counted at the threshold RL would use.
+    by_task = body["agreement_by_task"]
+    counts = {task: a["tp"] + a["fp"] + a["fn"] + a["tn"] for task, a in by_task["tasks"].items()}
+    assert counts == {body["starts"][0]["task"]: len(body["starts"])}
+    assert "success per task" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize(

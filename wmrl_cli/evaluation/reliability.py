@@ -180,6 +180,21 @@ class ReliabilityReport:
         a non-zero count means the stored states do not reproduce this simulator)."""
         return sum(s.real_success != s.recorded_success for s in self.starts)
 
+    def agreement_by_task(self) -> tuple[float, dict[str, SuccessAgreement]]:
+        """Imagined vs real success per task at the threshold RL would use: the one recalibrated
+        on imagined frames where there is one (in-sample), else the report's. A teacher wrong
+        on one task can undo what RL gains on the others, which the overall figure hides."""
+        cal = self.imagined_calibration
+        threshold = cal.threshold if cal is not None else self.threshold
+        tasks = sorted({s.task for s in self.starts})
+        return threshold, {
+            task: success_agreement(
+                [s.max_score >= threshold for s in self.starts if s.task == task],
+                [s.real_success for s in self.starts if s.task == task],
+            )
+            for task in tasks
+        }
+
     def to_dict(self) -> dict[str, Any]:
         open_loop = {k: v for k, v in self.open_loop.__dict__.items() if k != "videos"}
         open_loop["beats_copy_baseline"] = self.open_loop.beats_copy_baseline()
@@ -196,6 +211,10 @@ class ReliabilityReport:
             "speed": asdict(self.speed),
             "agreement": asdict(self.agreement),
             "agreement_by_kind": {k: asdict(v) for k, v in self.agreement_by_kind.items()},
+            "agreement_by_task": {
+                "threshold": self.agreement_by_task()[0],
+                "tasks": {k: asdict(v) for k, v in self.agreement_by_task()[1].items()},
+            },
             "replay_mismatches": self.replay_mismatches,
             "reward_on_real": asdict(self.reward_on_real) if self.reward_on_real else None,
             "imagined_calibration": (
@@ -286,6 +305,19 @@ class ReliabilityReport:
                     _fmt(cal.fp / (cal.tp + cal.fp) if cal.tp + cal.fp else None, 3),
                 ]
             )
+        task_threshold, by_task = self.agreement_by_task()
+        per_task = [
+            [
+                task,
+                str(a.total),
+                f"{a.tp}/{a.fp}/{a.fn}/{a.tn}",
+                _fmt(a.precision, 3),
+                _fmt(a.recall, 3),
+                _fmt(a.f1, 3),
+                _fmt(a.hallucination_rate, 3),
+            ]
+            for task, a in by_task.items()
+        ]
         sections = [
             (
                 f"open-loop fidelity on {ol.episodes} episodes (beats the copy baseline at "
@@ -320,6 +352,12 @@ class ReliabilityReport:
                 f"replay mismatches {self.replay_mismatches})",
                 ["starts", "n", "TP/FP/FN/TN", "precision", "recall", "F1", "halluc."],
                 agreement,
+            ),
+            (
+                f"imagined vs real success per task (threshold {task_threshold:.2g}: "
+                "recalibrated on imagined frames where possible, in-sample)",
+                ["task", "n", "TP/FP/FN/TN", "precision", "recall", "F1", "halluc."],
+                per_task,
             ),
         ]
         hand = self.hand_tracking
