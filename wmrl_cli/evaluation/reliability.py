@@ -275,18 +275,7 @@ class ReliabilityReport:
         groups = {"all": self.agreement, **self.agreement_by_kind}
         if self.reward_on_real is not None:
             groups["all, reward model on real frames"] = self.reward_on_real
-        agreement = [
-            [
-                name,
-                str(a.total),
-                f"{a.tp}/{a.fp}/{a.fn}/{a.tn}",
-                _fmt(a.precision, 3),
-                _fmt(a.recall, 3),
-                _fmt(a.f1, 3),
-                _fmt(a.hallucination_rate, 3),
-            ]
-            for name, a in groups.items()
-        ]
+        agreement = [_agreement_row(name, a) for name, a in groups.items()]
         calibrations = {
             "best F1 here": self.imagined_calibration,
             "chosen on the other half of the episodes": self.imagined_calibration_cv,
@@ -306,18 +295,7 @@ class ReliabilityReport:
                 ]
             )
         task_threshold, by_task = self.agreement_by_task()
-        per_task = [
-            [
-                task,
-                str(a.total),
-                f"{a.tp}/{a.fp}/{a.fn}/{a.tn}",
-                _fmt(a.precision, 3),
-                _fmt(a.recall, 3),
-                _fmt(a.f1, 3),
-                _fmt(a.hallucination_rate, 3),
-            ]
-            for task, a in by_task.items()
-        ]
+        per_task = [_agreement_row(task, a) for task, a in by_task.items()]
         sections = [
             (
                 f"open-loop fidelity on {ol.episodes} episodes (beats the copy baseline at "
@@ -428,6 +406,18 @@ class ReliabilityReport:
 
             grid = tile([upscale(v) for v in self.videos])
             write_mp4(run_dir / "videos" / "open_loop_truth_vs_model.mp4", grid, fps)
+
+
+def _agreement_row(name: str, a: SuccessAgreement) -> list[str]:
+    return [
+        name,
+        str(a.total),
+        f"{a.tp}/{a.fp}/{a.fn}/{a.tn}",
+        _fmt(a.precision, 3),
+        _fmt(a.recall, 3),
+        _fmt(a.f1, 3),
+        _fmt(a.hallucination_rate, 3),
+    ]
 
 
 def _fmt(value: float | None, digits: int) -> str:
