@@ -35,8 +35,7 @@ def check_world_model(
 
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.evaluation.reliability import evaluate_world_model, load_reward_model_from
-    from wmrl_cli.rl.setup import load_any_world_model
-    from wmrl_cli.runtime import resolve_precision
+    from wmrl_cli.rl.setup import load_imagining_world_model
     from wmrl_cli.training.world_model_trainer import split_episodes
 
     store = EpisodeStore.open(data)
@@ -47,8 +46,7 @@ def check_world_model(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rm = load_reward_model_from(reward_model).to(device)
     height, width = store.load(ids[0]).frames.shape[1:3]
-    wm = load_any_world_model(Path(world_model), height, width, cfg, device).eval()
-    wm.autocast_dtype = resolve_precision(cfg.precision, device)
+    wm = load_imagining_world_model(Path(world_model), height, width, cfg, device)
     report = evaluate_world_model(
         wm,
         rm,

@@ -15,7 +15,7 @@ from typing import Any
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import atomic_write_text
 from wmrl_cli.logging import console
-from wmrl_cli.runtime import seed_stage
+from wmrl_cli.runtime import config_values, covers, seed_stage
 
 STAGES_FILE = "stages.json"
 
@@ -75,6 +75,8 @@ class Pipeline:
         self.run_dir = run_dir
         self.seed = seed
         self.cfg = cfg
+        # The config does not change during a run: its flattened values are read once.
+        self.values = {} if cfg is None else config_values(cfg, None, "co-evolve")
         path = run_dir / STAGES_FILE
         self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
 
@@ -83,15 +85,11 @@ class Pipeline:
         declares (a change there reruns everything) and of the fingerprints of `after`."""
         import hashlib
 
-        from wmrl_cli.runtime import config_values, covers
-
         if self.cfg is None or reads is None:
             return None
-        everything = config_values(self.cfg, None, "co-evolve")
-        unclaimed = {k: v for k, v in everything.items() if not covers(_CLAIMED, k)}
         body = {
-            "reads": config_values(self.cfg, READS[reads], "co-evolve"),
-            "unclaimed": unclaimed,
+            "reads": {k: v for k, v in self.values.items() if covers(READS[reads], k)},
+            "unclaimed": {k: v for k, v in self.values.items() if not covers(_CLAIMED, k)},
             "after": [self.state.get(name, {}).get("fingerprint") for name in after],
         }
         return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()

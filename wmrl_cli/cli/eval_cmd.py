@@ -219,8 +219,7 @@ def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
         evaluate_world_model,
         load_reward_model_from,
     )
-    from wmrl_cli.rl.setup import load_any_world_model
-    from wmrl_cli.runtime import resolve_precision
+    from wmrl_cli.rl.setup import load_imagining_world_model
 
     wm_path, rm_path = cfg.world_model.path, cfg.reward_model.path
     if data is None:
@@ -240,8 +239,7 @@ def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rm = load_reward_model_from(rm_path).to(device)
     height, width = store.load(ids[0]).frames.shape[1:3]  # a published model's frame size
-    wm = load_any_world_model(Path(wm_path), height, width, cfg, device).eval()
-    wm.autocast_dtype = resolve_precision(cfg.precision, device)  # as imagination runs it
+    wm = load_imagining_world_model(Path(wm_path), height, width, cfg, device)
     run_dir = prepare_run_dir(cfg, "eval-wm")  # only once the inputs are known to be good
     clear_eval_outputs(run_dir)
     seed_everything(cfg.simulator.seed)

@@ -198,6 +198,7 @@ class ReliabilityReport:
     def to_dict(self) -> dict[str, Any]:
         open_loop = {k: v for k, v in self.open_loop.__dict__.items() if k != "videos"}
         open_loop["beats_copy_baseline"] = self.open_loop.beats_copy_baseline()
+        task_threshold, by_task = self.agreement_by_task()
         body = {
             "world_model": self.world_model,
             "reward_model": self.reward_model,
@@ -212,8 +213,8 @@ class ReliabilityReport:
             "agreement": asdict(self.agreement),
             "agreement_by_kind": {k: asdict(v) for k, v in self.agreement_by_kind.items()},
             "agreement_by_task": {
-                "threshold": self.agreement_by_task()[0],
-                "tasks": {k: asdict(v) for k, v in self.agreement_by_task()[1].items()},
+                "threshold": task_threshold,
+                "tasks": {k: asdict(v) for k, v in by_task.items()},
             },
             "replay_mismatches": self.replay_mismatches,
             "reward_on_real": asdict(self.reward_on_real) if self.reward_on_real else None,

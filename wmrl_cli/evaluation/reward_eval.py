@@ -11,7 +11,7 @@ reaches the threshold.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ class LabelledFrames:
     frames: np.ndarray  # uint8 [N,H,W,3]
     labels: np.ndarray  # bool [N]
     task_ids: np.ndarray  # int64 [N]
-    episode_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # int64 [N]
+    episode_ids: np.ndarray  # int64 [N]
 
 
 def labelled_frames(store: EpisodeStore, ids: list[int]) -> LabelledFrames:

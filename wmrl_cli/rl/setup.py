@@ -289,6 +289,16 @@ def load_policy(inputs: Inputs, device: str):
     return from_pretrained(inputs.policy, device=device, dtype=dtype, unnorm_key=inputs.unnorm_key)
 
 
+def load_imagining_world_model(
+    path: Path, height: int, width: int, cfg: RunConfig, device: str
+) -> WorldModel:
+    """`load_any_world_model` in eval mode, its forward passes in `cfg.precision`: the world
+    model as imagination runs it (RL, `eval --world-model`, co-evolve's check)."""
+    world_model = load_any_world_model(path, height, width, cfg, device).eval()
+    world_model.autocast_dtype = resolve_precision(cfg.precision, device)
+    return world_model
+
+
 def build_imagined_env(
     cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None = None
 ) -> ImaginedEnv:
@@ -297,8 +307,7 @@ def build_imagined_env(
     inputs = inputs or resolve_inputs(cfg)
     entries, task_names = load_reset_set(cfg, inputs.reset_set)
     height, width = entries[0].reference.shape[:2]
-    world_model = load_any_world_model(inputs.world_model, height, width, cfg, device).eval()
-    world_model.autocast_dtype = resolve_precision(cfg.precision, device)
+    world_model = load_imagining_world_model(inputs.world_model, height, width, cfg, device)
     if cfg.compile_world_model:  # imagination only: nothing here saves the world model
         world_model.transformer = torch.compile(world_model.transformer)
     if cfg.world_model.num_inference_steps is not None:
