@@ -141,6 +141,12 @@ class WorldModelConfig(Section):
 class RewardModelConfig(Section):
     kind: Literal["resnet", "taskemb_resnet", "videomae"] = "resnet"
     path: str | None = None
+    source: Literal["model", "simulator"] = Field(
+        "model",
+        description="what judges success in the imagined env: the reward model, or (a "
+        "diagnostic control that costs real steps) the real simulator replaying each episode's "
+        "actions from the reset entry's stored state (envs/simulator_judged.py)",
+    )
     success_threshold: float | None = Field(
         None, ge=0.0, le=1.0, description="None: the threshold calibrated with the model (F1)"
     )

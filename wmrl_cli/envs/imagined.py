@@ -34,7 +34,7 @@ class ImaginedEnv:
     def __init__(
         self,
         world_model: WorldModel,
-        reward_model: RewardModel,
+        reward_model: RewardModel | None,
         reset_set: list[ResetEntry],
         task_names: list[str],
         num_envs: int,
@@ -52,6 +52,7 @@ class ImaginedEnv:
     ) -> None:
         """`action_transform` maps the policy's actions into the convention the world model was
         trained in (RLinf's LIBERO world models: LIBERO's gripper sign, as the real env).
+        Without a reward model every score is 0 (an env judged elsewhere: simulator_judged.py).
         `reward_task_ids[t]` is the reward model's id of the env's task t (None: the same)."""
         if not reset_set:
             raise WmrlError("the imagined env needs a non-empty reset set")
@@ -112,6 +113,8 @@ class ImaginedEnv:
     @torch.no_grad()
     def _score(self, frames: np.ndarray) -> np.ndarray:
         """Success probability of each frame [B,T]; clip models see the preceding history."""
+        if self.reward_model is None:
+            return np.zeros(frames.shape[:2], dtype=np.float32)
         task_ids = np.array([e.task_id for e in self._entries], dtype=np.int64)
         if self.reward_task_ids is not None:
             task_ids = self.reward_task_ids[task_ids]

@@ -18,6 +18,8 @@ class Rollout:
     images uint8 [B,T,H,W,3]: the observation each chunk was chosen from; tokens, logprobs
     [B,T,C,A]; values [B,T] (zeros without a critic); rewards [B,T] (summed over the chunk);
     dones [B,T]; success [B] (success_once); step_mask [B,T]: steps up to the first done.
+    model_success [B]: where the env is judged by the simulator and also runs a reward model
+    (envs/simulator_judged.py), the reward model's verdict on the same episodes; else None.
     """
 
     images: np.ndarray
@@ -31,6 +33,7 @@ class Rollout:
     step_mask: torch.Tensor
     episode_len: torch.Tensor  # env steps (actions) taken before the first done
     last_value: torch.Tensor  # [B] bootstrap value after the last step (0 when done)
+    model_success: torch.Tensor | None = None
 
 
 @torch.no_grad()
@@ -48,6 +51,7 @@ def collect_rollout(
     b = len(init_ids)
     images, tokens, logprobs, values, rewards, dones = [], [], [], [], [], []
     success = np.zeros(b, dtype=bool)
+    model_success: np.ndarray | None = None
     done = np.zeros(b, dtype=bool)
     steps = np.zeros(b, dtype=np.int64)
     for t in range(max_chunks):
@@ -70,6 +74,9 @@ def collect_rollout(
         if t == max_chunks - 1:
             ended = np.ones(b, dtype=bool)  # the step limit truncates whatever is still running
         success |= (result.success & valid).any(1)
+        if "model_success" in result.info:
+            verdict = (result.info["model_success"] & valid).any(1)
+            model_success = verdict if model_success is None else model_success | verdict
         rewards.append(torch.as_tensor(result.rewards.sum(1), dtype=torch.float32))
         dones.append(torch.as_tensor(ended | done))
         done |= ended
@@ -89,4 +96,5 @@ def collect_rollout(
         step_mask=valid_step_mask(done_t),
         episode_len=torch.as_tensor(steps),
         last_value=torch.zeros(b),
+        model_success=None if model_success is None else torch.as_tensor(model_success),
     )

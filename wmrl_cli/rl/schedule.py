@@ -62,6 +62,9 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
         if f.name == "instructions":
             parts[f.name] = [text for v in values for text in v]
             continue
+        if values[0] is None:  # an optional field no rollout of this env has
+            parts[f.name] = None
+            continue
         if f.name in _PAD or f.name == "step_mask":
             pad = False if f.name == "step_mask" else _PAD[f.name]
             values = [_pad_steps(v, steps, pad) for v in values]

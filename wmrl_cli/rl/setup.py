@@ -1,6 +1,6 @@
 """Assembling RL from the config: policy, world model, reward model, reset set, the env of this
-rank (imagined, or the real simulator with `algorithm.env=simulator`), and the real-simulator
-evaluation callback.
+rank (imagined; judged by the real simulator with `reward_model.source=simulator`; or the real
+simulator with `algorithm.env=simulator`), and the real-simulator evaluation callback.
 
 Each input is a wmrl run or model directory, a directory in a publisher's layout (told apart by
 its files), or the name of a published asset (`wmrl download --list`), found in `assets_dir`."""
@@ -21,6 +21,7 @@ from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.reset_set import ResetEntry, load_rlinf_reset_set, reset_set_from_store
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.interface import Env
+from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
 from wmrl_cli.envs.simulator_rl import SimulatorRLEnv
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.policies.registry import resolve_policy_dir
@@ -114,12 +115,15 @@ def resolve_inputs(cfg: RunConfig) -> Inputs:
 def _values(cfg: RunConfig) -> dict[str, str | None]:
     if cfg.algorithm.env == "simulator":
         return {"policy.name": cfg.policy.name}
-    return {
+    values = {
         "world_model.path": cfg.world_model.path,
         "reward_model.path": cfg.reward_model.path,
         "world_model.reset_set": cfg.world_model.reset_set,
         "policy.name": cfg.policy.name,
     }
+    if cfg.reward_model.source == "simulator" and not cfg.reward_model.path:
+        del values["reward_model.path"]  # optional: the simulator judges
+    return values
 
 
 def check_inputs(cfg: RunConfig) -> Inputs:
@@ -127,7 +131,7 @@ def check_inputs(cfg: RunConfig) -> Inputs:
     inputs = resolve_inputs(cfg)
     if cfg.algorithm.env == "simulator":
         check_simulator_rl(cfg)
-    elif cfg.algorithm.eval_trials:
+    elif cfg.algorithm.eval_trials or cfg.reward_model.source == "simulator":
         evaluation_simulator(cfg)
     return inputs
 
@@ -148,6 +152,11 @@ def check_simulator_rl(cfg: RunConfig) -> None:
             f"invalid value for '{unused[0]}': algorithm.env=simulator uses no world model, "
             "reward model or reset set"
         )
+    if cfg.reward_model.source == "simulator":
+        raise ConfigError(
+            "invalid value for 'reward_model.source': 'simulator' judges the imagined env; "
+            "algorithm.env=simulator is judged by the simulator already"
+        )
     sim = resolve_simulator(cfg.simulator)
     simulator_class(sim)
     alg = cfg.algorithm
@@ -159,13 +168,19 @@ def check_simulator_rl(cfg: RunConfig) -> None:
         )
 
 
-def build_simulator_env(cfg: RunConfig, num_envs: int) -> SimulatorRLEnv:
-    """The real simulator as the RL env of this rank: `num_envs` envs, episodes truncated at
-    `algorithm.max_episode_steps` by the simulator itself, terminated at success."""
+def rl_simulator(cfg: RunConfig, num_envs: int, max_steps: int | None = None) -> Env:
+    """`num_envs` real simulator envs as RL steps them: episodes truncated at `max_steps`
+    (default `algorithm.max_episode_steps`) by the simulator itself, terminated at success."""
+    limit = max_steps or cfg.algorithm.max_episode_steps
     sim_cfg = resolve_simulator(cfg.simulator).model_copy(
-        update={"max_steps": cfg.algorithm.max_episode_steps, "terminate_on_success": True}
+        update={"max_steps": limit, "terminate_on_success": True}
     )
-    sim = simulator_class(sim_cfg)(sim_cfg, num_envs)
+    return simulator_class(sim_cfg)(sim_cfg, num_envs)
+
+
+def build_simulator_env(cfg: RunConfig, num_envs: int) -> SimulatorRLEnv:
+    """The real simulator as the RL env of this rank (`algorithm.env=simulator`)."""
+    sim = rl_simulator(cfg, num_envs)
     return SimulatorRLEnv(
         sim,
         cfg.algorithm.sim_init_ids,
@@ -178,7 +193,20 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
     """The RL env `algorithm.env` names, with `num_envs` envs (one rank's share)."""
     if cfg.algorithm.env == "simulator":
         return build_simulator_env(cfg, num_envs)
-    return build_imagined_env(cfg, num_envs, device, inputs)
+    imagined = build_imagined_env(cfg, num_envs, device, inputs)
+    if cfg.reward_model.source == "model":
+        return imagined
+    # The control: imagined observations, the simulator's verdict; the reward model (if any)
+    # only recorded beside it.
+    threshold, imagined.threshold = imagined.threshold, float("inf")
+    # The simulator never truncates first: the imagined env's step count decides, as it does
+    # for keyframe entries recorded past the episode limit.
+    horizon = cfg.algorithm.max_episode_steps + max(e.step for e in imagined.reset_set)
+    sim = rl_simulator(cfg, num_envs, max_steps=min(horizon + 1, 10_000))
+    env = SimulatorJudgedEnv(imagined, sim, reward_coef=cfg.reward_model.reward_coef)
+    if imagined.reward_model is not None:
+        env.model_threshold = threshold
+    return env
 
 
 def evaluation_simulator(cfg: RunConfig) -> type:
@@ -316,10 +344,13 @@ def build_imagined_env(
         if not hasattr(world_model.config, "bf16_timesteps"):
             raise WmrlError("world_model.bf16_timesteps applies to Wan world models only")
         world_model.config.bf16_timesteps = True
-    reward_model = load_reward_model(inputs.reward_model).to(device)
+    reward_model = None
     threshold = cfg.reward_model.success_threshold
-    if threshold is None:
-        threshold = reward_model.threshold if reward_model.threshold is not None else 0.9
+    if inputs.reward_model is not None:  # None: reward_model.source=simulator judges alone
+        reward_model = load_reward_model(inputs.reward_model).to(device)
+        if threshold is None and reward_model.threshold is not None:
+            threshold = reward_model.threshold
+    threshold = 0.9 if threshold is None else threshold
     return ImaginedEnv(
         world_model,
         reward_model,
@@ -336,7 +367,9 @@ def build_imagined_env(
         zero_first_baseline=cfg.reward_model.first_step_baseline == "zero",
         noise_seed=cfg.world_model.noise_seed,
         kir_step_reset=cfg.algorithm.kir_step_reset,
-        reward_task_ids=reward_task_ids(cfg, reward_model.kind, inputs.reward_model),
+        reward_task_ids=None
+        if reward_model is None
+        else reward_task_ids(cfg, reward_model.kind, inputs.reward_model),
     )
 
 

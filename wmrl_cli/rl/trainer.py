@@ -351,7 +351,7 @@ class PolicyTrainer:
         mask = ro.step_mask
         adv_stats = masked_stats(adv, mask & keep[:, None])
         returns = (ro.rewards * mask).sum(1)
-        return {
+        metrics = {
             "rollout/advantages_max": float(adv_stats["max"]),
             "rollout/advantages_mean": float(adv_stats["mean"]),
             "rollout/advantages_min": float(adv_stats["min"]),
@@ -362,6 +362,13 @@ class PolicyTrainer:
             "env/reward": float(masked_mean(ro.rewards, mask)),
             "env/success_once": float(ro.success.float().mean()),
         }
+        if ro.model_success is not None:  # the reward model judged beside the simulator
+            model, real = ro.model_success, ro.success
+            metrics["env/model_success_once"] = float(model.float().mean())
+            metrics["env/model_agreement"] = float((model == real).float().mean())
+            metrics["env/model_false_success"] = float((model & ~real).float().mean())
+            metrics["env/model_missed_success"] = float((~model & real).float().mean())
+        return metrics
 
     def _observe_outcomes(self, global_ids: list[list[int]], ro: Rollout) -> None:
         """Feed every rank's training outcomes, in global order, to the reset sampler."""

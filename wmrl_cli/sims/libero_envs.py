@@ -146,11 +146,14 @@ class LiberoEnvs:
 
     # -- env API --------------------------------------------------------------------------
     def reset(
-        self, init_ids: list[int], sim_states: list[np.ndarray | None] | None
+        self,
+        init_ids: list[int],
+        sim_states: list[np.ndarray | None] | None,
+        seeds: list[int] | None = None,
     ) -> dict[str, Any]:
         """Reset slot i to init_ids[i]: task and trial from the id, the trial's fixed init
         state, then the settling steps; a given sim state (keyframe reset) replaces the init
-        state and the settling steps."""
+        state and the settling steps. `seeds` are unused: a LIBERO state holds everything."""
         if len(init_ids) != len(self.slots):
             raise ValueError(f"reset got {len(init_ids)} init ids for {len(self.slots)} envs")
         n_tasks = len(self.suite.task_files)

@@ -158,10 +158,15 @@ class MetaWorldEnvs:
 
     # -- env API --------------------------------------------------------------------------
     def reset(
-        self, init_ids: list[int], sim_states: list[np.ndarray | None] | None
+        self,
+        init_ids: list[int],
+        sim_states: list[np.ndarray | None] | None,
+        seeds: list[int] | None = None,
     ) -> dict[str, Any]:
-        """Reset slot i to init_ids[i]: task = init_id % num_tasks, seed = base_seed + init_id;
-        then, where given, restore an exact simulator state (keyframe resets)."""
+        """Reset slot i to init_ids[i]: task = init_id % num_tasks, seed = base_seed + init_id
+        (or `seeds[i]`: an episode recorded under another base seed); then, where given, restore
+        an exact simulator state (keyframe resets). The seed fixes the goal, which the stored
+        MuJoCo state does not hold."""
         if len(init_ids) != len(self.slots):
             raise ValueError(f"reset got {len(init_ids)} init ids for {len(self.slots)} envs")
         n_tasks = len(self.suite.tasks)
@@ -170,7 +175,7 @@ class MetaWorldEnvs:
             env = slot.env
             # Sample the initial object/goal layout from the episode seed, then freeze it.
             env._freeze_rand_vec, env.seeded_rand_vec = False, True
-            env.seed(self.base_seed + init_id)
+            env.seed(self.base_seed + init_id if seeds is None else int(seeds[i]))
             proprio, _ = env.reset()
             env._freeze_rand_vec = True
             state = sim_states[i] if sim_states is not None else None

@@ -135,7 +135,14 @@ class ShardedEnvs:
             sim_states=[s for p in parts for s in p["sim_states"]],
         )
 
-    def reset(self, init_ids: list[int], sim_states: list[np.ndarray | None] | None = None) -> Obs:
+    def reset(
+        self,
+        init_ids: list[int],
+        sim_states: list[np.ndarray | None] | None = None,
+        seeds: list[int] | None = None,
+    ) -> Obs:
+        """`seeds` (simulators that seed episodes, Meta-World): per env, the seed to use instead
+        of the one its init id implies."""
         if len(init_ids) != self.num_envs:
             raise ValueError(f"reset needs {self.num_envs} init ids, got {len(init_ids)}")
         payloads = [
@@ -143,6 +150,7 @@ class ShardedEnvs:
                 [int(init_ids[i]) for i in idx],
                 None if sim_states is None else [sim_states[i] for i in idx],
             )
+            + (() if seeds is None else ([int(seeds[i]) for i in idx],))
             for idx in self._bounds
         ]
         return self._obs(self._broadcast("reset", payloads))

@@ -1,0 +1,153 @@
+"""The imagined env judged by the real simulator (`reward_model.source=simulator`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tests.conftest import small_sim_config
+from tests.test_train_policy import args, assets  # noqa: F401  (the module's fixture)
+from wmrl_cli.cli.app import app
+from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.data.reset_set import reset_set_from_store
+from wmrl_cli.envs.imagined import ImaginedEnv
+from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def judged_parts(tmp_path_factory, expert_episodes):
+    """The mw3 expert episodes (recorded with seeds 7, 8, 9) as a reset set, and an untrained
+    tiny world model at their 32x32."""
+    store = EpisodeStore(tmp_path_factory.mktemp("judged"))
+    store.add(expert_episodes)
+    entries = reset_set_from_store(store, [0, 1, 2], [])
+    torch.manual_seed(0)
+    config = OpenSoraWorldModelConfig.tiny()
+    config.transformer.action_dim = 4
+    config.num_inference_steps = 1
+    config.height = config.width = 32
+    return OpenSoraWorldModel(config).eval(), entries
+
+
+def test_the_simulator_replays_from_each_entry_and_decides_success(
+    judged_parts, expert_episodes
+) -> None:
+    world_model, entries = judged_parts
+    imagined = ImaginedEnv(
+        world_model, None, entries, ["a", "b", "c"], 3, 120, success_threshold=float("inf")
+    )
+    # A simulator seeded unlike the recording: the entries' own seeds must restore the goals.
+    sim = MetaWorldSim(small_sim_config(max_steps=120, seed=12345, terminate_on_success=True))
+    env = SimulatorJudgedEnv(imagined, sim, reward_coef=5.0)
+    try:
+        obs = env.reset([0, 1, 2])
+        first_success = [int(np.argmax(e.success)) for e in expert_episodes]
+        assert all(e.success.any() for e in expert_episodes)
+        length = max(first_success) + 1
+        actions = np.zeros((3, length + (-length) % 8, 4), np.float32)
+        for i, e in enumerate(expert_episodes):
+            actions[i, : e.length] = e.actions[: actions.shape[1]]
+        total, ended_at = np.zeros(3), np.full(3, -1)
+        for k in range(actions.shape[1] // 8):
+            result = env.chunk_step(actions[:, k * 8 : (k + 1) * 8])
+            # The policy sees the world model's frames; the simulator's never leave the env.
+            assert np.array_equal(result.obs.images, result.frames[:, -1])
+            total += result.rewards.sum(1)
+            for i in np.flatnonzero(result.success.any(1)):
+                ended_at[i] = k * 8 + int(np.argmax(result.success[i]))
+                assert result.terminated[i, -1] or result.terminated[i].any()
+        # Each recorded episode's actions succeed in the replay at the step they did when
+        # recorded, once, earning reward_coef.
+        assert ended_at.tolist() == first_success
+        assert total.tolist() == [5.0, 5.0, 5.0]
+        assert obs.images.shape == (3, 32, 32, 3)
+    finally:
+        env.close()
+
+
+def test_entries_without_simulator_state_are_refused(judged_parts) -> None:
+    world_model, entries = judged_parts
+    stateless = [entries[0].__class__(**{**entries[0].__dict__, "sim_state": None})]
+    imagined = ImaginedEnv(world_model, None, stateless, ["a"], 1, 16)
+    with pytest.raises(WmrlError, match="stored simulator state"):
+        SimulatorJudgedEnv(imagined, object())
+
+
+def _rows(path):
+    return [json.loads(line) for line in (path / "metrics.jsonl").open()]
+
+
+def test_train_policy_judged_by_the_simulator_counts_real_steps(assets, tmp_path) -> None:  # noqa: F811
+    judged = ["--set", "reward_model.source=simulator"]
+    with_rm = args(assets, tmp_path / "with-rm", 2, algo="grpo")
+    at = with_rm.index("--reward-model")
+    without_rm = args(assets, tmp_path / "judged", 2, algo="grpo")
+    del without_rm[at : at + 2]
+    result = runner.invoke(app, [*without_rm, *judged])
+    assert result.exit_code == 0, result.output
+    rows = _rows(tmp_path / "judged")
+    lengths = [4 * r["env/episode_len"] for r in rows]
+    assert [r["env/real_steps"] for r in rows] == list(np.cumsum(lengths))
+    assert "time/simulator" in rows[0] and "env/model_agreement" not in rows[0]
+
+    # With a reward model too, its verdict on the same episodes is logged beside the truth.
+    result = runner.invoke(app, [*with_rm, *judged])
+    assert result.exit_code == 0, result.output
+    row = _rows(tmp_path / "with-rm")[-1]
+    parts = row["env/model_false_success"] + row["env/model_missed_success"]
+    assert row["env/model_agreement"] == pytest.approx(1.0 - parts)
+
+
+def test_simulator_source_is_refused_in_the_simulator(assets, tmp_path) -> None:  # noqa: F811
+    from tests.test_train_policy import sim_args
+
+    base = sim_args(assets, tmp_path / "x", 1)
+    result = runner.invoke(app, [*base, "--set", "reward_model.source=simulator"])
+    assert result.exit_code == 2 and "reward_model.source" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_keyframes_past_the_episode_limit_truncate_like_the_imagined_env(
+    tmp_path, expert_episodes
+) -> None:
+    """A keyframe recorded at step 96 with a 64-step limit: one chunk, then truncation, as in
+    the imagined env (the simulator, built with a longer limit, never truncates first)."""
+    from wmrl_cli.data.kir import Keyframe
+
+    store = EpisodeStore(tmp_path / "store")
+    store.add(expert_episodes)
+    entries = reset_set_from_store(store, [0], [Keyframe(0, 96, "stall")])
+    torch.manual_seed(0)
+    config = OpenSoraWorldModelConfig.tiny()
+    config.transformer.action_dim, config.num_inference_steps = 4, 1
+    config.height = config.width = 32
+    imagined = ImaginedEnv(
+        OpenSoraWorldModel(config).eval(),
+        None,
+        entries,
+        ["a"],
+        2,
+        64,
+        success_threshold=float("inf"),
+    )
+    sim = MetaWorldSim(small_sim_config(max_steps=64 + 96 + 1, terminate_on_success=True), 2)
+    env = SimulatorJudgedEnv(imagined, sim)
+    try:
+        env.reset([0, 1])  # the episode's start, its keyframe
+        still = np.zeros((2, 8, 4), np.float32)
+        first = env.chunk_step(still)
+        assert first.truncated[:, -1].tolist() == [False, True]
+        assert first.info["valid"].all()
+        second = env.chunk_step(still)
+        assert not second.info["valid"][1].any() and not second.truncated[1].any()
+    finally:
+        env.close()

@@ -1,0 +1,104 @@
+"""The imagined env judged by the real simulator (`reward_model.source=simulator`): a control.
+
+The policy sees only what the world model imagines, as in RL in imagination; but every chunk
+of actions it takes is also executed in the real simulator, started from the reset entry's
+stored state and seed, and success, termination and truncation come from the simulator, not
+from a reward model. So the reward is exact and the only thing learned in the loop is the
+world model's dynamics: if RL in imagination improves the real policy with this reward and
+not with the reward model's, the reward model is what breaks the chain; if it fails with
+both, the world model's dynamics are.
+
+The simulator's steps are real environment steps (`real`, counted in `env/real_steps`): a
+diagnostic, never the product's recipe. Where a reward model is also given, its verdict on
+the imagined frames is kept beside the simulator's (`info["model_success"]`), so a run
+measures how often the reward model agrees with the truth on the policy's own rollouts as the
+policy changes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from wmrl_cli.envs.imagined import ImaginedEnv
+from wmrl_cli.envs.interface import ChunkResult, Obs
+from wmrl_cli.errors import WmrlError
+
+
+class SimulatorJudgedEnv:
+    real = True  # the simulator's steps are real environment steps (env/real_steps)
+
+    def __init__(self, imagined: ImaginedEnv, sim, reward_coef: float = 5.0) -> None:
+        """`imagined` must never end an episode on its own reward model (success threshold
+        above every score) so that only the simulator decides success; `sim` holds as many
+        envs, terminates on success and truncates no earlier than the imagined env, whose step
+        count (keyframe entries: from their step or from 0, `kir_step_reset`) decides
+        truncation."""
+        entries = enumerate(imagined.reset_set)
+        missing = [i for i, e in entries if e.sim_state is None or e.seed is None]
+        if missing:
+            raise WmrlError(
+                f"reward_model.source=simulator needs reset entries with a stored simulator "
+                f"state and seed (a wmrl episode store); entry {missing[0]} has none"
+            )
+        if sim.num_envs != imagined.num_envs:
+            raise ValueError(f"{sim.num_envs} simulator envs for {imagined.num_envs} imagined")
+        self.imagined, self.sim = imagined, sim
+        self.num_envs = imagined.num_envs
+        self.action_dim = imagined.action_dim
+        self.task_names = imagined.task_names
+        self.reset_set = imagined.reset_set
+        self.entry_task_ids = imagined.entry_task_ids
+        self.reward_coef = reward_coef
+        self.model_threshold: float | None = None  # set: the reward model's verdict is recorded
+        self._sim_time = 0.0
+
+    def pop_timings(self) -> dict[str, float]:
+        out = dict(self.imagined.pop_timings(), simulator=self._sim_time)
+        self._sim_time = 0.0
+        return out
+
+    def reset(self, init_ids: list[int], sim_states: list | None = None) -> Obs:
+        obs = self.imagined.reset(init_ids)
+        entries = [self.reset_set[i] for i in init_ids]
+        t0 = time.perf_counter()
+        # The task is init_id % num_tasks: the task id itself is such an init id; the seed and
+        # the state come from the entry.
+        self.sim.reset(
+            [e.task_id for e in entries],
+            [e.sim_state for e in entries],
+            seeds=[e.seed for e in entries],
+        )
+        self._sim_time += time.perf_counter() - t0
+        self._done = np.zeros(self.num_envs, dtype=bool)
+        return obs
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkResult:
+        imagined = self.imagined.chunk_step(actions)
+        t0 = time.perf_counter()
+        real = self.sim.chunk_step(np.asarray(actions, dtype=np.float32))
+        self._sim_time += time.perf_counter() - t0
+        was_done = self._done.copy()
+        valid = real.info["valid"] & imagined.info["valid"] & ~was_done[:, None]
+        success = real.success & valid
+        terminated = real.terminated & valid
+        ends_now = terminated.any(axis=1)
+        truncated = imagined.truncated & ~ends_now[:, None] & ~was_done[:, None]
+        rewards = np.where(success, self.reward_coef, 0.0).astype(np.float32)
+        info = {"valid": valid, "scores": imagined.info["scores"]}
+        if self.model_threshold is not None:
+            info["model_success"] = (imagined.info["scores"] >= self.model_threshold) & valid
+        self._done = was_done | ends_now | truncated.any(axis=1)
+        return ChunkResult(
+            obs=imagined.obs,
+            frames=imagined.frames,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            success=success,
+            info=info,
+        )
+
+    def close(self) -> None:
+        self.sim.close()
