@@ -361,6 +361,56 @@ def test_simulator_env_restores_groups_that_reset_apart() -> None:
     assert [s.tolist() for s in obs.sim_states] == [[103, 0], [103, 0], [104, 2], [104, 2]]
 
 
+def test_stored_starts_restore_the_recorded_scene_and_count_steps_as_imagination(
+    expert_episodes,
+) -> None:
+    """`--env simulator --reset-set STORE`: an entry starts in its recorded state (the recorded
+    frame, the recorded actions reach the recorded success), and a keyframe entry counts its
+    steps from the recorded step, so it is truncated where the imagined env truncates it."""
+    from tests.conftest import small_sim_config
+    from wmrl_cli.data.kir import Keyframe
+    from wmrl_cli.data.reset_set import reset_set_from_store
+    from wmrl_cli.envs.simulator_rl import StoredStartsSimulatorEnv
+    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+
+    class Store:  # the two lookups reset_set_from_store makes
+        def load(self, i):
+            return expert_episodes[i]
+
+    episode = expert_episodes[1]
+    entries = reset_set_from_store(Store(), [1], [Keyframe(1, 8, "stall")])
+    assert [e.step for e in entries] == [0, 8]
+    cfg = small_sim_config(max_steps=200, terminate_on_success=True, seed=123)  # seeds: entries'
+    with StoredStartsSimulatorEnv(MetaWorldSim(cfg, num_envs=2), entries, ["a"] * 3, 16) as env:
+        obs = env.reset([0, 1])
+        assert np.array_equal(obs.images[0], episode.frames[0])
+        assert np.array_equal(obs.images[1], episode.frames[8])
+        # the keyframe entry ends after one chunk (8 + 8 >= 16), the start after two
+        first = env.chunk_step(np.stack([episode.actions[:8], episode.actions[8:16]]))
+        assert first.truncated[:, -1].tolist() == [False, True]
+        assert not first.success.any()
+        second = env.chunk_step(np.stack([episode.actions[8:16], episode.actions[16:24]]))
+        assert second.truncated[:, -1].tolist() == [True, False]
+        assert not second.info["valid"][1].any()
+        # from the start with no step limit, the recorded actions succeed where they did
+        env.max_steps = 10_000
+        env.reset([0, 0])
+        chunks = [episode.actions[t : t + 8] for t in range(0, episode.length, 8)]
+        successes = [env.chunk_step(np.stack([c, c])).success[0] for c in chunks]
+    first_success = np.concatenate(successes).argmax()
+    assert np.concatenate(successes).any() and first_success == episode.length - 1
+
+
+def test_simulator_from_a_reset_set_runs_and_counts_real_steps(assets, tmp_path) -> None:
+    out = tmp_path / "stored"
+    result = runner.invoke(app, [*sim_args(assets, out, 2), "--reset-set", str(assets / "demos")])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    lengths = [4 * r["env/episode_len"] for r in rows]
+    assert [r["env/real_steps"] for r in rows] == list(np.cumsum(lengths))
+    assert all(0 < r["env/episode_len"] <= 16 for r in rows)
+
+
 def test_simulator_rejects_imagined_inputs_and_overlapping_seeds(assets, tmp_path) -> None:
     base = sim_args(assets, tmp_path / "x", 1)
     wm = runner.invoke(app, [*base, "--world-model", str(assets / "wm")])

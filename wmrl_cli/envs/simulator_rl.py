@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from wmrl_cli.envs.interface import ChunkResult, Env, Obs
+from wmrl_cli.errors import WmrlError
 
 
 class SimulatorRLEnv:
@@ -83,6 +84,109 @@ class SimulatorRLEnv:
         self.sim.close()
 
     def __enter__(self) -> SimulatorRLEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StoredStartsSimulatorEnv:
+    """The real simulator started from a reset set's stored states: `algorithm.env=simulator`
+    with `world_model.reset_set` (a wmrl episode store with its keyframes).
+
+    It keeps everything of RL in imagination except the world model and the reward model: the
+    same starts (episode starts and KIR keyframes, restored exactly from the stored MuJoCo
+    state and seed), the same step counting (a keyframe entry counts from its recorded step,
+    or from 0 with `kir_step_reset`) and truncation at `max_steps`, the same reward on the step
+    that reaches success. So a run in it against a run in imagination from the same reset set
+    separates the start distribution from the world model: if this one does not improve the
+    real policy either, the starts are what deny GRPO its signal.
+
+    `sim` must terminate on success and never truncate first (its limit above every entry's
+    step plus `max_steps`): truncation is counted here, as the imagined env counts it.
+    """
+
+    real = True  # its steps are real environment steps (env/real_steps)
+
+    def __init__(
+        self,
+        sim: Env,
+        entries: list,
+        task_names: list[str],
+        max_steps: int,
+        kir_step_reset: bool = False,
+        reward_coef: float = 5.0,
+    ) -> None:
+        missing = [i for i, e in enumerate(entries) if e.sim_state is None or e.seed is None]
+        if missing:
+            raise WmrlError(
+                f"algorithm.env=simulator with a reset set needs entries with a stored simulator "
+                f"state and seed (a wmrl episode store); entry {missing[0]} has none"
+            )
+        self.sim = sim
+        self.num_envs = sim.num_envs
+        self.action_dim = sim.action_dim
+        self.task_names = task_names
+        self.reset_set = entries
+        self.entry_task_ids = [e.task_id for e in entries]
+        self.max_steps = max_steps
+        self.kir_step_reset = kir_step_reset
+        self.reward_coef = reward_coef
+        self.timings = {"simulator": 0.0}
+
+    def pop_timings(self) -> dict[str, float]:
+        out, self.timings = self.timings, {"simulator": 0.0}
+        return out
+
+    def reset(self, init_ids: list[int], sim_states: list | None = None) -> Obs:
+        entries = [self.reset_set[i] for i in init_ids]
+        t0 = time.perf_counter()
+        # The task is init_id % num_tasks, so the task id itself serves as the init id. An
+        # episode start is a plain reset with the entry's seed: it shows the frame the policy
+        # saw at the start of its episodes (Meta-World renders its reset before the kinematics
+        # are recomputed; restoring the stored start state moves the drawn arm), with the
+        # same dynamics.
+        if sim_states is None:
+            sim_states = [e.sim_state if e.is_keyframe else None for e in entries]
+        obs = self.sim.reset(
+            [e.task_id for e in entries], sim_states, seeds=[e.seed for e in entries]
+        )
+        self.timings["simulator"] += time.perf_counter() - t0
+        self._steps = np.array([0 if self.kir_step_reset else e.step for e in entries])
+        self._done = np.zeros(self.num_envs, dtype=bool)
+        return obs
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkResult:
+        t0 = time.perf_counter()
+        result = self.sim.chunk_step(np.asarray(actions, dtype=np.float32))
+        self.timings["simulator"] += time.perf_counter() - t0
+        c = result.success.shape[1]
+        was_done = self._done.copy()
+        valid = result.info["valid"] & ~was_done[:, None]
+        success = result.success & valid
+        terminated = result.terminated & valid
+        ends_now = terminated.any(axis=1)
+        steps_after = self._steps + c
+        truncated_now = ~ends_now & (steps_after >= self.max_steps) & ~was_done
+        truncated = np.zeros_like(terminated)
+        truncated[truncated_now, -1] = True
+        rewards = np.where(success, self.reward_coef, 0.0).astype(np.float32)
+        self._steps = np.where(was_done, self._steps, steps_after)
+        self._done = was_done | ends_now | truncated_now
+        return ChunkResult(
+            obs=result.obs,
+            frames=result.frames,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            success=success,
+            info=dict(result.info, valid=valid, sim_rewards=result.rewards),
+        )
+
+    def close(self) -> None:
+        self.sim.close()
+
+    def __enter__(self) -> StoredStartsSimulatorEnv:
         return self
 
     def __exit__(self, *exc: object) -> None:

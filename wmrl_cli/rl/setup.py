@@ -22,7 +22,7 @@ from wmrl_cli.data.reset_set import ResetEntry, load_rlinf_reset_set, reset_set_
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.interface import Env
 from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
-from wmrl_cli.envs.simulator_rl import SimulatorRLEnv
+from wmrl_cli.envs.simulator_rl import SimulatorRLEnv, StoredStartsSimulatorEnv
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.policies.registry import resolve_policy_dir
 from wmrl_cli.runtime import resolve_precision
@@ -114,7 +114,10 @@ def resolve_inputs(cfg: RunConfig) -> Inputs:
 
 def _values(cfg: RunConfig) -> dict[str, str | None]:
     if cfg.algorithm.env == "simulator":
-        return {"policy.name": cfg.policy.name}
+        values = {"policy.name": cfg.policy.name}
+        if cfg.world_model.reset_set:  # optional: start from its stored states
+            values["world_model.reset_set"] = cfg.world_model.reset_set
+        return values
     values = {
         "world_model.path": cfg.world_model.path,
         "reward_model.path": cfg.reward_model.path,
@@ -139,18 +142,17 @@ def check_inputs(cfg: RunConfig) -> Inputs:
 _IMAGINED_ONLY: dict[str, Callable[[RunConfig], str | None]] = {
     "world_model.path": lambda cfg: cfg.world_model.path,
     "reward_model.path": lambda cfg: cfg.reward_model.path,
-    "world_model.reset_set": lambda cfg: cfg.world_model.reset_set,
 }
 
 
 def check_simulator_rl(cfg: RunConfig) -> None:
     """RL in the real simulator: the simulator exists, and its training init ids stay clear of
-    the evaluation seeds."""
+    the evaluation seeds (a reset set's stored starts are the user's to keep apart)."""
     unused = [key for key, value in _IMAGINED_ONLY.items() if value(cfg)]
     if unused:
         raise ConfigError(
-            f"invalid value for '{unused[0]}': algorithm.env=simulator uses no world model, "
-            "reward model or reset set"
+            f"invalid value for '{unused[0]}': algorithm.env=simulator uses no world model or "
+            "reward model"
         )
     if cfg.reward_model.source == "simulator":
         raise ConfigError(
@@ -178,8 +180,24 @@ def rl_simulator(cfg: RunConfig, num_envs: int, max_steps: int | None = None) ->
     return simulator_class(sim_cfg)(sim_cfg, num_envs)
 
 
-def build_simulator_env(cfg: RunConfig, num_envs: int) -> SimulatorRLEnv:
-    """The real simulator as the RL env of this rank (`algorithm.env=simulator`)."""
+def build_simulator_env(
+    cfg: RunConfig, num_envs: int, inputs: Inputs | None = None
+) -> SimulatorRLEnv | StoredStartsSimulatorEnv:
+    """The real simulator as the RL env of this rank (`algorithm.env=simulator`): from fresh
+    training init ids, or, with `world_model.reset_set`, from that reset set's stored states
+    with imagination's step counting (the start-distribution control)."""
+    reset_set = inputs.reset_set if inputs is not None else cfg.world_model.reset_set
+    if reset_set:
+        entries, task_names = load_reset_set(cfg, Path(reset_set))
+        horizon = cfg.algorithm.max_episode_steps + max(e.step for e in entries)
+        return StoredStartsSimulatorEnv(
+            rl_simulator(cfg, num_envs, max_steps=min(horizon + 1, 10_000)),
+            entries,
+            task_names,
+            cfg.algorithm.max_episode_steps,
+            kir_step_reset=cfg.algorithm.kir_step_reset,
+            reward_coef=cfg.reward_model.reward_coef,
+        )
     sim = rl_simulator(cfg, num_envs)
     return SimulatorRLEnv(
         sim,
@@ -192,7 +210,7 @@ def build_simulator_env(cfg: RunConfig, num_envs: int) -> SimulatorRLEnv:
 def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None = None) -> Env:
     """The RL env `algorithm.env` names, with `num_envs` envs (one rank's share)."""
     if cfg.algorithm.env == "simulator":
-        return build_simulator_env(cfg, num_envs)
+        return build_simulator_env(cfg, num_envs, inputs)
     imagined = build_imagined_env(cfg, num_envs, device, inputs)
     if cfg.reward_model.source == "model":
         return imagined
