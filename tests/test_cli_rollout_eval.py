@@ -92,3 +92,33 @@ def test_eval_random_policy_and_bad_policy(tmp_path) -> None:
     assert json.loads((tmp_path / "report.json").read_text())["overall"] == 0.0
     bad = runner.invoke(app, ["eval", "--policy", str(tmp_path / "missing")])
     assert bad.exit_code == 1 and "unknown policy" in bad.output
+
+
+def test_eval_against_a_baseline_pairs_episodes(tmp_path) -> None:
+    expert = tmp_path / "expert"
+    result = runner.invoke(
+        app, ["eval", "--policy", "expert", "-n", "1", "--out", str(expert), *SMALL]
+    )
+    assert result.exit_code == 0, result.output
+    random = tmp_path / "random"
+    limit = ["--set", "simulator.max_steps=16"]
+    args = ["eval", "--policy", "random", "-n", "1", *limit, *SMALL, "--baseline", str(expert)]
+    result = runner.invoke(app, [*args, "--out", str(random)])
+    assert result.exit_code == 0, result.output
+    comparison = json.loads((random / "report.json").read_text())["baseline"]
+    overall = comparison["overall"]
+    assert overall["episodes"] == 3 and overall["rate_a"] == 1.0 and overall["rate_b"] == 0.0
+    assert overall["difference"] == overall["low"] == overall["high"] == -1.0
+    assert len(comparison["per_task"]) == 3
+    assert "-100.0 [-100.0, -100.0]" in (random / "report.md").read_text()
+    # bad baselines: one line, nothing written
+    (tmp_path / "notes.txt").write_text("not a report")
+    bad = runner.invoke(
+        app, [*args[:-1], str(tmp_path / "notes.txt"), "--out", str(tmp_path / "bad")]
+    )
+    assert bad.exit_code == 1 and "not a policy evaluation report" in bad.output
+    assert "Traceback" not in bad.output and not (tmp_path / "bad").exists()
+    other_suite = [a if a != "mw3" else "mw2" for a in args]
+    bad = runner.invoke(app, [*other_suite, "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 1 and "evaluated mw3, this run mw2" in bad.output
+    assert not (tmp_path / "bad").exists()

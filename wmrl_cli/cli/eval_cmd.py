@@ -55,6 +55,14 @@ DataOpt = Annotated[
         "(held-out episodes)."
     ),
 ]
+BaselineOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="An earlier `wmrl eval --policy` report (report.json or its run directory): also "
+        "report this run minus it, paired by episode, overall and per task, with bootstrap 95% "
+        "intervals."
+    ),
+]
 HorizonOpt = Annotated[
     int | None, typer.Option(help="With --world-model: open-loop horizon in steps (default 32).")
 ]
@@ -124,6 +132,7 @@ def eval_command(
     data: DataOpt = None,
     horizon: HorizonOpt = None,
     overwrite: OverwriteOpt = False,
+    baseline: BaselineOpt = None,
 ) -> None:
     """Evaluate a policy on every task x trial of a suite with fixed seeds (success_once); with --world-model, evaluate a world model's reliability on stored episodes instead."""  # noqa: E501
     if world_model is None and horizon is not None:
@@ -135,8 +144,14 @@ def eval_command(
             "--reward-model without --world-model evaluates the reward model on --data, not a "
             "policy: drop --policy"
         )
+    if baseline is not None and (world_model is not None or reward_model is not None):
+        raise WmrlError("--baseline compares policy evaluations: drop --world-model/--reward-model")
     check_out_dir(out, overwrite)
-    from wmrl_cli.evaluation.policy_eval import evaluate_policy
+    from wmrl_cli.evaluation.policy_eval import (
+        compare_with_baseline,
+        evaluate_policy,
+        load_baseline,
+    )
     from wmrl_cli.policies.registry import build_policy, policy_mismatches
     from wmrl_cli.sims.backends import (
         check_scripted_policy,
@@ -172,6 +187,11 @@ def eval_command(
         _eval_reward_model(cfg, data)
         return
     cfg.simulator = sim_cfg = resolve_simulator(cfg.simulator)
+    before = None if baseline is None else load_baseline(baseline)
+    if before is not None and before["suite"] != sim_cfg.suite:
+        raise WmrlError(
+            f"--baseline {baseline} evaluated {before['suite']}, this run {sim_cfg.suite}"
+        )
     check_scripted_policy(sim_cfg, cfg.policy.name)
     simulator = simulator_class(sim_cfg)  # LIBERO: fails here if it is not installed
     agent = build_policy(
@@ -204,9 +224,33 @@ def eval_command(
             fps=cfg.eval.video_fps,
             progress=cfg.logging.progress,
         )
+    if before is not None:
+        report.baseline = compare_with_baseline(report, before)
     report.save(run_dir)
     console.print(report.table())
+    if report.baseline is not None:
+        console.print(baseline_table(report.baseline))
     console.print(f"report: {run_dir / 'report.json'}")
+
+
+def baseline_table(comparison: dict):
+    from rich.table import Table
+
+    table = Table(title=f"against {comparison['path']} (paired, bootstrap 95%)")
+    for column in ("task", "episodes", "baseline", "this run", "difference [95%]"):
+        table.add_column(column, justify="left" if column == "task" else "right")
+    rows = [*comparison["per_task"].items(), ("overall", comparison["overall"])]
+    for i, (task, d) in enumerate(rows):
+        if i == len(rows) - 1:
+            table.add_section()
+        table.add_row(
+            task,
+            str(d["episodes"]),
+            f"{100 * d['rate_a']:.1f}%",
+            f"{100 * d['rate_b']:.1f}%",
+            f"{100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]",
+        )
+    return table
 
 
 def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:

@@ -12,7 +12,8 @@ from rich.table import Table
 from wmrl_cli.data.episodes import Episode, atomic_write_text
 from wmrl_cli.envs.interface import Env, Policy
 from wmrl_cli.envs.runner import iter_episodes
-from wmrl_cli.evaluation.stats import wilson_interval
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.evaluation.stats import paired_difference, wilson_interval
 from wmrl_cli.evaluation.videos import tile, upscale, write_mp4
 from wmrl_cli.logging import progress_task
 
@@ -36,6 +37,8 @@ class EvalReport:
     per_task: dict[str, float]
     overall: float
     episodes: list[EpisodeResult] = field(default_factory=list)
+    # `--baseline`: paired differences against an earlier evaluation (compare_with_baseline)
+    baseline: dict | None = None
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -72,11 +75,74 @@ class EvalReport:
         ]
         lines += [f"| {task} | {100 * rate:.1f}% |" for task, rate in self.per_task.items()]
         lines.append(f"| **overall** | **{self._overall()}** |")
+        if self.baseline is not None:
+            lines += ["", *baseline_markdown(self.baseline)]
         return "\n".join(lines) + "\n"
 
     def save(self, run_dir: Path) -> None:
         atomic_write_text(run_dir / "report.json", self.to_json())
         atomic_write_text(run_dir / "report.md", self.markdown())
+
+
+def load_baseline(path: Path) -> dict:
+    """An earlier `wmrl eval` report (its report.json, or the run directory holding it)."""
+    file = path / "report.json" if path.is_dir() else path
+    try:
+        report = json.loads(file.read_text())
+        episodes = [(int(e["init_id"]), bool(e["success"])) for e in report["episodes"]]
+        return {"path": str(path), "suite": str(report["suite"]), "episodes": episodes}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise WmrlError(
+            f"--baseline {path}: not a policy evaluation report (report.json of `wmrl eval "
+            f"--policy`): {exc.__class__.__name__}"
+        ) from None
+
+
+def compare_with_baseline(report: EvalReport, baseline: dict) -> dict:
+    """This evaluation minus the baseline's on the episodes (init ids, so seeds) both ran,
+    overall and per task: paired bootstrap differences (evaluation/stats.py)."""
+    if baseline["suite"] != report.suite:
+        raise WmrlError(
+            f"--baseline {baseline['path']} evaluated {baseline['suite']}, this run {report.suite}"
+        )
+    before = dict(baseline["episodes"])
+    after = {e.init_id: e.success for e in report.episodes}
+    shared = sorted(set(before) & set(after))
+    if not shared:
+        raise WmrlError(f"--baseline {baseline['path']} shares no episode (init id) with this run")
+    task_of = {e.init_id: e.task for e in report.episodes}
+
+    def difference(ids: list[int]) -> dict:
+        return paired_difference([before[i] for i in ids], [after[i] for i in ids]).to_dict()
+
+    per_task = {}
+    for task in report.per_task:
+        ids = [i for i in shared if task_of[i] == task]
+        if ids:
+            per_task[task] = difference(ids)
+    return {"path": baseline["path"], "overall": difference(shared), "per_task": per_task}
+
+
+def _difference_row(name: str, d: dict) -> str:
+    return (
+        f"| {name} | {d['episodes']} | {100 * d['rate_a']:.1f}% | {100 * d['rate_b']:.1f}% | "
+        f"{100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] |"
+    )
+
+
+def baseline_markdown(comparison: dict) -> list[str]:
+    lines = [
+        f"## Against the baseline {comparison['path']}",
+        "",
+        "Paired by episode (same init ids and seeds): this run minus the baseline, with the "
+        "percentile bootstrap 95% interval of the difference (points).",
+        "",
+        "| task | episodes | baseline | this run | difference [95%] |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [_difference_row(task, d) for task, d in comparison["per_task"].items()]
+    lines.append(_difference_row("**overall**", comparison["overall"]))
+    return lines
 
 
 def eval_init_ids(num_tasks: int, trials: int) -> list[int]:
