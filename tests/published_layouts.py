@@ -170,6 +170,15 @@ def write_resnet_rm(path: Path, width: int = 4, seed: int = 0) -> None:
     torch.save({k: v.clone() for k, v in model.state_dict().items()}, path)
 
 
+def write_taskemb_resnet_rm(path: Path, width: int = 4, num_tasks: int = 10, seed: int = 0) -> None:
+    """`taskemb_resnet_rm.pth` (LIBERO-Goal's): RLinf's TaskEmbedResnetRewModel state dict
+    (`visual_encoder.*`, `task_embedding.weight`, `fusion_layer.*`), plain tensors."""
+    torch.manual_seed(seed)
+    config = ResnetRewConfig(width=width, task_embedding=True, num_tasks=num_tasks)
+    model = build_resnet_reward_model(config)
+    torch.save({k: v.clone() for k, v in model.state_dict().items()}, path)
+
+
 def _frame(image: np.ndarray, action: np.ndarray, instruction: str) -> dict:
     return {"image": image, "instruction": instruction, "delta_action": action.astype(np.float32)}
 

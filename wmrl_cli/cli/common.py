@@ -39,6 +39,12 @@ OutOpt = Annotated[
         "resumes the run there; another configuration is refused, naming what differs.",
     ),
 ]
+AssetsDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Where `wmrl download` put the assets named (default: $WMRL_ASSETS or ./assets)."
+    ),
+]
 ResumeOpt = Annotated[
     bool,
     typer.Option(

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from wmrl_cli.cli.common import (
+    AssetsDirOpt,
     OutOpt,
     OverwriteOpt,
     PresetOpt,
@@ -88,12 +89,7 @@ def train_policy_command(
             "(the real one; needs only --policy). Config: algorithm.env.",
         ),
     ] = None,
-    assets_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Where `wmrl download` put the assets named (default: $WMRL_ASSETS or ./assets)."
-        ),
-    ] = None,
+    assets_dir: AssetsDirOpt = None,
     steps: Annotated[int | None, typer.Option(help="RL steps (rollout + update).")] = None,
     num_processes: Annotated[
         int, typer.Option(help="Processes (ranks) to launch; use 1 under accelerate launch.")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from wmrl_cli.cli.common import (
+    AssetsDirOpt,
     OutOpt,
     OverwriteOpt,
     PresetOpt,
@@ -16,6 +17,7 @@ from wmrl_cli.cli.common import (
     build_config,
     handle_errors,
 )
+from wmrl_cli.errors import ConfigError
 from wmrl_cli.logging import console
 
 
@@ -27,6 +29,22 @@ def train_reward_command(
     ] = None,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
     width: Annotated[int | None, typer.Option(help="ResNet base width (RLinf: 64).")] = None,
+    init: Annotated[
+        str | None,
+        typer.Option(
+            help="Fine-tune this reward model: a train-reward run or model directory, an RLinf "
+            "*rm.pth (or a folder holding one), or a published asset name."
+        ),
+    ] = None,
+    export_rlinf: Annotated[
+        Path | None,
+        typer.Option(
+            "--export-rlinf",
+            help="Then write the trained model as FOLDER/<the --init file's name> in its "
+            "published layout (RLinf's keys); an existing file of that name is replaced.",
+        ),
+    ] = None,
+    assets_dir: AssetsDirOpt = None,
     resume: ResumeOpt = False,
     overwrite: OverwriteOpt = False,
     out: OutOpt = None,
@@ -37,7 +55,14 @@ def train_reward_command(
     from rich.table import Table
 
     from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.rl.setup import reward_model_source
     from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir
+    from wmrl_cli.training.init_sources import (
+        export_reward_model,
+        load_init_reward_model,
+        resolve_init,
+        reward_export_path,
+    )
     from wmrl_cli.training.reward_trainer import train_reward_model
 
     cfg = build_config(
@@ -46,20 +71,37 @@ def train_reward_command(
         reward_model__kind=kind,
         reward_model__steps=steps,
         reward_model__width=width,
+        assets_dir=assets_dir,
         output_dir=out,
     )
     store = EpisodeStore.open(data)
+    source = target = model = None
+    if init is not None:  # loaded before the run directory is made: a bad file writes nothing
+        source = reward_model_source(resolve_init(init, cfg.assets_dir))
+        target = reward_export_path(source, export_rlinf)
+        model = load_init_reward_model(source, store)
+        width_ = model.config.width  # a ResNet: load_init_reward_model refuses VideoMAE
+        for option, given, own in (("--kind", kind, model.kind), ("--width", width, width_)):
+            if given is not None and given != own:
+                raise ConfigError(f"{option} {given}, but --init {init} has {own}")
+        cfg.reward_model.kind = model.kind
+        cfg.reward_model.width = width_
+    elif export_rlinf is not None:
+        raise ConfigError("--export-rlinf needs --init: the published reward model to go back to")
     run_dir = claim_run_dir(
         cfg,
         "train-reward",
         default=default_run_dir("train-reward", preset),
-        inputs={"data": data},
+        inputs={"data": data, "init": source},
         resume=resume,
         overwrite=overwrite,
     )
     configure_threads(cfg.num_threads)
     num_tasks = 1 + max(int(m["task_id"]) for m in store.index) if len(store) else 1
-    model_dir, metrics = train_reward_model(cfg, run_dir, store, num_tasks)
+    model_dir, metrics = train_reward_model(cfg, run_dir, store, num_tasks, init=model)
+    if target is not None and source is not None:
+        exported = export_reward_model(model_dir, source, target, store)
+        console.print(f"exported in the layout of {source} to {exported}")
     table = Table(title=f"reward model on held-out episodes -> {model_dir}")
     for column in ("threshold", "precision", "recall", "F1"):
         table.add_column(column, justify="right")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from wmrl_cli.cli.common import (
+    AssetsDirOpt,
     OutOpt,
     OverwriteOpt,
     PresetOpt,
@@ -16,6 +17,7 @@ from wmrl_cli.cli.common import (
     build_config,
     handle_errors,
 )
+from wmrl_cli.errors import ConfigError
 from wmrl_cli.logging import console
 
 
@@ -26,8 +28,28 @@ def train_wm_command(
         str | None, typer.Option(help="wan (WoVR/RLinf) or opensora (WMPO/RLinf STDiT3).")
     ] = None,
     init: Annotated[
-        Path | None, typer.Option(help="Start from this world model (skips the autoencoder).")
+        str | None,
+        typer.Option(
+            help="Start from this world model (skips the autoencoder): a train-wm run or model "
+            "directory, RLinf's Wan or OpenSora folder, or a published asset name."
+        ),
     ] = None,
+    export_rlinf: Annotated[
+        Path | None,
+        typer.Option(
+            "--export-rlinf",
+            help="Then write the trained world model into this new folder in the published "
+            "layout --init was loaded from (RLinf's files and key names).",
+        ),
+    ] = None,
+    gradient_checkpointing: Annotated[
+        bool,
+        typer.Option(
+            "--gradient-checkpointing",
+            help="Recompute the denoiser's activations in the backward pass: less memory.",
+        ),
+    ] = False,
+    assets_dir: AssetsDirOpt = None,
     steps: Annotated[int | None, typer.Option(help="Denoiser optimizer steps.")] = None,
     vae_steps: Annotated[
         int | None, typer.Option(help="Autoencoder steps when training from scratch.")
@@ -43,6 +65,12 @@ def train_wm_command(
 
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir, seed_everything
+    from wmrl_cli.training.init_sources import (
+        check_world_model_export,
+        export_world_model,
+        resolve_init,
+        world_model_backend,
+    )
     from wmrl_cli.training.world_model_trainer import WorldModelTrainer
 
     cfg = build_config(
@@ -51,25 +79,40 @@ def train_wm_command(
         world_model__backend=backend,
         world_model__steps=steps,
         world_model__vae_steps=vae_steps,
+        assets_dir=assets_dir,
         output_dir=out,
     )
     store = EpisodeStore.open(data)
     if len(store) == 0:
         raise typer.BadParameter(f"{data} holds no episodes")
     action_dim = int(store.load(0).actions.shape[1])
+    source = None
+    if init is not None:  # checked before the run directory is made
+        source = resolve_init(init, cfg.assets_dir)
+        own = world_model_backend(source)
+        if backend is not None and backend != own:
+            raise ConfigError(f"--backend {backend}, but --init {init} holds a {own} world model")
+        cfg.world_model.backend = own
+        check_world_model_export(source, export_rlinf)
+    elif export_rlinf is not None:
+        raise ConfigError("--export-rlinf needs --init: the published model to go back to")
     run_dir = claim_run_dir(
         cfg,
         "train-wm",
         default=default_run_dir("train-wm", preset),
-        inputs={"data": data, "init": init},
+        inputs={"data": data, "init": source},
         resume=resume,
         overwrite=overwrite,
     )
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
     trainer = WorldModelTrainer(cfg, run_dir, store, action_dim)
-    out_dir = trainer.run(resume=True, init=None if init is None else str(init))
+    trainer.gradient_checkpointing = gradient_checkpointing
+    out_dir = trainer.run(resume=True, init=source)
     console.print(f"world model saved to {out_dir}")
+    if export_rlinf is not None and source is not None:
+        exported = export_world_model(out_dir, source, export_rlinf)
+        console.print(f"exported in the layout of {source} to {exported}")
     reliability = out_dir / "reliability.json"
     if reliability.is_file():
         import json

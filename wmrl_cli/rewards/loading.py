@@ -11,8 +11,10 @@ A wmrl model directory holds config.json ({"kind": ..., config fields}) and mode
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
+import uuid
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -252,6 +254,48 @@ def save_reward_model(model: AnyRewardModel, directory: str | Path) -> Path:
     config = {"kind": model.kind, **model.config.to_dict()}
     (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
     return directory
+
+
+def export_reward_pth(model: AnyRewardModel, source: str | Path, target: str | Path) -> Path:
+    """Write a ResNet reward model as a `.pth` in the layout of the published file `source` it
+    was loaded from: the same container (a plain state dict, or one under `state_dict` /
+    `model_state_dict` / `model` beside the file's other entries), the same key names (wrapper
+    prefixes included), float tensors in float32 and integer buffers (BatchNorm's counters) in
+    theirs; a `threshold` entry, where the source has one, holds the model's calibrated
+    threshold. Written to a temporary file and renamed; returns `target`."""
+    source, target = Path(source), Path(target)
+    obj = safe_torch_load(source)
+    wrapper = None
+    if isinstance(obj, dict):
+        wrapper = next((k for k in _WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
+    raw = extract_state_dict(obj, source).state_dict
+    first = next(iter(obj[wrapper] if wrapper else obj))
+    prefix = first[: len(first) - len(next(iter(raw)))]
+    trained = _weights_module(model).state_dict()
+    if set(trained) != set(raw):
+        extra, absent = sorted(set(trained) - set(raw)), sorted(set(raw) - set(trained))
+        raise WmrlError(
+            f"the reward model does not match {source}: "
+            f"not in the file {_preview(extra)}; not in the model {_preview(absent)}"
+        )
+    state = {
+        prefix + k: trained[k].detach().to(torch.float32 if v.is_floating_point() else v.dtype)
+        for k, v in raw.items()
+    }
+    out: Any = state
+    if wrapper is not None:
+        out = dict(obj)
+        out[wrapper] = state
+        if "threshold" in out and model.threshold is not None:
+            out["threshold"] = float(model.threshold)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        torch.save(out, tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
 
 
 def _config_from(cls: type, values: dict, source: Path) -> Any:

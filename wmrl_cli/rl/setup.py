@@ -305,25 +305,10 @@ def load_any_world_model(
 ) -> WorldModel:
     """A wmrl world model (run or model directory) or a published one (RLinf's Wan or OpenSora
     directory, told apart by its files); frames of the reset set's size for published ones. A
-    damaged weights file is a one-line error."""
-    from safetensors import SafetensorError
+    damaged weights file is a one-line error. The same loader as `train-wm --init`'s."""
+    from wmrl_cli.training.world_model_trainer import load_init_world_model
 
-    from wmrl_cli.training.world_model_trainer import load_world_model
-    from wmrl_cli.world_models.published import load_published_world_model
-
-    if published_layout(path) is None:
-        return load_world_model(path, device=device)  # a damaged file: its loader's one line
-    try:
-        model = load_published_world_model(
-            path,
-            height=height,
-            width=width,
-            context_frames=cfg.world_model.context_frames,
-            chunk_size=cfg.simulator.chunk_size,
-        )
-    except SafetensorError as exc:
-        raise WmrlError(f"{path}: the world model's weights are unreadable ({exc})") from None
-    return model.to(device)
+    return load_init_world_model(path, height, width, cfg).to(device)
 
 
 def load_policy(inputs: Inputs, device: str):

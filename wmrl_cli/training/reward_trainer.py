@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,6 +23,9 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.reward_eval import labelled_frames, score_frames
 from wmrl_cli.logging import MetricsLogger, progress_task
 from wmrl_cli.rewards.calibration import BinaryMetrics, best_f1_threshold, binary_metrics
+
+if TYPE_CHECKING:
+    from wmrl_cli.rewards.loading import AnyRewardModel
 
 METRICS_FILE = "reward_metrics.json"
 
@@ -37,8 +41,14 @@ def random_shift(images: torch.Tensor, pad: int, rng: np.random.Generator) -> to
 
 
 def train_reward_model(
-    cfg: RunConfig, run_dir: Path, store: EpisodeStore, num_tasks: int
+    cfg: RunConfig,
+    run_dir: Path,
+    store: EpisodeStore,
+    num_tasks: int,
+    init: AnyRewardModel | None = None,
 ) -> tuple[Path, BinaryMetrics]:
+    """Train (or, from `init`, fine-tune) a ResNet reward model; (its directory, held-out
+    metrics at the F1-best threshold). A model to fine-tune keeps its kind and sizes."""
     from wmrl_cli.rewards.loading import save_reward_model
     from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
 
@@ -60,7 +70,7 @@ def train_reward_model(
                 "rollouts that succeed (e.g. with the expert policy)"
             )
     torch.manual_seed(cfg.simulator.seed)
-    model = build_resnet_reward_model(
+    model = init or build_resnet_reward_model(
         ResnetRewConfig(
             width=rc.width, task_embedding=rc.kind == "taskemb_resnet", num_tasks=max(num_tasks, 1)
         )

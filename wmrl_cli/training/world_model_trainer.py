@@ -100,18 +100,46 @@ def apply_objective(config: Any, cfg: RunConfig) -> None:
     config.action_guidance = wm.action_guidance
 
 
-def load_world_model(path: str | Path, device: str | None = None) -> WorldModel:
-    """A saved world model directory of either backend (config.json names the backend)."""
+def saved_world_model(path: str | Path) -> tuple[Path, str]:
+    """(the model directory, its backend) of a wmrl run or model directory, from config.json."""
     path = Path(path)
     directory = path / MODEL_DIR if (path / MODEL_DIR / "config.json").is_file() else path
     if not (directory / "config.json").is_file():
         raise WmrlError(f"{path}: no world model here (expected config.json or {MODEL_DIR}/)")
-    config = json.loads((directory / "config.json").read_text())
-    if "transformer" in config and "depth" in config["transformer"]:
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except json.JSONDecodeError as exc:
+        raise WmrlError(f"{directory / 'config.json'} is not valid JSON ({exc.msg})") from None
+    opensora = "depth" in (config.get("transformer") or {}) if isinstance(config, dict) else False
+    return directory, "opensora" if opensora else "wan"
+
+
+def load_world_model(path: str | Path, device: str | None = None) -> WorldModel:
+    """A saved world model directory of either backend (config.json names the backend)."""
+    directory, backend = saved_world_model(path)
+    if backend == "opensora":
         from wmrl_cli.world_models.opensora import OpenSoraWorldModel as model_cls
     else:
         from wmrl_cli.world_models.wan import WanWorldModel as model_cls
     return model_cls.from_pretrained(directory, device=device)
+
+
+def load_init_world_model(path: str | Path, height: int, width: int, cfg: RunConfig) -> WorldModel:
+    """The world model a run starts from (`--init`): a wmrl run or model directory as saved, or
+    a published folder (RLinf's Wan or OpenSora, world_models/published.py) predicting frames of
+    the episodes' size with the run's context and chunk lengths, as train-policy loads it."""
+    from safetensors import SafetensorError
+
+    from wmrl_cli.world_models.published import load_published_world_model, published_layout
+
+    if published_layout(path) is None:
+        return load_world_model(path)
+    try:
+        return load_published_world_model(
+            path, height, width, cfg.world_model.context_frames, cfg.simulator.chunk_size
+        )
+    except SafetensorError as exc:
+        raise WmrlError(f"{path}: the world model's weights are unreadable ({exc})") from None
 
 
 def calibrate_latents(model: WorldModel, clips: torch.Tensor) -> None:
@@ -164,6 +192,9 @@ class WorldModelTrainer:
     # What `time_limit_min` is measured on: wall-clock time (a benchmark on a shared machine may
     # count the process's CPU time instead).
     clock = staticmethod(time.time)
+    # Recompute each denoiser block's activations in the backward pass (less memory, the same
+    # gradients): `wmrl train-wm --gradient-checkpointing`.
+    gradient_checkpointing = False
 
     def __init__(self, cfg: RunConfig, run_dir: Path, store: EpisodeStore, action_dim: int):
         self.cfg, self.wm, self.run_dir, self.store = cfg, cfg.world_model, run_dir, store
@@ -299,7 +330,7 @@ class WorldModelTrainer:
                     break
         return report
 
-    def run(self, resume: bool = True, init: str | None = None) -> Path:
+    def run(self, resume: bool = True, init: str | Path | None = None) -> Path:
         self.t_run = self.clock()  # `time_limit_min` counts the whole run, autoencoder included
         autocast_dtype = resolve_precision(self.cfg.precision, "cpu")  # models train on the CPU
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
@@ -308,7 +339,13 @@ class WorldModelTrainer:
             model = load_world_model(checkpoint / "model")
         elif init is not None:
             self.logger = self._open_logger(0)  # an attempt before any checkpoint starts over
-            model = load_world_model(init)
+            height, width = self.train.episodes[0].frames.shape[1:3]
+            model = load_init_world_model(init, height, width, self.cfg)
+            if model.action_dim != self.action_dim:
+                raise WmrlError(
+                    f"{init} takes {model.action_dim}-dimensional actions, the episodes in "
+                    f"{self.store.root} have {self.action_dim}"
+                )
         else:
             self.logger = self._open_logger(0)
             model = build_world_model(self.cfg, self.action_dim)
@@ -320,6 +357,7 @@ class WorldModelTrainer:
         # The training objective is the run's, also when starting from another model.
         apply_objective(model.config, self.cfg)
         model.autocast_dtype = autocast_dtype
+        model.transformer.gradient_checkpointing = self.gradient_checkpointing
         model.vae.requires_grad_(False)
         ema = {n: p.detach().clone() for n, p in model.transformer.named_parameters()}
         optimizer = torch.optim.AdamW(

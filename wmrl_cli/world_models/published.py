@@ -45,8 +45,9 @@ def published_layout(path: str | Path) -> str | None:
     return None
 
 
-def _dit_checkpoint(directory: Path) -> Path:
-    """The index when the DiT is sharded, else the one safetensors file beside the VAE."""
+def weights_checkpoint(directory: Path) -> Path:
+    """The index when the DiT (or STDiT3) is sharded, else the one safetensors file beside the
+    VAE."""
     indexes = sorted(directory.glob("*.safetensors.index.json"))
     if indexes:
         return indexes[0]
@@ -142,7 +143,7 @@ def load_published_world_model(
         model: WorldModel = load_rlinf_opensora_world_model(directory, config=base)
     elif layout == RLINF_WAN:
         # The DiT and VAE are read once each; their sizes come from the tensors.
-        dit_state = read_dit_state_dict(_dit_checkpoint(directory))
+        dit_state = read_dit_state_dict(weights_checkpoint(directory))
         vae_state = read_vae_state_dict(directory / WAN_VAE_FILE)
         config = replace(
             WanWorldModelConfig.full(),

@@ -1,0 +1,178 @@
+"""What `wmrl train-wm --init` and `wmrl train-reward --init` start from, and the way back to
+the publisher's layout (`--export-rlinf`).
+
+A source is a wmrl run or model directory, a folder in a publisher's layout (RLinf's Wan or
+OpenSora world-model folder, a folder holding an RLinf `*rm.pth`, or the `.pth` itself), or the
+name of a published asset (`wmrl download --list`) found in `assets_dir`: the inputs
+`wmrl train-policy` accepts. Fine-tuning saves in wmrl's format; the export writes the result
+in the layout and key names of the published source it started from
+(world_models/published_export.py, rewards/loading.py: export_reward_pth).
+
+RLinf's task-embedding reward model numbers LIBERO's tasks in its own order
+(rewards/resnet.py: rlinf_task_ids). A published one fine-tuned on LIBERO episodes has its
+embedding rows put into the benchmark's order on loading, as every wmrl reward model directory
+numbers tasks, and back into RLinf's on export.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.errors import ConfigError, WmrlError
+from wmrl_cli.rewards.loading import AnyRewardModel, export_reward_pth, load_reward_model
+from wmrl_cli.training.world_model_trainer import load_world_model, saved_world_model
+from wmrl_cli.world_models.published import published_layout
+from wmrl_cli.world_models.published_export import export_published_world_model
+
+_SOURCES = (
+    "a wmrl run or model directory, a published folder, or an asset name (wmrl download --list)"
+)
+
+
+def resolve_init(value: str | Path, assets_dir: str | Path | None) -> Path:
+    """The path of an `--init` value: a published asset's directory (checked to be completely
+    downloaded), else the path itself, which must exist."""
+    from wmrl_cli.assets.layout import asset_path
+    from wmrl_cli.assets.registry import ASSETS
+
+    if str(value) in ASSETS:
+        return asset_path(str(value), assets_dir)
+    path = Path(value)
+    if not path.exists():
+        raise WmrlError(f"--init {value} does not exist; pass {_SOURCES}")
+    return path
+
+
+# -- world models -------------------------------------------------------------------------------
+
+
+def world_model_backend(path: Path) -> str:
+    """'wan' or 'opensora': the backend of the world model in `path`, from its files alone."""
+    layout = published_layout(path)
+    if layout is not None:
+        return layout.removeprefix("rlinf-")
+    try:
+        return saved_world_model(path)[1]
+    except WmrlError:
+        raise WmrlError(
+            f"{path} is not a world model: expected a wmrl run or model directory (config.json), "
+            "RLinf's Wan folder (Wan2.2_VAE.pth + the DiT's *.safetensors) or its OpenSora "
+            "folder (config.json + *.safetensors + vae/)"
+        ) from None
+
+
+def check_world_model_export(source: Path, target: Path | None) -> None:
+    """Before anything runs: `--export-rlinf` needs a published source and a new folder."""
+    if target is None:
+        return
+    if published_layout(source) is None:
+        raise ConfigError(
+            f"--export-rlinf writes the published layout the model was loaded from, but --init "
+            f"{source} is not in one: start from RLinf's Wan or OpenSora folder (or its asset)"
+        )
+    if target.exists():
+        raise ConfigError(f"--export-rlinf {target} exists: the export writes a new folder")
+
+
+def export_world_model(model_dir: Path, source: Path, target: Path) -> Path:
+    """The saved (fine-tuned) world model in `model_dir`, written in `source`'s layout."""
+    return export_published_world_model(load_world_model(model_dir), source, target)
+
+
+# -- reward models ------------------------------------------------------------------------------
+
+
+def _libero_suite(store: EpisodeStore) -> str | None:
+    from wmrl_cli.sims.libero_suites import is_libero_suite
+
+    suites = sorted({str(m.get("suite", "")) for m in store.index})
+    libero = [s for s in suites if is_libero_suite(s)]
+    if libero and len(suites) > 1:
+        raise WmrlError(f"{store.root} mixes suites ({', '.join(suites)}): task ids are ambiguous")
+    return libero[0] if libero else None
+
+
+def rlinf_task_order(kind: str, source: Path, store: EpisodeStore) -> list[int] | None:
+    """RLinf's embedding row of each benchmark task, for a published (`.pth`) task-embedding
+    model and LIBERO episodes; None where the rows already follow the episodes' task ids."""
+    if kind != "taskemb_resnet" or source.suffix != ".pth":
+        return None
+    suite = _libero_suite(store)
+    if suite is None:
+        return None
+    from wmrl_cli.rewards.resnet import rlinf_task_ids
+    from wmrl_cli.sims.libero_suites import get_libero_suite
+
+    return rlinf_task_ids(get_libero_suite(suite).instructions)
+
+
+def reorder_task_rows(model: AnyRewardModel, order: list[int], to_benchmark: bool) -> None:
+    """Move the task-embedding rows from RLinf's order into the benchmark's (`to_benchmark`),
+    or back: benchmark row t is RLinf's row order[t]."""
+    weight = model.task_embedding.weight
+    if weight.shape[0] != len(order):
+        raise WmrlError(
+            f"the task-embedding reward model has {weight.shape[0]} task rows, the suite "
+            f"{len(order)} tasks: their order cannot be matched"
+        )
+    with torch.no_grad():
+        if to_benchmark:
+            weight.copy_(weight[order].clone())
+        else:
+            rows = torch.empty_like(weight)
+            rows[order] = weight
+            weight.copy_(rows)
+
+
+def load_init_reward_model(source: Path, store: EpisodeStore) -> AnyRewardModel:
+    """The reward model to fine-tune on `store`'s episodes (its task rows in their order);
+    `source` is a wmrl model directory or a `.pth` (rl/setup.py: reward_model_source finds it in
+    a run or a published folder)."""
+    model = load_reward_model(source)
+    if model.kind == "videomae":
+        raise WmrlError(
+            f"{source} is a VideoMAE reward model; train-reward fine-tunes the ResNet ones "
+            "(resnet_rm.pth, taskemb_resnet_rm.pth)"
+        )
+    order = rlinf_task_order(model.kind, source, store)
+    if order is not None:
+        reorder_task_rows(model, order, to_benchmark=True)
+    if model.kind == "taskemb_resnet" and len(store):
+        top = max(int(m["task_id"]) for m in store.index)
+        if top >= model.config.num_tasks:
+            raise WmrlError(
+                f"{source} embeds {model.config.num_tasks} tasks, the episodes in {store.root} "
+                f"have task ids up to {top}"
+            )
+    return model
+
+
+def reward_export_path(source: Path, target_dir: Path | None) -> Path | None:
+    """Where `--export-rlinf DIR` writes the reward model: DIR/<the source file's name>.
+    Checked before anything runs: a published `.pth` source, and never the source itself."""
+    if target_dir is None:
+        return None
+    if source.suffix != ".pth":
+        raise ConfigError(
+            f"--export-rlinf writes the published layout the model was loaded from, but --init "
+            f"{source} is not a published reward model: start from an RLinf *rm.pth (or the "
+            "folder or asset holding one)"
+        )
+    target = target_dir / source.name
+    if target.resolve() == source.resolve():
+        raise ConfigError(f"--export-rlinf {target_dir} would overwrite the file it starts from")
+    if target_dir.exists() and not target_dir.is_dir():
+        raise ConfigError(f"--export-rlinf {target_dir} is a file, not a folder")
+    return target
+
+
+def export_reward_model(model_dir: Path, source: Path, target: Path, store: EpisodeStore) -> Path:
+    """The saved (fine-tuned) reward model in `model_dir`, written in `source`'s layout."""
+    model = load_reward_model(model_dir)
+    order = rlinf_task_order(model.kind, source, store)
+    if order is not None:
+        reorder_task_rows(model, order, to_benchmark=False)
+    return export_reward_pth(model, source, target)
