@@ -53,6 +53,7 @@ READS: dict[str, tuple[str, ...]] = {
     ),  # fmt: skip
     # Settings that add or gate stages without changing a finished one's result.
     "structure": (
+        "coevolve.start",
         "coevolve.refinements",
         "coevolve.frozen_control",
         "coevolve.min_action_gap_db",

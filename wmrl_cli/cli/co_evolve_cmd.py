@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from wmrl_cli.cli.common import (
+    AssetsDirOpt,
     OutOpt,
     OverwriteOpt,
     PresetOpt,
@@ -38,18 +39,26 @@ def co_evolve_command(
             "run again.",
         ),
     ] = False,
+    assets_dir: AssetsDirOpt = None,
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Expert demos -> SFT base policy -> base rollouts -> world model + reward model -> RL stage 1 -> real rollouts of the evolved policy -> refinement -> RL stage 2, with real-simulator evaluation after every stage and report.md / report.json / a success plot. Run the same command again to resume an interrupted run."""  # noqa: E501
+    """Expert demos -> SFT base policy -> base rollouts -> world model + reward model (Meta-World), or the published policy, world model, reward model and reset set (LIBERO presets: --preset wan-spatial-pace) -> RL stage 1 -> real rollouts of the evolved policy -> refinement -> RL stage 2, with real-simulator evaluation after every stage and report.md / report.json / a success plot. Run the same command again to resume an interrupted run."""  # noqa: E501
     from wmrl_cli.errors import ConfigError
-    from wmrl_cli.pace import co_evolve
+    from wmrl_cli.pace import co_evolve, prepare_co_evolve
     from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir, seed_everything
 
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile '{profile}': expected {' or '.join(PROFILES)}")
-    cfg = build_config(preset or PROFILES[profile], set_, simulator__seed=seed, output_dir=out)
+    cfg = build_config(
+        preset or PROFILES[profile],
+        set_,
+        simulator__seed=seed,
+        assets_dir=assets_dir,
+        output_dir=out,
+    )
+    prepare_co_evolve(cfg)  # the simulator and the given models, before anything is written
     named = preset or (profile if profile != "default" else None)
     run_dir = claim_run_dir(
         cfg,

@@ -65,7 +65,10 @@ SuiteOpt = Annotated[
 ]
 PolicyOpt = Annotated[
     str | None,
-    typer.Option(help="Policy: expert (scripted), random, or a policy checkpoint directory."),
+    typer.Option(
+        help="Policy: expert (Meta-World's scripted policies), random, a policy checkpoint "
+        "directory or a policy asset name (wmrl download --list)."
+    ),
 ]
 EpisodesOpt = Annotated[
     int | None, typer.Option("--episodes-per-task", "-n", help="Episodes (trials) per task.")

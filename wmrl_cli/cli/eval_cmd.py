@@ -200,6 +200,7 @@ def eval_command(
         simulator_action_dim(sim_cfg),
         sim_cfg.chunk_size,
         seed=sim_cfg.seed,
+        assets_dir=cfg.assets_dir,
     )
     warning = policy_mismatches(
         cfg.policy.name, agent, sim_cfg.suite, sim_cfg.image_size, sim_cfg.chunk_size

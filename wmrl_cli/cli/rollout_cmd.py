@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from wmrl_cli.cli.common import (
+    AssetsDirOpt,
     EpisodesOpt,
     GreedyOpt,
     ImageSizeOpt,
@@ -69,10 +70,11 @@ def rollout_command(
     num_envs: NumEnvsOpt = None,
     num_workers: WorkersOpt = None,
     image_size: ImageSizeOpt = None,
+    assets_dir: AssetsDirOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Run a policy (its actions optionally perturbed: --noise-kind, --random-chunk-prob) for N episodes per task and store every frame, action, reward and success flag, with the simulator state at each chunk boundary."""  # noqa: E501
+    """Run a policy (its actions optionally perturbed: --noise-kind, --random-chunk-prob) for N episodes per task in Meta-World or LIBERO (--suite libero_*) and store every frame, action, reward and success flag, with the exact simulator state at each chunk boundary."""  # noqa: E501
     from wmrl_cli.data.collection import collect_rollouts
 
     options = dict(
@@ -88,6 +90,7 @@ def rollout_command(
         simulator__num_envs=num_envs,
         simulator__num_workers=num_workers,
         simulator__image_size=image_size,
+        assets_dir=assets_dir,
         output_dir=out,
     )
     cfg = build_config(preset, set_, **options)

@@ -29,8 +29,9 @@ def list_presets() -> dict[str, str]:
     return out
 
 
-def load_preset(name_or_path: str) -> dict[str, Any]:
-    """A preset's config mapping (without its description), by name or by file path."""
+def load_preset(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A preset's config mapping (without its description), by name or by file path. A preset
+    may start from another (`inherits: NAME`): its sections update that preset's, key by key."""
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") and path.is_file()):
         path = preset_dir() / f"{name_or_path}{PRESET_SUFFIX}"
@@ -41,7 +42,22 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
         )
     data = _read_yaml(path)
     data.pop("description", None)
-    return data
+    parent = data.pop("inherits", None)
+    if parent is None:
+        return data
+    if str(parent) in (*_seen, name_or_path):
+        raise ConfigError(f"{path}: presets inherit from each other in a circle ({parent})")
+    return _merged(load_preset(str(parent), (*_seen, name_or_path)), data)
+
+
+def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

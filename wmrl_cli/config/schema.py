@@ -378,6 +378,12 @@ class CoEvolveConfig(Section):
     """PACE co-evolution (`wmrl co-evolve`): stage 1 RL in WM_base, real rollouts of the evolved
     policy refine the world and reward models, stage 2 RL in WM_evo (WoVR, REFERENCE.md)."""
 
+    start: Literal["sft", "given"] = Field(
+        "sft",
+        description="sft: expert demonstrations, an SFT base policy, and world and reward models "
+        "trained from scratch on its rollouts (Meta-World); given: the policy, world model, "
+        "reward model and reset set the config names (published assets or wmrl runs; LIBERO)",
+    )
     base_rollouts_per_task: int = Field(10, ge=1, description="base-policy rollouts (WM data)")
     evolved_rollouts_per_task: int = Field(5, ge=1, description="real rollouts per refinement")
     refinements: int = Field(1, ge=0, le=10, description="refine-then-RL rounds after stage 1")

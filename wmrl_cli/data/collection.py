@@ -69,7 +69,13 @@ def collect_rollouts(
 ) -> RolloutSummary:
     from wmrl_cli.policies.perturbation import perturb
     from wmrl_cli.policies.registry import build_policy
-    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+    from wmrl_cli.sims.backends import (
+        check_scripted_policy,
+        resolve_simulator,
+        simulator_action_dim,
+        simulator_class,
+        simulator_suite,
+    )
 
     out = Path(cfg.output_dir) if cfg.output_dir else None
     if out is None:
@@ -78,20 +84,30 @@ def collect_rollouts(
         raise WmrlError(f"{out} already holds an episode store; pass --append to add to it")
     if out.exists() and not (out / "index.json").exists() and any(out.iterdir()):
         raise WmrlError(f"{out} exists and is not an episode store; choose an empty directory")
+    # The simulator (LIBERO: installed?) and the policy are checked before anything is written;
+    # the store's config.yaml records the simulator as it ran (LIBERO's defaults filled in).
+    cfg.simulator = sim_cfg = resolve_simulator(cfg.simulator)
+    check_scripted_policy(sim_cfg, cfg.policy.name)
+    simulator = simulator_class(sim_cfg)
+    suite = simulator_suite(sim_cfg)
+    n_tasks = len(suite.task_names)
     store = EpisodeStore(out)
+    # Appending continues the init ids, so new episodes never repeat stored seeds.
+    used = [int(m["init_id"]) for m in store.index]
+    offset = (max(used) // n_tasks + 1) * n_tasks if used else 0
+    init_ids = [offset + i for i in range(cfg.rollout.episodes_per_task * n_tasks)]
+    policy = build_policy(
+        cfg.policy,
+        suite,
+        simulator_action_dim(sim_cfg),
+        sim_cfg.chunk_size,
+        seed=sim_cfg.seed + offset,
+        assets_dir=cfg.assets_dir,
+    )
     prepare_run_dir(cfg, "rollout")
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
-    sim_cfg = cfg.simulator
-    with MetaWorldSim(sim_cfg) as sim:
-        n_tasks = len(sim.task_names)
-        # Appending continues the init ids, so new episodes never repeat stored seeds.
-        used = [int(m["init_id"]) for m in store.index]
-        offset = (max(used) // n_tasks + 1) * n_tasks if used else 0
-        init_ids = [offset + i for i in range(cfg.rollout.episodes_per_task * n_tasks)]
-        policy = build_policy(
-            cfg.policy, sim.suite, sim.action_dim, sim_cfg.chunk_size, seed=sim_cfg.seed + offset
-        )
+    with simulator(sim_cfg) as sim:
         # Keyed on (seed, init id): appended episodes, with new init ids, draw new noise.
         policy = perturb(policy, cfg.rollout.perturbation, sim_cfg.chunk_size, seed=sim_cfg.seed)
         pending = []
@@ -114,7 +130,7 @@ def collect_rollouts(
         store.add(pending)
 
     summary = RolloutSummary(store=str(out), episodes=len(store))
-    for task in sim.task_names:
+    for task in suite.task_names:
         rows = [m for m in store.index if m["task_name"] == task]
         if rows:
             summary.per_task[task] = {

@@ -145,9 +145,11 @@ class StoredStartsSimulatorEnv:
         # episode start is a plain reset with the entry's seed: it shows the frame the policy
         # saw at the start of its episodes (Meta-World renders its reset before the kinematics
         # are recomputed; restoring the stored start state moves the drawn arm), with the
-        # same dynamics.
+        # same dynamics. A simulator whose starts no seed reproduces (LIBERO: `seeded_starts`
+        # False) restores every entry from its stored state.
+        seeded = getattr(self.sim, "seeded_starts", True)
         if sim_states is None:
-            sim_states = [e.sim_state if e.is_keyframe else None for e in entries]
+            sim_states = [e.sim_state if e.is_keyframe or not seeded else None for e in entries]
         obs = self.sim.reset(
             [e.task_id for e in entries], sim_states, seeds=[e.seed for e in entries]
         )

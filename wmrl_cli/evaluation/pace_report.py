@@ -150,6 +150,9 @@ def write_report(
         )
     lines += ["", "## Reward models (held-out frames)", ""]
     for name, rm in rewards.items():
+        if "kept" in rm:  # a fine-tuning with nothing to learn from kept the model it started from
+            lines.append(f"- {name}: not fine-tuned, {rm['path']} kept: {rm['kept']}")
+            continue
         lines.append(
             f"- {name}: F1 {rm['f1']:.3f}, precision {rm['precision']:.3f}, "
             f"recall {rm['recall']:.3f}, threshold {rm['threshold']:.3f}"

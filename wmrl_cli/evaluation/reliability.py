@@ -485,7 +485,7 @@ def replay_sim_config(
     store: EpisodeStore, episodes: list[Episode], sim_cfg: SimulatorConfig
 ) -> SimulatorConfig:
     """The simulator that reproduces the stored episodes: suite and image size from the
-    episodes, camera, max_steps and terminate_on_success from the store's config.yaml (the
+    episodes, backend, camera, max_steps and terminate_on_success from the store's config.yaml (the
     configuration that collected it) where present; batch size and workers from `sim_cfg`."""
     suites = {e.suite or sim_cfg.suite for e in episodes}
     if len(suites) > 1:
@@ -497,7 +497,7 @@ def replay_sim_config(
             collected = (yaml.safe_load(config_path.read_text()) or {}).get("simulator") or {}
         except (yaml.YAMLError, AttributeError) as exc:
             raise WmrlError(f"{config_path}: not a readable run configuration ({exc})") from None
-        for key in ("camera", "max_steps", "terminate_on_success"):
+        for key in ("name", "camera", "max_steps", "terminate_on_success"):
             if key in collected:
                 update[key] = collected[key]
     return sim_cfg.model_copy(update=update)
@@ -723,10 +723,12 @@ class SimulatorReplay:
     def states(
         self, episodes: Sequence[Episode], actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Frames [B, T + 1, H, W, 3] and hand positions [B, T + 1, 3] (metres; Meta-World's
-        observation starts with the end effector's xyz) under `actions` [B, T, A]."""
-        from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+        """Frames [B, T + 1, H, W, 3] and hand positions [B, T + 1, 3] (metres; the proprio
+        of Meta-World and LIBERO starts with the end effector's xyz) under `actions` [B, T, A]."""
+        from wmrl_cli.sims.backends import replay_actions, resolve_simulator, simulator_class
 
+        simulator = simulator_class(resolve_simulator(self.cfg))
+        actions = replay_actions(resolve_simulator(self.cfg), actions)  # as recorded, executed
         b, steps = self.batch_size, actions.shape[1]
         chunk = episodes[0].chunk_size
         size = episodes[0].frames.shape[1]
@@ -737,7 +739,7 @@ class SimulatorReplay:
         for offset in sorted({_seed_offset(e) for e in episodes}):
             if offset not in self._sims:
                 cfg = self.cfg.model_copy(update={"seed": offset})
-                self._sims[offset] = MetaWorldSim(cfg, num_envs=b)
+                self._sims[offset] = simulator(cfg, num_envs=b)
             sim = self._sims[offset]
             group = [i for i, e in enumerate(episodes) if _seed_offset(e) == offset]
             for sub in _batches(len(group), b):
@@ -776,8 +778,11 @@ def _replay_and_time(
     (real) frames, the speed of both worlds, timed on the first batch's envs (which the
     replays then reuse: building a Meta-World env takes a second), and the simulator steps
     spent (at most: a batch whose envs all ended early stops sooner)."""
-    from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+    from wmrl_cli.sims.backends import replay_actions, resolve_simulator, simulator_class
 
+    cfg = resolve_simulator(cfg)
+    simulator = simulator_class(cfg)
+    actions = replay_actions(cfg, actions)  # the recorded actions, executed again
     b, chunk = cfg.num_envs, episodes[starts[0].episode_id].chunk_size
     # The simulator seeds an episode with its seed + init_id: one simulator per seed offset.
     groups: dict[int, list[int]] = {}
@@ -790,7 +795,7 @@ def _replay_and_time(
     sim_steps = 0
     with progress_task("simulator replays", total, progress) as advance:
         for offset, group in sorted(groups.items()):
-            with MetaWorldSim(cfg.model_copy(update={"seed": offset}), num_envs=b) as sim:
+            with simulator(cfg.model_copy(update={"seed": offset}), num_envs=b) as sim:
                 for sub in _batches(len(group), b):
                     idx = [group[j] for j in sub]
                     init_ids = [episodes[starts[i].episode_id].init_id for i in idx]
@@ -851,7 +856,7 @@ def evaluate_world_model(
     the episodes (see `replay_sim_config`). chunk_starts: chunk indices from which success is
     compared in every episode (0: the episode start); keyframes adds the KIR rule's points.
     """
-    from wmrl_cli.sims.suites import get_suite
+    from wmrl_cli.sims.backends import resolve_simulator, simulator_suite
 
     if horizon < 1:
         raise WmrlError(f"the horizon must be at least 1 step, got {horizon}")
@@ -898,7 +903,7 @@ def evaluate_world_model(
         world_model,
         reward_model,
         [s.entry for s in starts],
-        get_suite(cfg.suite).task_names,
+        simulator_suite(resolve_simulator(cfg)).task_names,
         num_envs=b,
         max_steps=cfg.max_steps,
         success_threshold=thr,

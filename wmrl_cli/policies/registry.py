@@ -1,7 +1,9 @@
-"""Build the policy named in the config: `expert`, `random`, or a checkpoint directory.
+"""Build the policy named in the config: `expert`, `random`, a checkpoint directory, or the
+name of a published policy asset (`wmrl download --list`).
 
 A checkpoint directory is a policy directory (config.json + model.safetensors, wmrl or
-published prismatic layout) or a run directory holding one under `policy/`.
+published prismatic layout) or a run directory holding one under `policy/`. An asset name
+resolves to its download directory (`assets_dir`) and brings its unnorm key.
 """
 
 from __future__ import annotations
@@ -52,22 +54,48 @@ class LearnedPolicy:
         return out
 
 
+def resolve_policy_source(
+    name: str, assets_dir: str | Path | None = None
+) -> tuple[str, str | None]:
+    """(the path to load, its unnorm key): a published policy asset's download directory
+    (checked to be complete) and the asset's key; anything else as it is, with no key."""
+    from wmrl_cli.assets.layout import asset_path
+    from wmrl_cli.assets.registry import ASSETS
+
+    asset = ASSETS.get(name)
+    if asset is None or asset.unnorm_key is None:
+        return name, None
+    return str(asset_path(name, assets_dir)), asset.unnorm_key
+
+
 def load_learned_policy(
-    path: str | Path, top_k: int | None = None, seed: int = 0, device: str | None = None
+    path: str | Path,
+    top_k: int | None = None,
+    seed: int = 0,
+    device: str | None = None,
+    assets_dir: str | Path | None = None,
 ) -> LearnedPolicy:
+    """A checkpoint, run directory or policy asset name as a `LearnedPolicy`."""
     from wmrl_cli.policies.checkpoint import from_pretrained
 
-    directory = resolve_policy_dir(str(path))
+    source, unnorm_key = resolve_policy_source(str(path), assets_dir)
+    directory = resolve_policy_dir(source)
     if directory is None:
         raise WmrlError(f"{path}: no policy checkpoint (config.json) here or in {path}/policy")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    policy = LearnedPolicy(from_pretrained(directory, device=device), top_k=top_k, seed=seed)
+    model = from_pretrained(directory, device=device, unnorm_key=unnorm_key)
+    policy = LearnedPolicy(model, top_k=top_k, seed=seed)
     policy.name = Path(path).name or policy.name
     return policy
 
 
 def build_policy(
-    cfg: PolicyConfig, suite: Suite, action_dim: int, chunk_size: int, seed: int = 0
+    cfg: PolicyConfig,
+    suite: Suite,
+    action_dim: int,
+    chunk_size: int,
+    seed: int = 0,
+    assets_dir: str | Path | None = None,
 ) -> Policy:
     from wmrl_cli.sims.experts import ExpertPolicy, RandomPolicy
 
@@ -75,12 +103,13 @@ def build_policy(
         return ExpertPolicy(suite, noise_std=cfg.noise_std, seed=seed)
     if cfg.name == "random":
         return RandomPolicy(action_dim, chunk_size, seed=seed)
-    if resolve_policy_dir(cfg.name) is None:
+    if resolve_policy_dir(resolve_policy_source(cfg.name, assets_dir)[0]) is None:
         raise WmrlError(
-            f"unknown policy '{cfg.name}': expected expert, random or a policy checkpoint "
-            "directory (with config.json, or a run directory with policy/config.json)"
+            f"unknown policy '{cfg.name}': expected expert, random, a policy checkpoint "
+            "directory (with config.json, or a run directory with policy/config.json) or a "
+            "policy asset name (wmrl download --list)"
         )
-    policy = load_learned_policy(cfg.name, top_k=cfg.top_k, seed=seed)
+    policy = load_learned_policy(cfg.name, top_k=cfg.top_k, seed=seed, assets_dir=assets_dir)
     if policy.model.config.action_dim != action_dim:
         raise WmrlError(
             f"{cfg.name}: the policy acts in {policy.model.config.action_dim} "

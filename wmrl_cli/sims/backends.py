@@ -7,6 +7,8 @@ other backend explicitly is an error.
 
 from __future__ import annotations
 
+import numpy as np
+
 from wmrl_cli.config.schema import SimulatorConfig
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.sims.libero_suites import LIBERO_SUITES, get_libero_suite, libero_sim_config
@@ -46,6 +48,17 @@ def simulator_action_dim(cfg: SimulatorConfig) -> int:
     return ACTION_DIM
 
 
+def replay_actions(cfg: SimulatorConfig, actions: np.ndarray) -> np.ndarray:
+    """Stored (executed) actions as the simulator takes them to execute them again: LIBERO
+    converts the policy's gripper convention on every step (`from_libero_actions` undoes it);
+    Meta-World executes actions as they are."""
+    if cfg.name == "libero":
+        from wmrl_cli.sims.libero_suites import from_libero_actions
+
+        return from_libero_actions(actions)
+    return actions
+
+
 def simulator_class(cfg: SimulatorConfig) -> type:
     """The simulator class; for LIBERO this checks hf-libero and its assets (one-line
     `WmrlError` naming what to run), so call it before loading anything expensive."""
@@ -61,6 +74,7 @@ def simulator_class(cfg: SimulatorConfig) -> type:
 def check_scripted_policy(cfg: SimulatorConfig, policy: str) -> None:
     if cfg.name == "libero" and policy == "expert":
         raise WmrlError(
-            "LIBERO has no scripted expert: pass --policy with an OpenVLA-OFT checkpoint "
-            "(e.g. one from `wmrl download openvla-oft-libero-spatial-traj1`) or random"
+            "LIBERO has no scripted expert: pass --policy with an OpenVLA-OFT checkpoint or "
+            "policy asset (e.g. openvla-oft-libero-spatial-traj1, fetched by `wmrl download "
+            "openvla-oft-libero-spatial-traj1`) or random"
         )

@@ -5,6 +5,14 @@ The episode protocol is OpenVLA-OFT's run_libero_eval: one `OffScreenRenderEnv` 
 `NUM_STEPS_WAIT` dummy actions while the objects settle (not counted in the episode's steps);
 the episode ends at the first success or after the suite's step limit. Everything crossing
 the process pipe is plain numpy.
+
+A simulator state (`get_state`) restores an episode exactly, so stored episodes replay bit for
+bit. robosuite rebuilds the model at every reset and places the fixed furniture (cabinet,
+stove, ...) anew from the env's random stream, and the furniture's pose is part of the model,
+not of MuJoCo's state; the gripper integrates its commands in the robot object. The state is
+therefore MuJoCo's integration state (`mj_getState`, `mjSTATE_INTEGRATION`: time, qpos, qvel,
+warm start, controls, ...), every body's pose in the model (pos [nbody, 3], quat [nbody, 4]),
+the gripper's integrated command, then the episode's step count.
 """
 
 from __future__ import annotations
@@ -34,6 +42,11 @@ from wmrl_cli.sims.libero_suites import (  # noqa: E402
     to_libero_actions,
     upright,
 )
+
+
+def _robot(env: Any) -> Any:
+    """The robosuite robot inside LIBERO's env wrapper."""
+    return env.env.robots[0]
 
 
 def load_init_states(path: str | Path) -> np.ndarray:
@@ -141,8 +154,55 @@ class LiberoEnvs:
 
     @staticmethod
     def get_state(slot: _Slot) -> np.ndarray:
-        """MuJoCo's flat state (time, qpos, qvel: LIBERO's init-state format) + step count."""
-        return np.concatenate([slot.env.get_sim_state(), [float(slot.steps)]])
+        """The exact state of a slot (module docstring): integration state, body poses, the
+        gripper's command, step count."""
+        import mujoco
+
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        model, data = slot.env.sim.model._model, slot.env.sim.data._data
+        integration = np.empty(mujoco.mj_stateSize(model, spec))
+        mujoco.mj_getState(model, data, integration, spec)
+        gripper = np.asarray(_robot(slot.env).gripper.current_action, dtype=np.float64)
+        return np.concatenate(
+            [
+                integration,
+                np.ravel(model.body_pos),
+                np.ravel(model.body_quat),
+                gripper,
+                [float(slot.steps)],
+            ]
+        )
+
+    @staticmethod
+    def set_state(slot: _Slot, state: np.ndarray) -> dict[str, np.ndarray]:
+        """Restore a `get_state` state into a freshly reset slot; the observation there."""
+        import mujoco
+
+        env, spec = slot.env, mujoco.mjtState.mjSTATE_INTEGRATION
+        model, data = env.sim.model._model, env.sim.data._data
+        robot = _robot(env)
+        sizes = np.cumsum([mujoco.mj_stateSize(model, spec), model.nbody * 3, model.nbody * 4])
+        # The gripper's command: robosuite starts it with one value per degree of freedom and
+        # keeps one per finger once it has acted; the rest of the state is whatever it held.
+        if not 1 <= len(state) - 1 - sizes[-1] <= 2:
+            raise ValueError(
+                f"a LIBERO state of {len(state)} values, expected {sizes[-1] + 2} or "
+                f"{sizes[-1] + 3} for this task (a state from another task or an older wmrl)"
+            )
+        integration, pos, quat, gripper = np.split(state[:-1], sizes)
+        model.body_pos[:] = pos.reshape(-1, 3)  # the furniture where the episode had it
+        model.body_quat[:] = quat.reshape(-1, 4)
+        mujoco.mj_setState(model, data, integration, spec)
+        robot.gripper.current_action = gripper.copy()
+        env.sim.forward()
+        # The controller caches the end effector's pose until its next update: without this
+        # its first goal would start from the pose of the reset, not of the restored state.
+        robot.controller.new_update = True
+        env.check_success()
+        env._post_process()
+        env._update_observables(force=True)
+        slot.steps = int(state[-1])
+        return env.env._get_observations()
 
     # -- env API --------------------------------------------------------------------------
     def reset(
@@ -163,9 +223,7 @@ class LiberoEnvs:
             slot.env.reset()
             state = sim_states[i] if sim_states is not None else None
             if state is not None:
-                state = np.asarray(state, dtype=np.float64)
-                obs = slot.env.set_init_state(state[:-1])
-                slot.steps = int(state[-1])
+                obs = self.set_state(slot, np.asarray(state, dtype=np.float64))
             else:
                 obs = slot.env.set_init_state(self.init_states(task_id)[trial])
                 for _ in range(NUM_STEPS_WAIT):
@@ -192,11 +250,14 @@ class LiberoEnvs:
                 f"actions have shape {actions.shape}, expected [{len(self.slots)},C,{ACTION_DIM}]"
             )
         out = empty_chunk_arrays(b, c, a, self.image_size)
+        # The proprio after every step (the end effector's xyz first), for hand tracking.
+        out["step_proprio"] = np.zeros((b, c, len(self.slots[0].last_proprio)), np.float64)
         env_actions = to_libero_actions(actions)
         for i, slot in enumerate(self.slots):
             for t in range(c):
                 if slot.done:
                     out["frames"][i, t] = slot.last_image
+                    out["step_proprio"][i, t] = slot.last_proprio
                     continue
                 obs, reward, done, _ = slot.env.step(env_actions[i, t].tolist())
                 slot.steps += 1
@@ -205,6 +266,7 @@ class LiberoEnvs:
                 terminated = success and self.terminate_on_success
                 truncated = slot.steps >= self.max_steps and not terminated
                 out["frames"][i, t] = slot.last_image
+                out["step_proprio"][i, t] = slot.last_proprio
                 out["rewards"][i, t] = float(reward)
                 out["success"][i, t] = success
                 out["terminated"][i, t] = terminated

@@ -23,6 +23,10 @@ check_libero()
 class LiberoSim(ShardedEnvs):
     """The real simulator: B LIBERO environments of one suite."""
 
+    # An init id fixes the task and the trial's init state, not a seed; the furniture's pose
+    # comes from the env's random stream. A stored episode start is restored from its state.
+    seeded_starts = False
+
     def __init__(self, cfg: SimulatorConfig, num_envs: int | None = None) -> None:
         cfg = libero_sim_config(cfg)
         libero_suite = get_libero_suite(cfg.suite)

@@ -196,6 +196,17 @@ def to_libero_actions(actions: np.ndarray) -> np.ndarray:
     return out
 
 
+def from_libero_actions(actions: np.ndarray) -> np.ndarray:
+    """LIBERO's actions [..., 7] (what an episode store records) -> policy actions that
+    `to_libero_actions` turns back into them: the gripper (-1 open, +1 close, 0) becomes
+    OpenVLA's (1 open, 0 close, 0.5). Replays of stored episodes go through it."""
+    out = np.array(actions, dtype=np.float32, copy=True)
+    if out.shape[-1] != ACTION_DIM:
+        raise ValueError(f"LIBERO actions have {ACTION_DIM} dims, got shape {out.shape}")
+    out[..., -1] = (1.0 - np.sign(out[..., -1])) / 2.0
+    return out
+
+
 def upright(image: np.ndarray) -> np.ndarray:
     """LIBERO's camera images come upside down and mirrored (OpenGL rows bottom-up): rotate
     by 180 degrees, as OpenVLA-OFT does before training and evaluation."""

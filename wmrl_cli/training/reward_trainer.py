@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 METRICS_FILE = "reward_metrics.json"
 
 
+class NoSuccessfulFrames(WmrlError):
+    """The training or held-out episodes hold no successful frame: nothing to learn or
+    calibrate a success classifier on."""
+
+
 def random_shift(images: torch.Tensor, pad: int, rng: np.random.Generator) -> torch.Tensor:
     """Each image [N,C,H,W] translated by an integer offset in [-pad, pad] per axis, its edges
     replicated (DrQ, Kostrikov et al. 2020): the label of a success frame does not depend on
@@ -62,13 +67,14 @@ def train_reward_model(
     train_ids, val_ids = store.split(
         rc.val_fraction, seed=cfg.simulator.seed, stratify=("task_id", "success")
     )
-    train, val = labelled_frames(store, train_ids), labelled_frames(store, val_ids)
-    for name, part in (("training", train), ("held-out", val)):
-        if not part.labels.any():
-            raise WmrlError(
-                f"{store.root}: the {name} episodes hold no successful frame; collect "
-                "rollouts that succeed (e.g. with the expert policy)"
+    succeeded = {int(m["id"]) for m in store.index if m["success"]}
+    for name, ids in (("training", train_ids), ("held-out", val_ids)):
+        if not succeeded.intersection(ids):
+            raise NoSuccessfulFrames(
+                f"{store.root}: the {len(ids)} {name} episodes hold no successful frame; "
+                "collect rollouts that succeed (e.g. with the expert policy)"
             )
+    train, val = labelled_frames(store, train_ids), labelled_frames(store, val_ids)
     torch.manual_seed(cfg.simulator.seed)
     model = init or build_resnet_reward_model(
         ResnetRewConfig(

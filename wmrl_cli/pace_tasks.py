@@ -1,0 +1,237 @@
+"""What each stage of `wmrl co-evolve` does (pace.py orders them): collect real rollouts, merge
+stores, evaluate a policy in the real simulator, train or fine-tune the world and reward models,
+RL in imagination. The simulator is the one the config names (Meta-World, or LIBERO); inputs
+are wmrl runs, published folders or asset names, as `wmrl train-policy` takes them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from wmrl_cli.config import RunConfig, dump_config
+from wmrl_cli.data.episodes import EpisodeStore, atomic_write_text
+
+REAL_STEPS_FILE = "real_steps_before.json"  # in an RL stage's folder: env/real_steps at start
+
+
+def store_steps(path: str | Path) -> int:
+    """Real environment steps behind an episode store: the sum of its episodes' lengths."""
+    return EpisodeStore.open(path).real_steps()
+
+
+def rl_steps(policy_dir: str) -> int:
+    """Real steps an RL stage consumed: the growth of its last `env/real_steps`."""
+    run = Path(policy_dir).parent
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    last = json.loads(rows[-1])
+    return int(last["env/real_steps"]) - int(json.loads((run / REAL_STEPS_FILE).read_text()))
+
+
+def eval_steps(result: dict[str, Any]) -> int:
+    return int(result["real_steps"])
+
+
+def sub_config(cfg: RunConfig, output_dir: Path, **changes: Any) -> RunConfig:
+    """A deep copy of the run config for one stage, with dotted-key changes."""
+    sub = cfg.model_copy(deep=True)
+    for dotted, value in changes.items():
+        *path, key = dotted.split("__")
+        node = sub
+        for part in path:
+            node = getattr(node, part)
+        setattr(node, key, value)
+    sub.output_dir = output_dir
+    return sub
+
+
+def collect(cfg: RunConfig, out: Path, policy: str, per_task: int, seed: int) -> str:
+    """Real rollouts into `out` (temp dir, then rename), with KIR keyframes."""
+    from wmrl_cli.data.collection import collect_rollouts
+
+    if (out / "index.json").is_file():
+        return str(out)
+    tmp = out.with_name(f".{out.name}-tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    sub = sub_config(
+        cfg,
+        tmp,
+        policy__name=policy,
+        rollout__episodes_per_task=per_task,
+        simulator__seed=seed,
+        simulator__terminate_on_success=False,
+    )
+    sub.rollout.kir.enabled = True
+    collect_rollouts(sub)
+    tmp.rename(out)
+    return str(out)
+
+
+def merge(stores: list[str], out: Path, cfg: RunConfig) -> str:
+    """One store holding the episodes of several (copied), KIR recomputed over all."""
+    from wmrl_cli.data.collection import write_keyframes
+
+    if (out / "index.json").is_file():
+        return str(out)
+    tmp = out.with_name(f".{out.name}-tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    merged = EpisodeStore(tmp)
+    for path in stores:
+        for episode in EpisodeStore.open(path):
+            merged.add([episode])
+    write_keyframes(merged, cfg)
+    tmp.rename(out)
+    return str(out)
+
+
+def evaluate(cfg: RunConfig, policy_dir: str, out: Path, videos: bool) -> dict[str, Any]:
+    """The policy (a run, a checkpoint or a policy asset) on every task x `eval_trials` in the
+    configured simulator."""
+    from wmrl_cli.evaluation.policy_eval import evaluate_policy
+    from wmrl_cli.policies.registry import load_learned_policy
+    from wmrl_cli.sims.backends import resolve_simulator, simulator_class
+
+    sim_cfg = resolve_simulator(cfg.simulator)
+    policy = load_learned_policy(
+        policy_dir, top_k=cfg.policy.top_k, seed=sim_cfg.seed, assets_dir=cfg.assets_dir
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    with simulator_class(sim_cfg)(sim_cfg) as sim:
+        report = evaluate_policy(
+            sim,
+            policy,
+            suite=sim_cfg.suite,
+            trials=cfg.coevolve.eval_trials,
+            chunk_size=sim_cfg.chunk_size,
+            base_seed=sim_cfg.seed,
+            sample=not cfg.policy.greedy,
+            temperature=cfg.policy.temperature,
+            video_dir=out / "videos" if videos else None,
+            progress=cfg.logging.progress,
+        )
+    report.save(out)
+    steps = sum(e.length for e in report.episodes)
+    return {
+        "overall": report.overall,
+        "interval95": list(report.interval),
+        "per_task": report.per_task,
+        "real_steps": steps,
+        # (init id, success) per episode: stages share the evaluation seeds, so any two stages
+        # compare episode by episode (the report's paired differences)
+        "outcomes": [[e.init_id, bool(e.success)] for e in report.episodes],
+    }
+
+
+def train_wm(cfg: RunConfig, data: str, out: Path, init: str | None, steps: int) -> str:
+    """A world model from scratch, or `steps` more on `data` from `init` (a wmrl model, a
+    published folder or an asset name: what `train-wm --init` takes)."""
+    from wmrl_cli.training.init_sources import resolve_init
+    from wmrl_cli.training.world_model_trainer import WorldModelTrainer
+
+    store = EpisodeStore.open(data)
+    sub = sub_config(cfg, out)
+    source = None
+    if init is not None:
+        sub.world_model.steps = steps
+        source = resolve_init(init, cfg.assets_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    a_dim = int(store.load(0).actions.shape[1])
+    model_dir = WorldModelTrainer(sub, out, store, a_dim).run(init=source)
+    return str(model_dir)
+
+
+def train_rm(
+    cfg: RunConfig, data: str, out: Path, steps: int, init: str | None = None
+) -> dict[str, Any]:
+    """A reward model from scratch, or fine-tuned from `init` (a wmrl model, an RLinf `*rm.pth`,
+    a folder holding one or an asset name). A fine-tuning whose data hold no successful frame
+    on either side of the split keeps `init`, and says why (`kept`)."""
+    from wmrl_cli.rl.setup import reward_model_source
+    from wmrl_cli.training.init_sources import load_init_reward_model, resolve_init
+    from wmrl_cli.training.reward_trainer import NoSuccessfulFrames, train_reward_model
+
+    store = EpisodeStore.open(data)
+    sub = sub_config(cfg, out, reward_model__steps=steps)
+    model = source = None
+    if init is not None:
+        source = reward_model_source(resolve_init(init, cfg.assets_dir))
+        model = load_init_reward_model(source, store)
+        sub.reward_model.kind = model.kind
+        sub.reward_model.width = model.config.width
+    out.mkdir(parents=True, exist_ok=True)
+    n_tasks = 1 + max(int(m["task_id"]) for m in store.index)
+    try:
+        model_dir, metrics = train_reward_model(sub, out, store, n_tasks, init=model)
+    except NoSuccessfulFrames as exc:
+        if source is None:
+            raise
+        return {"path": str(source), "kept": str(exc)}
+    return {
+        "path": str(model_dir),
+        "f1": metrics.f1,
+        "precision": metrics.precision,
+        "recall": metrics.recall,
+        "threshold": metrics.threshold,
+    }
+
+
+def rl(
+    cfg: RunConfig,
+    out: Path,
+    policy: str,
+    world_model: str,
+    reward_model: str,
+    reset_set: str,
+    real_steps: int,
+    threshold: float | None = None,
+) -> str:
+    """RL in imagination; its `env/real_steps` start at `real_steps` (the data before it);
+    `threshold`: the success threshold recalibrated on the world model's frames (None: the
+    configured one). Inputs as `train-policy` takes them (published policies in float32 with
+    their unnorm key, bf16 autocast with `training.bf16`)."""
+    import torch
+    from accelerate import Accelerator
+
+    from wmrl_cli.rl.setup import build_imagined_env, load_policy, resolve_inputs
+    from wmrl_cli.rl.trainer import PolicyTrainer
+
+    sub = sub_config(
+        cfg,
+        out,
+        policy__name=policy,
+        world_model__path=world_model,
+        reward_model__path=reward_model,
+        world_model__reset_set=reset_set,
+    )
+    if threshold is not None:
+        sub.reward_model.success_threshold = threshold
+    sub.algorithm.eval_every = 0
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.yaml", dump_config(sub))  # what this stage ran with
+    before = out / REAL_STEPS_FILE
+    if not before.is_file():  # a resumed stage keeps the count it started from
+        atomic_write_text(before, json.dumps(real_steps))
+    real_steps = int(json.loads(before.read_text()))
+    accelerator = Accelerator(
+        cpu=not torch.cuda.is_available(), mixed_precision="bf16" if sub.training.bf16 else "no"
+    )
+    device = str(accelerator.device)
+    inputs = resolve_inputs(sub)
+    model = load_policy(inputs, device)
+    env = build_imagined_env(sub, sub.algorithm.num_envs, device, inputs)
+    trainer = PolicyTrainer(sub, out, model, env, accelerator, None, real_steps=real_steps)
+    return str(trainer.train())
+
+
+def wm_reliability(model_dir: str) -> dict[str, Any]:
+    path = Path(model_dir) / "reliability.json"
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    out = {"beats_copy_baseline": data.get("beats_copy_baseline")}
+    for step in (8, 16, 32):
+        if step <= data["horizon"]:
+            out[f"psnr@{step}"] = data["psnr"][step - 1]
+            out[f"copy_psnr@{step}"] = data["copy_psnr"][step - 1]
+    return out
