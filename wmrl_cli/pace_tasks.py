@@ -88,7 +88,7 @@ def merge(stores: list[str], out: Path, cfg: RunConfig) -> str:
 def evaluate(cfg: RunConfig, policy_dir: str, out: Path, videos: bool) -> dict[str, Any]:
     """The policy (a run, a checkpoint or a policy asset) on every task x `eval_trials` in the
     configured simulator."""
-    from wmrl_cli.evaluation.policy_eval import evaluate_policy
+    from wmrl_cli.evaluation.policy_eval import evaluate_with_config
     from wmrl_cli.policies.registry import load_learned_policy
     from wmrl_cli.sims.backends import resolve_simulator, simulator_class
 
@@ -98,17 +98,13 @@ def evaluate(cfg: RunConfig, policy_dir: str, out: Path, videos: bool) -> dict[s
     )
     out.mkdir(parents=True, exist_ok=True)
     with simulator_class(sim_cfg)(sim_cfg) as sim:
-        report = evaluate_policy(
+        report = evaluate_with_config(
             sim,
             policy,
-            suite=sim_cfg.suite,
-            trials=cfg.coevolve.eval_trials,
-            chunk_size=sim_cfg.chunk_size,
-            base_seed=sim_cfg.seed,
-            sample=not cfg.policy.greedy,
-            temperature=cfg.policy.temperature,
+            sim_cfg,
+            cfg,
+            cfg.coevolve.eval_trials,
             video_dir=out / "videos" if videos else None,
-            progress=cfg.logging.progress,
         )
     report.save(out)
     steps = sum(e.length for e in report.episodes)

@@ -149,7 +149,7 @@ def eval_command(
     check_out_dir(out, overwrite)
     from wmrl_cli.evaluation.policy_eval import (
         compare_with_baseline,
-        evaluate_policy,
+        evaluate_with_config,
         load_baseline,
     )
     from wmrl_cli.policies.registry import build_policy, policy_mismatches
@@ -212,18 +212,13 @@ def eval_command(
     configure_threads(cfg.num_threads)
     seed_everything(sim_cfg.seed)
     with simulator(sim_cfg) as sim:
-        report = evaluate_policy(
+        report = evaluate_with_config(
             sim,
             agent,
-            suite=sim_cfg.suite,
-            trials=cfg.eval.episodes_per_task,
-            chunk_size=sim_cfg.chunk_size,
-            base_seed=sim_cfg.seed,
-            sample=not cfg.policy.greedy,
-            temperature=cfg.policy.temperature,
+            sim_cfg,
+            cfg,
+            cfg.eval.episodes_per_task,
             video_dir=run_dir / "videos" if cfg.eval.save_video else None,
-            fps=cfg.eval.video_fps,
-            progress=cfg.logging.progress,
         )
     if before is not None:
         report.baseline = compare_with_baseline(report, before)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.table import Table
@@ -16,6 +17,10 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.stats import paired_difference, wilson_interval
 from wmrl_cli.evaluation.videos import tile, upscale, write_mp4
 from wmrl_cli.logging import progress_task
+
+if TYPE_CHECKING:
+    from wmrl_cli.config import RunConfig
+    from wmrl_cli.config.schema import SimulatorConfig
 
 
 @dataclass
@@ -219,4 +224,29 @@ def evaluate_policy(
         per_task=per_task,
         overall=float(np.mean([r.success for r in results])),
         episodes=results,
+    )
+
+
+def evaluate_with_config(
+    env: Env,
+    policy: Policy,
+    sim_cfg: SimulatorConfig,
+    cfg: RunConfig,
+    trials: int,
+    video_dir: Path | None = None,
+) -> EvalReport:
+    """`evaluate_policy` as every command runs it: the suite, chunk size and seeds of the
+    resolved `sim_cfg`, the sampling of `cfg.policy`, videos at `cfg.eval.video_fps`."""
+    return evaluate_policy(
+        env,
+        policy,
+        suite=sim_cfg.suite,
+        trials=trials,
+        chunk_size=sim_cfg.chunk_size,
+        base_seed=sim_cfg.seed,
+        sample=not cfg.policy.greedy,
+        temperature=cfg.policy.temperature,
+        video_dir=video_dir,
+        fps=cfg.eval.video_fps,
+        progress=cfg.logging.progress,
     )

@@ -402,7 +402,7 @@ def real_eval_callback(cfg: RunConfig, run_dir: Path):
     """Evaluate in the real simulator (`simulator.name`): success_once overall and per task
     (eval/*); None when algorithm.eval_trials is 0."""
     from wmrl_cli.data.episodes import atomic_write_text
-    from wmrl_cli.evaluation.policy_eval import evaluate_policy
+    from wmrl_cli.evaluation.policy_eval import evaluate_with_config
     from wmrl_cli.policies.registry import LearnedPolicy
 
     if not cfg.algorithm.eval_trials:
@@ -413,17 +413,7 @@ def real_eval_callback(cfg: RunConfig, run_dir: Path):
     def evaluate(model, step: int) -> dict[str, float]:
         policy = LearnedPolicy(model, top_k=cfg.policy.top_k, seed=sim_cfg.seed)
         with simulator(sim_cfg) as sim:
-            report = evaluate_policy(
-                sim,
-                policy,
-                suite=sim_cfg.suite,
-                trials=cfg.algorithm.eval_trials,
-                chunk_size=sim_cfg.chunk_size,
-                base_seed=sim_cfg.seed,
-                sample=not cfg.policy.greedy,
-                temperature=cfg.policy.temperature,
-                progress=cfg.logging.progress,
-            )
+            report = evaluate_with_config(sim, policy, sim_cfg, cfg, cfg.algorithm.eval_trials)
         model.train()
         atomic_write_text(run_dir / "eval" / f"step_{step:06d}.json", report.to_json())
         out = {"eval/success_once": report.overall}
