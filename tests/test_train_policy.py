@@ -472,3 +472,31 @@ def test_kl_anchor_is_zero_until_the_policy_moves(assets, tmp_path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "kl" / "metrics.jsonl").open()]
     assert rows[0]["train/actor/kl_loss"] == 0.0
     assert rows[1]["train/actor/kl_loss"] > 0.0
+
+
+@pytest.mark.parametrize(("band", "epochs"), [("[0.0, 5.0]", 1), ("[100.0, 200.0]", 3)])
+def test_dynamic_sampling_draws_until_groups_pass_the_filter(assets, tmp_path, band, epochs):
+    """algorithm.min_kept_groups (DAPO/WMPO dynamic sampling): rollouts are added while too few
+    groups pass the filter, up to max_rollout_epochs. A band every group passes stops after
+    the first rollout; one no group can pass draws the maximum."""
+    out = tmp_path / "dyn"
+    extra = {
+        "algorithm.min_kept_groups": 1,
+        "algorithm.max_rollout_epochs": 3,
+        "algorithm.filter_band": band,
+        "algorithm.eval_trials": 0,
+    }
+    sets = [x for key, value in extra.items() for x in ("--set", f"{key}={value}")]
+    result = runner.invoke(app, [*args(assets, out, 1, algo="grpo"), *sets])
+    assert result.exit_code == 0, result.output
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert row["rollout/epochs"] == epochs
+    summary = json.loads((out / "ranks" / "rank_0.json").read_text())
+    assert len(summary["init_ids"][0]) == 4 * epochs  # each rollout drew 4 fresh envs
+
+
+def test_dynamic_sampling_needs_the_grpo_filter(assets, tmp_path) -> None:
+    base = args(assets, tmp_path / "x", 1, algo="ppo")
+    result = runner.invoke(app, [*base, "--set", "algorithm.min_kept_groups=2"])
+    assert result.exit_code == 2 and "min_kept_groups" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "x").exists()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -237,6 +237,16 @@ class AlgorithmConfig(Section):
     rollout_epochs: int = Field(
         1, ge=1, le=1024, description="rollouts of num_envs per step, one batch (RLinf: 16)"
     )
+    min_kept_groups: int = Field(
+        0,
+        ge=0,
+        description="dynamic sampling (DAPO, WMPO): after the rollout_epochs rollouts, draw "
+        "further rollouts of num_envs until at least this many groups (all ranks) pass "
+        "filter_groups, or max_rollout_epochs is reached; 0: off. GRPO with filter_groups only",
+    )
+    max_rollout_epochs: int = Field(
+        4, ge=1, le=1024, description="dynamic sampling: at most this many rollouts per step"
+    )
     optimizer_steps: int = Field(
         1,
         ge=1,
@@ -256,6 +266,20 @@ class AlgorithmConfig(Section):
         if band is not None and band[0] > band[1]:
             raise ValueError(f"the band is empty: low {band[0]} > high {band[1]}")
         return band
+
+    @model_validator(mode="after")
+    def _dynamic_sampling_needs_filter(self) -> AlgorithmConfig:
+        if self.min_kept_groups and (self.name != "grpo" or not self.filter_groups):
+            raise ValueError(
+                "min_kept_groups (dynamic sampling) needs name=grpo with filter_groups=true: "
+                "it draws rollouts until enough groups survive the filter"
+            )
+        if self.min_kept_groups and self.max_rollout_epochs < self.rollout_epochs:
+            raise ValueError(
+                f"max_rollout_epochs {self.max_rollout_epochs} < rollout_epochs "
+                f"{self.rollout_epochs}: dynamic sampling adds rollouts, never removes them"
+            )
+        return self
 
     kir_context: Literal["pad", "last_frames"] = Field(
         "pad",

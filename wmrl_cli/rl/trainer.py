@@ -1,6 +1,7 @@
 """GRPO / PPO for a VLA policy inside an env (normally the imagined one): `wmrl train-policy`.
 
-One step = `rollout_epochs` rollouts (each rank steps its own shard of the envs) ->
+One step = `rollout_epochs` rollouts (each rank steps its own shard of the envs; with dynamic
+sampling, more while fewer than `min_kept_groups` groups pass the filter) ->
 advantages -> update epochs, each cutting the shuffled trajectories into `optimizer_steps`
 batches whose minibatches are accumulated into one optimizer step (rl/schedule.py) ->
 metrics reduced over ranks. Log-probs are per action token [B,T,C,A]; steps after an env's
@@ -176,13 +177,7 @@ class PolicyTrainer:
             adv = grpo_advantages(returns, g, normalize_std=self.alg.normalize_advantage_std)
             keep = torch.ones_like(returns, dtype=torch.bool)
             if self.alg.filter_groups:
-                band = self.alg.filter_band
-                kept = (
-                    varied_outcome_groups(returns, g)
-                    if band is None
-                    else band_filter(returns, g, *band)
-                )
-                keep = kept.repeat_interleave(g)
+                keep = self._kept_groups(ro).repeat_interleave(g)
             step_adv = broadcast_advantages(adv, ro.step_mask)
             return step_adv, returns[:, None].expand_as(step_adv), keep
         adv, ret = gae(
@@ -191,6 +186,18 @@ class PolicyTrainer:
         if self.alg.normalize_gae_advantages:
             adv = normalize_advantages(adv, ro.step_mask)
         return adv, ret, torch.ones(adv.shape[0], dtype=torch.bool)
+
+    def _kept_groups(self, ro: Rollout) -> torch.Tensor:
+        """GRPO's group filter: bool [groups], the groups whose returns carry a gradient."""
+        g, band = self.alg.group_size, self.alg.filter_band
+        returns = trajectory_returns(ro.rewards * ro.step_mask, ro.dones)
+        if band is None:
+            return varied_outcome_groups(returns, g)
+        return band_filter(returns, g, *band)
+
+    def _global_sum(self, value: int) -> int:
+        total = torch.tensor([value], dtype=torch.int64, device=self.accelerator.device)
+        return int(self.accelerator.reduce(total, "sum").item())
 
     # -- one step --------------------------------------------------------------------------
     def train_step(self) -> StepResult:
@@ -208,22 +215,29 @@ class PolicyTrainer:
         max_chunks = -(-alg.max_episode_steps // self.unwrapped.chunk_size)
         self.wrapped.eval()
         rollouts, ids, global_ids = [], [], []
-        for _ in range(alg.rollout_epochs):  # each epoch draws fresh initial states
+        kept_groups = 0
+        # Each epoch draws fresh initial states. Dynamic sampling (min_kept_groups > 0) goes on
+        # drawing while too few groups carry a gradient; the decision is global, so every rank
+        # collects the same number of epochs (DDP needs equal backward passes).
+        while len(rollouts) < alg.rollout_epochs or (
+            kept_groups < alg.min_kept_groups and len(rollouts) < alg.max_rollout_epochs
+        ):
             drawn = self.sampler.sample()
             global_ids.append(drawn)
             shard = drawn[self.rank * self.local_envs :][: self.local_envs]
             ids += shard
-            rollouts.append(
-                collect_rollout(
-                    self.env,
-                    self.unwrapped,
-                    shard,
-                    max_chunks,
-                    self.cfg.policy.temperature,
-                    self.cfg.policy.top_k,
-                    self.generator,
-                )
+            epoch = collect_rollout(
+                self.env,
+                self.unwrapped,
+                shard,
+                max_chunks,
+                self.cfg.policy.temperature,
+                self.cfg.policy.top_k,
+                self.generator,
             )
+            rollouts.append(epoch)
+            if alg.min_kept_groups:
+                kept_groups += self._global_sum(int(self._kept_groups(epoch).sum()))
         ro = concat_rollouts(rollouts)
         timings["time/rollout"] = time.time() - t0
         self._observe_outcomes(global_ids, ro)
@@ -262,6 +276,7 @@ class PolicyTrainer:
 
         metrics = {k: float(np.mean(v)) for k, v in stats.items()}
         metrics.update(self._rollout_metrics(ro, adv, keep))
+        metrics["rollout/epochs"] = float(len(rollouts))  # > rollout_epochs: dynamic sampling
         metrics["env/real_steps"] = float(self.real_steps)  # equal on every rank
         metrics["train/actor/lr"] = self.cfg.training.lr
         metrics.update(timings)
@@ -384,9 +399,9 @@ class PolicyTrainer:
 
     def _real_steps_taken(self, ro: Rollout) -> int:
         """Real environment steps of this rollout, summed over ranks (0 in imagination)."""
-        local = int(ro.episode_len.sum()) if getattr(self.env, "real", False) else 0
-        total = torch.tensor([local], dtype=torch.int64, device=self.accelerator.device)
-        return int(self.accelerator.reduce(total, "sum").item())
+        return self._global_sum(
+            int(ro.episode_len.sum()) if getattr(self.env, "real", False) else 0
+        )
 
     def _save_policy(self, directory: Path) -> Path:
         from wmrl_cli.policies.checkpoint import save_pretrained
