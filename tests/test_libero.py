@@ -487,3 +487,32 @@ def test_libero_sim_episode_protocol(tmp_path, monkeypatch) -> None:
         # The table (bright) fills the lower part of an upright agentview frame.
         image = obs.images[0].astype(float).mean(axis=-1)
         assert image[40:].mean() > image[:8].mean()
+
+
+def test_a_worker_keeps_no_more_envs_than_slots(monkeypatch) -> None:
+    """A LIBERO env holds about 1 GB: RL's changing task mixes must not make a worker hold one
+    per task and slot (the pool is least-recently-used, bounded by the slots)."""
+    from collections import OrderedDict
+
+    from wmrl_cli.sims import libero_envs
+
+    class FakeEnv:
+        def __init__(self, task_id: int) -> None:
+            self.task_id, self.closed = task_id, False
+
+        def close(self) -> None:
+            self.closed = True
+
+    envs = object.__new__(libero_envs.LiberoEnvs)
+    envs.slots = [libero_envs._Slot() for _ in range(2)]
+    envs._pool, envs.pool_size = OrderedDict(), 2
+    built: list[FakeEnv] = []
+    monkeypatch.setattr(envs, "_make", lambda t: built.append(FakeEnv(t)) or built[-1])
+    for mix in ([0, 0], [1, 2], [2, 3], [3, 3], [2, 3]):
+        envs._assign(mix)
+        assert len(envs._pool) <= 2
+        assert [slot.task_id for slot in envs.slots] == mix
+        assert all(not s.env.closed and s.env.task_id == t for s, t in zip(envs.slots, mix))
+    assert sum(not env.closed for env in built) == 2
+    # [2, 3] again after [3, 3]: (2, 0) was evicted, (3, 0) is reused, not rebuilt
+    assert len(built) == 7

@@ -25,6 +25,7 @@ os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 import contextlib  # noqa: E402
 import io  # noqa: E402
 import logging  # noqa: E402
+from collections import OrderedDict  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -42,6 +43,7 @@ from wmrl_cli.sims.libero_suites import (  # noqa: E402
     to_libero_actions,
     upright,
 )
+from wmrl_cli.sims.memory import release_memory  # noqa: E402
 
 
 def _robot(env: Any) -> Any:
@@ -100,7 +102,13 @@ class LiberoEnvs:
         self.max_steps = max_steps
         self.terminate_on_success = terminate_on_success
         self.slots = [_Slot() for _ in range(num_envs)]
-        self._pool: dict[tuple[int, int], Any] = {}
+        # (task_id, k) -> env: the k-th slot of a batch holding that task, least recently used
+        # first. A LIBERO env holds about 1 GB (robosuite's model, MuJoCo data, an EGL
+        # context), so a worker keeps only as many as it has slots: a worker that met every
+        # task of a suite in RL's changing group mixes grew past 5 GB. Rebuilding one costs a
+        # model compilation, a second or two, only when a slot's task changes.
+        self._pool: OrderedDict[tuple[int, int], Any] = OrderedDict()
+        self.pool_size = num_envs
         self._init_states: dict[int, np.ndarray] = {}
         # robosuite warns about its macro file on import; nothing a user can act on.
         logging.getLogger("robosuite_logs").setLevel(logging.ERROR)
@@ -140,13 +148,27 @@ class LiberoEnvs:
 
     def _assign(self, task_ids: list[int]) -> None:
         seen: dict[int, int] = {}
-        for slot, task_id in zip(self.slots, task_ids):
+        keys = []
+        for task_id in task_ids:
             k = seen.get(task_id, 0)
             seen[task_id] = k + 1
-            if (task_id, k) not in self._pool:
-                self._pool[(task_id, k)] = self._make(task_id)
-            slot.task_id = task_id
-            slot.env = self._pool[(task_id, k)]
+            keys.append((task_id, k))
+        # Close the least recently used envs this batch does not need before building the
+        # ones it lacks, so that the worker never holds more than pool_size at once.
+        wanted = set(keys)
+        missing = sum(key not in self._pool for key in wanted)
+        excess = len(self._pool) + missing - self.pool_size
+        spare = [key for key in self._pool if key not in wanted][: max(excess, 0)]
+        for key in spare:
+            self._pool.pop(key).close()
+        if spare:
+            release_memory()
+        for slot, key in zip(self.slots, keys):
+            if key not in self._pool:
+                self._pool[key] = self._make(key[0])
+            self._pool.move_to_end(key)
+            slot.task_id = key[0]
+            slot.env = self._pool[key]
 
     def _observe(self, slot: _Slot, obs: dict[str, np.ndarray]) -> None:
         slot.last_image = upright(obs[f"{self.camera}_image"])

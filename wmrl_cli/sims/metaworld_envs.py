@@ -6,21 +6,19 @@ of these. Everything here is plain numpy in and out so that it crosses process p
 
 from __future__ import annotations
 
-import functools
-import gc
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering without a display
 os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
 from collections import OrderedDict  # noqa: E402
-from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from wmrl_cli.envs.interface import empty_chunk_arrays  # noqa: E402
+from wmrl_cli.sims.memory import release_memory  # noqa: E402
 from wmrl_cli.sims.suites import Suite  # noqa: E402
 
 # MuJoCo's "integration state": time, qpos, qvel, actuator activations, warm-start
@@ -36,30 +34,6 @@ class _Slot:
     done: bool = True
     last_image: np.ndarray | None = None
     last_proprio: np.ndarray | None = None
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, looked up once (find_library runs ldconfig); None elsewhere."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        return None
-
-
-def _release_memory() -> None:
-    """Give freed MuJoCo models back to the system. Without it a worker that rebuilds
-    environments for changing task mixes (GRPO groups) grew by about 130 MB per RL step of 16
-    slots, heap fragmentation rather than live objects (measured: flat with this call), until
-    the out-of-memory killer took it."""
-    gc.collect()
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 class MetaWorldEnvs:
@@ -126,7 +100,7 @@ class MetaWorldEnvs:
             env.close()
             evicted = True
         if evicted:
-            _release_memory()
+            release_memory()
 
     # -- state ----------------------------------------------------------------------------
     @staticmethod
