@@ -1,7 +1,9 @@
-"""`wmrl rollout`: collect episodes in the real simulator into an episode store."""
+"""`wmrl rollout`: collect episodes in the real simulator into an episode store; with
+`--world-model WM --replay STORE`, imagine them: WM rolled over STORE's recorded actions."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -22,7 +24,25 @@ from wmrl_cli.cli.common import (
     build_config,
     handle_errors,
 )
+from wmrl_cli.config import RunConfig
+from wmrl_cli.errors import ConfigError
 from wmrl_cli.logging import console
+
+# The options that drive the simulator's policy: none of them applies to imagined rollouts.
+POLICY_OPTIONS = (
+    ("--policy", "policy"),
+    ("--suite", "suite"),
+    ("--episodes-per-task", "episodes_per_task"),
+    ("--kir", "kir"),
+    ("--export-rlinf", "export_rlinf"),
+    ("--temperature", "temperature"),
+    ("--greedy", "greedy"),
+    ("--noise-std", "noise_std"),
+    ("--noise-kind", "noise_kind"),
+    ("--random-chunk-prob", "random_chunk_prob"),
+    ("--num-workers", "num_workers"),
+    ("--image-size", "image_size"),
+)
 
 
 @handle_errors
@@ -73,9 +93,53 @@ def rollout_command(
     assets_dir: AssetsDirOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
+    world_model: Annotated[
+        Path | None,
+        typer.Option(
+            "--world-model",
+            help="Imagine instead: roll this world model (a train-wm run, a model directory or "
+            "an RLinf Wan/OpenSora directory) over --replay's episodes; --num-envs episodes a "
+            "batch.",
+        ),
+    ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --world-model: the episode store whose real context frames and recorded "
+            "actions (and success flags, the labels) the imagined episodes take."
+        ),
+    ] = None,
+    horizon: Annotated[
+        int | None,
+        typer.Option(help="With --world-model: steps imagined per start (default: the rest)."),
+    ] = None,
+    start_every: Annotated[
+        int | None,
+        typer.Option(
+            help="With --world-model: start at steps 0, K, 2K, ... of every episode (default 0: "
+            "the episode start only)."
+        ),
+    ] = None,
 ) -> None:
-    """Run a policy (its actions optionally perturbed: --noise-kind, --random-chunk-prob) for N episodes per task in Meta-World or LIBERO (--suite libero_*) and store every frame, action, reward and success flag, with the exact simulator state at each chunk boundary."""  # noqa: E501
+    """Run a policy (its actions optionally perturbed: --noise-kind, --random-chunk-prob) for N episodes per task in Meta-World or LIBERO (--suite libero_*) and store every frame, action, reward and success flag, with the exact simulator state at each chunk boundary; with --world-model and --replay, store the world model's imagined episodes under the recorded actions instead, labelled with the recorded success."""  # noqa: E501
     from wmrl_cli.data.collection import collect_rollouts
+
+    given = locals()
+    if world_model is not None or replay is not None:
+        world_model, replay = _check_imagined_options(world_model, replay, given)
+        cfg = build_config(
+            preset,
+            set_,
+            simulator__seed=seed,
+            simulator__num_envs=num_envs,
+            world_model__path=str(world_model),
+            assets_dir=assets_dir,
+            output_dir=out,
+        )
+        _imagine(cfg, world_model, replay, horizon, start_every or 0, append)
+        return
+    if horizon is not None or start_every is not None:
+        raise ConfigError("--horizon and --start-every apply only with --world-model and --replay")
 
     options = dict(
         policy__name=policy,
@@ -99,4 +163,71 @@ def rollout_command(
         key = "rollout__perturbation__std" if noisy else "policy__noise_std"
         cfg = build_config(preset, set_, **options, **{key: noise_std})
     summary = collect_rollouts(cfg, append=append, write_rlinf=export_rlinf)
+    console.print(summary.table())
+
+
+def _given(value: object) -> bool:
+    return value is not None and value is not False  # a flag's default is False, 0.0 is a value
+
+
+def _check_imagined_options(
+    world_model: Path | None, replay: Path | None, given: dict
+) -> tuple[Path, Path]:
+    """One line for imagined rollouts asked for with a part missing or with policy options."""
+    if world_model is None or replay is None:
+        missing = "--replay STORE" if replay is None else "--world-model WM"
+        raise ConfigError(f"imagined rollouts need both --world-model and --replay: add {missing}")
+    conflicts = [flag for flag, name in POLICY_OPTIONS if _given(given[name])]
+    if conflicts:
+        raise ConfigError(
+            "--world-model rolls --replay's recorded actions, not a policy: drop "
+            + ", ".join(conflicts)
+        )
+    return world_model, replay
+
+
+def _imagine(
+    cfg: RunConfig, world_model: Path, replay: Path, horizon: int | None, start_every: int,
+    append: bool,
+) -> None:  # fmt: skip
+    """Checks the inputs (nothing is written before they pass), loads, hands over."""
+    import torch
+
+    from wmrl_cli.data.collection import check_output_store, store_summary
+    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.data.imagined import check_source, imagine_store, imagined_starts
+    from wmrl_cli.rl.setup import load_imagining_world_model
+    from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+
+    source = EpisodeStore.open(replay)
+    starts = imagined_starts(source, start_every, horizon)
+    out = Path(cfg.output_dir)
+    check_output_store(out, append, imagined=True)
+    if not world_model.exists():
+        raise ConfigError(
+            f"--world-model {world_model}: no such world model (expected a train-wm run, a model "
+            "directory or an RLinf Wan/OpenSora directory)"
+        )
+    configure_threads(cfg.num_threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    height, width = source.load(starts[0].episode_id).frames.shape[1:3]
+    model = load_imagining_world_model(world_model, height, width, cfg, device)
+    if cfg.world_model.num_inference_steps is not None:  # as imagination runs it (rl/setup.py)
+        model.config.num_inference_steps = cfg.world_model.num_inference_steps
+    check_source(source, model)
+    prepare_run_dir(cfg, "rollout")  # the store's config.yaml
+    seed_everything(cfg.simulator.seed)
+    store = EpisodeStore(out)
+    imagine_store(
+        model,
+        source,
+        store,
+        starts,
+        batch_size=cfg.simulator.num_envs,
+        world_model_name=str(world_model),
+        seed=cfg.simulator.seed,
+        progress=cfg.logging.progress,
+    )
+    names = {int(m["task_id"]): m["task_name"] for m in store.index}
+    summary = store_summary(store, [names[t] for t in sorted(names)])
     console.print(summary.table())

@@ -23,7 +23,13 @@ from wmrl_cli.logging import console
 
 @handle_errors
 def train_reward_command(
-    data: Annotated[Path, typer.Option(help="Episode store with success flags (wmrl rollout).")],
+    data: Annotated[
+        list[Path],
+        typer.Option(
+            help="Episode store with success flags (wmrl rollout); repeat to pool several, e.g. "
+            "real and imagined episodes (wmrl rollout --world-model)."
+        ),
+    ],
     kind: Annotated[
         str | None, typer.Option(help="resnet or taskemb_resnet (RLinf's two reward models).")
     ] = None,
@@ -54,7 +60,7 @@ def train_reward_command(
     """Train a ResNet success classifier on frames labelled by the simulator's success flags; the threshold is chosen by F1 on held-out episodes and saved with the model in RUN/reward_model/."""  # noqa: E501
     from rich.table import Table
 
-    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.data.episodes import open_stores
     from wmrl_cli.rl.setup import reward_model_source
     from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir
     from wmrl_cli.training.init_sources import (
@@ -74,7 +80,7 @@ def train_reward_command(
         assets_dir=assets_dir,
         output_dir=out,
     )
-    store = EpisodeStore.open(data)
+    store = open_stores(data)
     source = target = model = None
     if init is not None:  # loaded before the run directory is made: a bad file writes nothing
         source = reward_model_source(resolve_init(init, cfg.assets_dir))
@@ -92,7 +98,7 @@ def train_reward_command(
         cfg,
         "train-reward",
         default=default_run_dir("train-reward", preset),
-        inputs={"data": data, "init": source},
+        inputs={**data_inputs(data), "init": source},
         resume=resume,
         overwrite=overwrite,
     )
@@ -112,3 +118,8 @@ def train_reward_command(
         f"{metrics.f1:.3f}",
     )
     console.print(table)
+
+
+def data_inputs(data: list[Path]) -> dict[str, Path]:
+    """The run record's inputs for the stores: `data` (one store, as before), then `data2`, ..."""
+    return {("data" if i == 0 else f"data{i + 1}"): path for i, path in enumerate(data)}

@@ -64,6 +64,34 @@ def write_keyframes(store: EpisodeStore, cfg: RunConfig) -> list[Keyframe]:
     return keys
 
 
+def check_output_store(out: Path, append: bool, imagined: bool = False) -> None:
+    """One line for an --out that would be overwritten or is no store, or an --append that
+    would mix real and imagined episodes in one store."""
+    index = out / "index.json"
+    if index.exists() and not append:
+        raise WmrlError(f"{out} already holds an episode store; pass --append to add to it")
+    if out.is_dir() and not index.exists() and any(out.iterdir()):
+        raise WmrlError(f"{out} exists and is not an episode store; choose an empty directory")
+    existing = EpisodeStore(out) if index.exists() else None
+    if existing is not None and len(existing) and existing.imagined != imagined:
+        held, given = ("imagined", "real") if existing.imagined else ("real", "imagined")
+        raise WmrlError(f"{out} holds {held} episodes; write {given} ones to a store of their own")
+
+
+def store_summary(store: EpisodeStore, task_names: list[str]) -> RolloutSummary:
+    """Episodes, success rate and mean length per task of a store."""
+    summary = RolloutSummary(store=str(store.root), episodes=len(store))
+    for task in task_names:
+        rows = [m for m in store.index if m["task_name"] == task]
+        if rows:
+            summary.per_task[task] = {
+                "episodes": len(rows),
+                "success": float(np.mean([m["success"] for m in rows])),
+                "length": float(np.mean([m["length"] for m in rows])),
+            }
+    return summary
+
+
 def collect_rollouts(
     cfg: RunConfig, append: bool = False, write_rlinf: bool = False
 ) -> RolloutSummary:
@@ -80,10 +108,7 @@ def collect_rollouts(
     out = Path(cfg.output_dir) if cfg.output_dir else None
     if out is None:
         raise WmrlError("rollout needs an output directory (--out DIR)")
-    if (out / "index.json").exists() and not append:
-        raise WmrlError(f"{out} already holds an episode store; pass --append to add to it")
-    if out.exists() and not (out / "index.json").exists() and any(out.iterdir()):
-        raise WmrlError(f"{out} exists and is not an episode store; choose an empty directory")
+    check_output_store(out, append)
     # The simulator (LIBERO: installed?) and the policy are checked before anything is written;
     # the store's config.yaml records the simulator as it ran (LIBERO's defaults filled in).
     cfg.simulator = sim_cfg = resolve_simulator(cfg.simulator)
@@ -129,15 +154,7 @@ def collect_rollouts(
                 adv()
         store.add(pending)
 
-    summary = RolloutSummary(store=str(out), episodes=len(store))
-    for task in suite.task_names:
-        rows = [m for m in store.index if m["task_name"] == task]
-        if rows:
-            summary.per_task[task] = {
-                "episodes": len(rows),
-                "success": float(np.mean([m["success"] for m in rows])),
-                "length": float(np.mean([m["length"] for m in rows])),
-            }
+    summary = store_summary(store, suite.task_names)
     keyframes = read_keyframes(out)
     if cfg.rollout.kir.enabled:
         keyframes = write_keyframes(store, cfg)

@@ -34,7 +34,9 @@ class Episode:
     (a chunk boundary) to the flat simulator state at that step, so the episode can be
     replayed from any chunk. perturbed bool [T]: the steps whose actions were perturbed
     (noise or random actions, `rollout.perturbation`); None where the collecting policy did not
-    report it (stores written before it existed).
+    report it (stores written before it existed). imagined: for an episode whose frames a world
+    model predicted (`wmrl rollout --world-model`), where they came from (docs/formats.md); such
+    an episode has no simulator states.
     """
 
     task_id: int
@@ -51,6 +53,7 @@ class Episode:
     policy: str = ""
     suite: str = ""
     perturbed: np.ndarray | None = None
+    imagined: dict[str, Any] | None = None
 
     @property
     def length(self) -> int:
@@ -79,6 +82,7 @@ class Episode:
             "chunk_size": self.chunk_size,
             "policy": self.policy,
             "suite": self.suite,
+            **({"imagined": self.imagined} if self.imagined is not None else {}),
         }
 
 
@@ -137,8 +141,28 @@ class EpisodeStore:
         return list(self._index)
 
     def real_steps(self) -> int:
-        """Real environment steps behind the store: the sum of its episodes' lengths."""
-        return sum(int(m["length"]) for m in self._index)
+        """Real environment steps behind the store: the sum of its real episodes' lengths
+        (imagined episodes took none)."""
+        return sum(int(m["length"]) for m in self._index if not m.get("imagined"))
+
+    @property
+    def roots(self) -> list[Path]:
+        """The store directories behind this store: itself (several for a pool)."""
+        return [self.root]
+
+    @property
+    def imagined(self) -> bool:
+        """Whether the store holds episodes a world model imagined (`wmrl rollout
+        --world-model`)."""
+        return any(m.get("imagined") for m in self._index)
+
+    def require_simulator_states(self, purpose: str) -> None:
+        """One line for a use that needs the simulator's states, which imagined episodes lack."""
+        if self.imagined:
+            raise WmrlError(
+                f"{self.root} holds imagined episodes (wmrl rollout --world-model), which have "
+                f"no simulator states {purpose}; use the store they were imagined from"
+            )
 
     def add(self, episodes: list[Episode]) -> None:
         """Write episode files, then the index (atomically), so a crash never leaves the index
@@ -196,6 +220,7 @@ class EpisodeStore:
             policy=meta.get("policy", ""),
             suite=meta.get("suite", ""),
             perturbed=arrays.get("perturbed"),
+            imagined=meta.get("imagined"),
         )
 
     def __iter__(self) -> Iterator[Episode]:
@@ -228,3 +253,50 @@ class EpisodeStore:
             val += [int(i) for i in ids[:n_val]]
             train += [int(i) for i in ids[n_val:]]
         return sorted(train), sorted(val)
+
+
+class PooledStore(EpisodeStore):
+    """Several stores read as one (read-only): ids 0..N-1 run through the stores in order, so
+    that splits, labels and training see one list of episodes (`train-reward --data A --data
+    B`: real and imagined episodes together)."""
+
+    def __init__(self, stores: list[EpisodeStore]) -> None:
+        self.stores = stores
+        # A label for messages: a pool has no directory of its own.
+        self.root = Path(" + ".join(str(s.root) for s in stores))
+        self._index = []
+        self._where: list[tuple[EpisodeStore, int]] = []
+        for store in stores:
+            for meta in store.index:
+                self._index.append({**meta, "id": len(self._where), "store": str(store.root)})
+                self._where.append((store, int(meta["id"])))
+
+    @property
+    def roots(self) -> list[Path]:
+        return [s.root for s in self.stores]
+
+    def add(self, episodes: list[Episode]) -> None:
+        raise WmrlError(f"{self.root}: a pool of stores is read-only")
+
+    def load(self, episode_id: int) -> Episode:
+        store, local_id = self._where[episode_id]
+        return store.load(local_id)
+
+
+def open_stores(paths: list[str | Path]) -> EpisodeStore:
+    """One store, or several pooled (`PooledStore`); each path must be a store, each named
+    once, and their frames of one size."""
+    if not paths:
+        raise WmrlError("no episode store given")
+    stores = [EpisodeStore.open(p) for p in paths]
+    if len(stores) == 1:
+        return stores[0]
+    roots = [s.root.resolve() for s in stores]
+    twice = sorted({str(r) for r in roots if roots.count(r) > 1})
+    if twice:
+        raise WmrlError(f"{twice[0]}: the same episode store is given twice")
+    shapes = {s.root: s.load(0).frames.shape[1:] for s in stores if len(s)}
+    if len(set(shapes.values())) > 1:
+        sizes = ", ".join(f"{root}: {'x'.join(map(str, shape))}" for root, shape in shapes.items())
+        raise WmrlError(f"the stores' frames differ in size ({sizes})")
+    return PooledStore(stores)

@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from wmrl_cli.data.episodes import EpisodeStore, atomic_write_bytes
+from wmrl_cli.data.episodes import Episode, EpisodeStore, atomic_write_bytes
 from wmrl_cli.data.kir import Keyframe
 from wmrl_cli.data.safe_npy import load_npy
 from wmrl_cli.errors import WmrlError
@@ -217,23 +217,29 @@ def reset_set_from_store(
         by_episode.setdefault(key.episode_id, []).append(key)
     for episode_id in sorted(wanted):
         episode = store.load(episode_id)
-        a_dim = episode.actions.shape[1]
         for step in [0] + [k.step for k in by_episode.get(episode_id, [])]:
-            window = range(step - context_frames + 1, step + 1)
-            # Before the episode start the first frame stands in, produced by no action.
-            idx = [max(s, 0) for s in window]
-            acts = [episode.actions[s - 1] if s > 0 else rest_action(a_dim) for s in window]
-            entries.append(
-                ResetEntry(
-                    reference=episode.frames[0],
-                    context=episode.frames[idx],
-                    context_actions=np.stack(acts).astype(np.float32),
-                    instruction=episode.instruction,
-                    task_id=episode.task_id,
-                    seed=episode.seed,
-                    step=step,
-                    sim_state=episode.sim_states.get(step),
-                    source=f"episode {episode_id} step {step}",
-                )
-            )
+            entries.append(context_entry(episode, step, context_frames, episode_id))
     return entries
+
+
+def context_entry(
+    episode: Episode, step: int, context_frames: int, episode_id: int | None = None
+) -> ResetEntry:
+    """The world model's start at `step` of a stored episode: its first frame as reference, the
+    `context_frames` frames up to `step` and the actions that produced them."""
+    a_dim = episode.actions.shape[1]
+    window = range(step - context_frames + 1, step + 1)
+    # Before the episode start the first frame stands in, produced by no action.
+    idx = [max(s, 0) for s in window]
+    acts = [episode.actions[s - 1] if s > 0 else rest_action(a_dim) for s in window]
+    return ResetEntry(
+        reference=episode.frames[0],
+        context=episode.frames[idx],
+        context_actions=np.stack(acts).astype(np.float32),
+        instruction=episode.instruction,
+        task_id=episode.task_id,
+        seed=episode.seed,
+        step=step,
+        sim_state=episode.sim_states.get(step),
+        source=f"episode {episode_id} step {step}",
+    )

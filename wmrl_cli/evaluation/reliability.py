@@ -860,6 +860,7 @@ def evaluate_world_model(
 
     if horizon < 1:
         raise WmrlError(f"the horizon must be at least 1 step, got {horizon}")
+    store.require_simulator_states("to replay")
     ids = sorted({int(i) for i in episode_ids})
     episodes = {i: store.load(i) for i in ids}
     ordered = [episodes[i] for i in ids]

@@ -244,6 +244,7 @@ def load_reset_set(cfg: RunConfig, path: Path | None = None) -> tuple[list[Reset
     path = path or Path(_required(cfg.world_model.reset_set, "world_model.reset_set"))
     if (path / "index.json").is_file():
         store = EpisodeStore.open(path)
+        store.require_simulator_states("to start a reset set from")
         keys = read_keyframes(path) if cfg.algorithm.enable_kir else []
         ids = [int(m["id"]) for m in store.index]
         names: dict[int, str] = {int(m["task_id"]): m["task_name"] for m in store.index}

@@ -129,6 +129,7 @@ def train_reward_model(
     shutil.rmtree(tmp, ignore_errors=True)
     save_reward_model(model, tmp)
     report = {
+        "data": [str(root) for root in store.roots],
         "best_f1": best.to_dict(),
         "at_0.5": at_half.to_dict(),
         "val_frames": int(len(val.labels)),
