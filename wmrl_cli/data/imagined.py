@@ -153,10 +153,12 @@ def imagine_store(
     }
     world_model.eval()
     loaded: dict[int, Episode] = {}
+    # A batch rolls as long as its longest start: batch starts of similar length together.
+    starts = sorted(starts, key=lambda s: (-s.steps, s.episode_id, s.t0))
     batches = [starts[i : i + batch_size] for i in range(0, len(starts), batch_size)]
     with progress_task("imagined rollouts", len(batches), progress) as advance:
         for number, batch in enumerate(batches):
-            # Starts come episode by episode: keep only the episodes this batch uses.
+            # keep only the episodes this batch uses
             ids = {s.episode_id for s in batch}
             loaded = {i: loaded[i] if i in loaded else source.load(i) for i in sorted(ids)}
             episodes = [loaded[s.episode_id] for s in batch]
