@@ -462,3 +462,22 @@ def test_co_evolve_rerun_with_another_suite_is_refused(tmp_path, monkeypatch) ->
     result = runner.invoke(app, [*base, "--set", "simulator.suite=mw3"])
     _one_error_line(result, 2, "simulator.suite 'mw2' -> 'mw3'")
     assert (out / "report.md").read_text() == "Suite mw2"
+
+
+def test_progress_prints_plain_lines_where_there_is_no_terminal(monkeypatch) -> None:
+    """A batch job's log shows a long loop moving: a line at most every `every_s` and one at
+    the end, where a progress bar would draw nothing."""
+    from wmrl_cli import logging as wmrl_logging
+
+    lines: list[str] = []
+    monkeypatch.setattr(wmrl_logging.err_console, "print", lambda text: lines.append(text))
+    with wmrl_logging.progress_task("imagined rollouts", 4, every_s=3600) as advance:
+        for _ in range(4):
+            advance()
+    assert lines == ["imagined rollouts: 4/4, 0 s"]  # nothing between: the hour never passed
+    with wmrl_logging.progress_task("replays", 2, every_s=0) as advance:
+        advance(2)
+    assert lines[-1] == "replays: 2/2, 0 s"
+    with wmrl_logging.progress_task("off", 2, enabled=False) as advance:
+        advance(2)
+    assert len(lines) == 2

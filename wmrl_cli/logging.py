@@ -51,11 +51,29 @@ def make_progress(enabled: bool = True) -> Progress:
 
 
 @contextmanager
-def progress_task(description: str, total: int, enabled: bool = True) -> Iterator[Any]:
-    """A progress bar for one loop; yields a callable `advance(n=1)`."""
+def progress_task(
+    description: str, total: int, enabled: bool = True, every_s: float = 30.0
+) -> Iterator[Any]:
+    """A progress bar for one loop; yields a callable `advance(n=1)`. Where stderr is no
+    terminal, plain lines instead ("description: done/total, elapsed"), at most one per
+    `every_s` seconds and one at the end, so that a batch job's log shows the loop moving."""
     with make_progress(enabled) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda n=1: progress.advance(task, n)
+        if not enabled or not progress.disable:
+            yield lambda n=1: progress.advance(task, n)
+            return
+        start = last = time.monotonic()
+        done = 0
+
+        def advance(n: int = 1) -> None:
+            nonlocal done, last
+            done += n
+            now = time.monotonic()
+            if now - last >= every_s or done >= total:
+                last = now
+                err_console.print(f"{description}: {done}/{total}, {now - start:.0f} s")
+
+        yield advance
 
 
 def track(items: Iterable[T], description: str, total: int, enabled: bool = True) -> Iterator[T]:
