@@ -112,3 +112,93 @@ def test_train_wm_action_path_options_and_a_reused_autoencoder(store, tmp_path) 
     )  # fmt: skip
     assert refused.exit_code != 0 and "null action" in refused.output
     assert "Traceback" not in refused.output
+
+
+def _ddp_args(store, out, steps: int) -> list[str]:
+    sets = {
+        "simulator.image_size": 32,
+        "world_model.batch_size": 2,
+        "world_model.vae_batch_size": 2,
+        "world_model.save_every": 2,
+        "world_model.val_every": 2,
+        "world_model.val_episodes": 1,
+        "world_model.val_horizon": 8,
+        "world_model.window_stride": 16,
+        "world_model.num_inference_steps": 1,
+        "num_threads": 1,
+        "logging.progress": "false",
+    }
+    args = ["train-wm", "--data", str(store), "--backend", "wan", "--out", str(out)]
+    args += ["--vae-steps", "2", "--steps", str(steps)]
+    return args + [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
+
+
+@pytest.mark.parametrize(
+    ("processes", "fragment"), [("0", "at least 1"), ("2", "'world_model.batch_size'")]
+)
+def test_bad_num_processes_is_one_line_before_any_launch(
+    processes, fragment, store, tmp_path, monkeypatch
+) -> None:
+    import subprocess
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("torchrun was started")
+
+    monkeypatch.setattr(subprocess, "call", no_launch)
+    args = _ddp_args(store, tmp_path / "run", 1) + ["--set", "world_model.batch_size=3"]
+    result = runner.invoke(app, [*args, "--num-processes", processes])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], lines
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # two ranks twice (a run, then its resume): minutes on a loaded 2-core CPU
+def test_two_ranks_train_one_world_model(store, tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from wmrl_cli.config import resolve_config
+    from wmrl_cli.training.world_model_trainer import WorldModelTrainer
+
+    out = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def train(steps: int) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "wmrl_cli", *_ddp_args(store, out, steps)]
+        proc = subprocess.run(
+            [*cmd, "--num-processes", "2"], capture_output=True, text=True, env=env, timeout=900
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        return proc
+
+    def ranks() -> list[dict]:
+        return [json.loads((out / "ranks" / f"rank_{r}.json").read_text()) for r in (0, 1)]
+
+    train(2)
+    first = ranks()
+    assert first[0]["weights_sha256"] == first[1]["weights_sha256"]
+    # The two ranks split the global batch a single process draws at step 0 (its 2 windows).
+    cfg = resolve_config(None, {}, [f"{k}={v}" for k, v in _sets(_ddp_args(store, out, 2))])
+    episodes = EpisodeStore.open(store)
+    action_dim = int(episodes.load(0).actions.shape[1])
+    windows = len(WorldModelTrainer(cfg, out, episodes, action_dim).train)
+    global_batch = np.random.default_rng([cfg.simulator.seed, 3, 0]).integers(0, windows, 2)
+    assert first[0]["windows"] + first[1]["windows"] == global_batch.tolist()
+    assert first[0]["windows"] != first[1]["windows"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    assert {"train/wm/loss", "eval/wm/psnr@8"} <= {k for row in rows for k in row}
+    # Resumed with two ranks from the step-2 checkpoint: still one model on both.
+    resumed = train(3)
+    assert "resuming world-model training from step 2" in resumed.stdout
+    assert resumed.stdout.count("resuming world-model training") == 1  # the main process's
+    again = ranks()
+    assert again[0]["weights_sha256"] == again[1]["weights_sha256"] != first[0]["weights_sha256"]
+    assert load_world_model(out).action_dim == action_dim
+
+
+def _sets(args: list[str]) -> list[tuple[str, str]]:
+    return [tuple(args[i + 1].split("=", 1)) for i, a in enumerate(args) if a == "--set"]

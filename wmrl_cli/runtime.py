@@ -77,7 +77,7 @@ def check_not_single_rank_launch() -> None:
             f"accelerate launch --num_processes {requested} started a single process "
             "(its simple launcher, used with --cpu or without --multi_gpu, starts one); "
             f"use `torchrun --nproc_per_node {requested} -m wmrl_cli ...` "
-            f"(train-policy: --num-processes {requested})"
+            f"(train-policy, train-wm: --num-processes {requested})"
         )
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -114,3 +117,36 @@ def handle_errors(func: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def relaunch_ranks(num_processes: int) -> None:
+    """Start N ranks with torchrun (gloo on CPU, NCCL on GPUs), this command without the flag;
+    exits with their status."""
+    argv, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if arg == "--num-processes":
+            skip = True
+            continue
+        if arg.startswith("--num-processes="):
+            continue
+        argv.append(arg)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={num_processes}",
+        f"--master_port={_free_port()}",
+        "-m",
+        "wmrl_cli",
+        *argv,
+    ]
+    raise typer.Exit(subprocess.call(cmd))

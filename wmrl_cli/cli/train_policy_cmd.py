@@ -4,9 +4,6 @@ simulator (`--env`)."""
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -22,41 +19,10 @@ from wmrl_cli.cli.common import (
     SetOpt,
     build_config,
     handle_errors,
+    relaunch_ranks,
 )
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.logging import console
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _relaunch(num_processes: int) -> None:
-    """Start N ranks with torchrun (gloo on CPU, NCCL on GPUs), this command without the flag."""
-    argv, skip = [], False
-    for arg in sys.argv[1:]:
-        if skip:
-            skip = False
-            continue
-        if arg == "--num-processes":
-            skip = True
-            continue
-        if arg.startswith("--num-processes="):
-            continue
-        argv.append(arg)
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={num_processes}",
-        f"--master_port={_free_port()}",
-        "-m",
-        "wmrl_cli",
-        *argv,
-    ]
-    raise typer.Exit(subprocess.call(cmd))
 
 
 @handle_errors
@@ -141,7 +107,7 @@ def train_policy_command(
         claim_run_dir(  # the rule, checked only: the ranks apply it
             cfg.model_copy(deep=True), "train-policy", **_claim(check_inputs(cfg)), write=False
         )
-        _relaunch(num_processes)
+        relaunch_ranks(num_processes)
 
     import torch
     from accelerate import Accelerator

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -16,8 +17,10 @@ from wmrl_cli.cli.common import (
     SetOpt,
     build_config,
     handle_errors,
+    relaunch_ranks,
 )
-from wmrl_cli.errors import ConfigError
+from wmrl_cli.config import RunConfig
+from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.logging import console
 
 
@@ -54,6 +57,13 @@ def train_wm_command(
     vae_steps: Annotated[
         int | None, typer.Option(help="Autoencoder steps when training from scratch.")
     ] = None,
+    num_processes: Annotated[
+        int,
+        typer.Option(
+            help="Data-parallel processes (ranks) to launch, world_model.batch_size split among "
+            "them; use 1 under accelerate launch."
+        ),
+    ] = 1,
     resume: ResumeOpt = False,
     overwrite: OverwriteOpt = False,
     out: OutOpt = None,
@@ -64,15 +74,22 @@ def train_wm_command(
     from rich.table import Table
 
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir, seed_everything
+    from wmrl_cli.runtime import (
+        check_not_single_rank_launch,
+        claim_run_dir,
+        configure_threads,
+        default_run_dir,
+        seed_everything,
+    )
     from wmrl_cli.training.init_sources import (
         check_world_model_export,
         export_world_model,
         resolve_init,
         world_model_backend,
     )
-    from wmrl_cli.training.world_model_trainer import WorldModelTrainer
+    from wmrl_cli.training.world_model_trainer import WorldModelTrainer, make_accelerator
 
+    check_not_single_rank_launch()
     cfg = build_config(
         preset,
         set_,
@@ -96,19 +113,32 @@ def train_wm_command(
         check_world_model_export(source, export_rlinf)
     elif export_rlinf is not None:
         raise ConfigError("--export-rlinf needs --init: the published model to go back to")
-    run_dir = claim_run_dir(
-        cfg,
-        "train-wm",
+    claim = dict(
         default=default_run_dir("train-wm", preset),
         inputs={"data": data, "init": source},
         resume=resume,
         overwrite=overwrite,
     )
+    if "LOCAL_RANK" not in os.environ:  # checked before any rank starts
+        check_ranks(cfg, num_processes, trains_autoencoder=source is None)
+        if num_processes > 1:
+            claim_run_dir(cfg.model_copy(deep=True), "train-wm", **claim, write=False)
+            relaunch_ranks(num_processes)
+    accelerator = make_accelerator()
+    if accelerator.num_processes > 1 and cfg.output_dir is None:
+        raise WmrlError("several ranks need --out so that every rank writes to the same run")
+    # every rank applies the run-directory rule (with --resume, each adopts the recorded
+    # config); the main process writes
+    run_dir = claim_run_dir(cfg, "train-wm", **claim, write=accelerator.is_main_process)
+    accelerator.wait_for_everyone()
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
     trainer = WorldModelTrainer(cfg, run_dir, store, action_dim)
+    trainer.accelerator = accelerator
     trainer.gradient_checkpointing = gradient_checkpointing
     out_dir = trainer.run(resume=True, init=source)
+    if not accelerator.is_main_process:
+        return
     console.print(f"world model saved to {out_dir}")
     if export_rlinf is not None and source is not None:
         exported = export_world_model(out_dir, source, export_rlinf)
@@ -132,3 +162,20 @@ def train_wm_command(
                     row.append(f"{data_['psnr'][step - 1] - other[step - 1]:+.2f}")
                 table.add_row(*row)
         console.print(table)
+
+
+def check_ranks(cfg: RunConfig, world: int, trains_autoencoder: bool) -> None:
+    """Each rank trains on an equal share of every batch: the batch sizes must split."""
+    if world < 1:
+        raise ConfigError(f"--num-processes must be at least 1, got {world}")
+    if world > 1 and cfg.output_dir is None:
+        raise ConfigError("--num-processes needs --out so that every rank writes one run")
+    wm = cfg.world_model
+    sizes = {"world_model.batch_size": wm.batch_size}
+    if trains_autoencoder and wm.vae_init is None and wm.vae_steps > 0:
+        sizes["world_model.vae_batch_size"] = wm.vae_batch_size
+    for key, size in sizes.items():
+        if size % world:
+            raise ConfigError(
+                f"invalid value for '{key}': {size} must be a multiple of the processes ({world})"
+            )

@@ -11,12 +11,21 @@ Two stages, each checkpointed and resumable:
 
 Validation: open-loop rollouts on held-out episodes (PSNR/SSIM per horizon, next to the
 copy-last-frame baseline) with the EMA weights; videos to TensorBoard.
+
+Data parallel (`--num-processes N`, torchrun or `accelerate launch`): every rank draws the same
+global batch of `batch_size` windows (a counter-based RNG of seed and step) and trains on its
+1/N share; DDP averages the denoiser's gradients, the autoencoder's are averaged by hand (it is
+trained through `autoencoder_loss`, not the wrapped forward). The weights, and so the EMA, stay
+identical on every rank; only the main process validates and writes. One process trains on the
+CPU as before; several train on the GPUs where there are some.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -188,6 +197,33 @@ def split_episodes(store: EpisodeStore, cfg: RunConfig) -> tuple[list[int], list
     return train_ids, val_ids
 
 
+def make_accelerator() -> Any:
+    """One process: the CPU (where world models have always trained here). Several: the GPUs
+    when there are some (NCCL), else the CPU (gloo). Mixed precision stays the model's own
+    autocast (`precision`)."""
+    import torch
+    from accelerate import Accelerator
+
+    several = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return Accelerator(cpu=not (several and torch.cuda.is_available()))
+
+
+def rank_share(global_idx: np.ndarray, rank: int, world: int) -> np.ndarray:
+    """This rank's part of a global batch that every rank draws alike."""
+    per_rank = len(global_idx) // world
+    return global_idx[rank * per_rank : (rank + 1) * per_rank]
+
+
+def average_gradients(params: list[torch.nn.Parameter], accelerator: Any) -> None:
+    """Mean of the gradients over ranks, for a module trained outside the DDP wrapper."""
+    if accelerator.num_processes == 1:
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = accelerator.reduce(torch.cat([g.reshape(-1) for g in grads]), "mean")
+    for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+        g.copy_(part.view_as(g))
+
+
 class WorldModelTrainer:
     # What `time_limit_min` is measured on: wall-clock time (a benchmark on a shared machine may
     # count the process's CPU time instead).
@@ -208,6 +244,29 @@ class WorldModelTrainer:
         self.val_episodes = [store.load(i) for i in val_ids[: self.wm.val_episodes]]
         self.action_dim = action_dim
         self.logger: MetricsLogger  # opened by run(), which knows the step it resumes from
+        self.accelerator: Any = None  # made by run() (several ranks: torchrun's environment)
+        self.first_batch: list[int] = []  # this rank's windows in its first denoiser step
+
+    @property
+    def main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def _share(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, int]:
+        """(this rank's windows of the step's global batch, a seed for its noise): with one
+        process, the draws single-process training has always made."""
+        acc = self.accelerator
+        idx = rng.integers(0, len(self.train), batch_size)
+        seed = rng.integers(2**31, size=acc.num_processes)[acc.process_index]
+        return rank_share(idx, acc.process_index, acc.num_processes), int(seed)
+
+    def _agreed(self, flag: bool) -> bool:
+        """The main process's `flag` on every rank (a time limit read off each rank's clock
+        must not stop one rank alone)."""
+        if self.accelerator.num_processes == 1:
+            return flag
+        from accelerate.utils import broadcast
+
+        return bool(broadcast(torch.tensor([float(flag)], device=self.accelerator.device)).item())
 
     def _open_logger(self, resume_step: int) -> MetricsLogger:
         """metrics.jsonl and TensorBoard truncated back to `resume_step`. The autoencoder's rows
@@ -219,6 +278,7 @@ class WorldModelTrainer:
             real_steps=self.store.real_steps(),
             resume_step=resume_step,
             keep_rows=None if resume_step == 0 else _autoencoder_row,
+            enabled=self.main,
         )
 
     # -- stage 1 ----------------------------------------------------------------------------
@@ -227,18 +287,21 @@ class WorldModelTrainer:
         params = list(model.vae.parameters())
         optimizer = torch.optim.AdamW(params, lr=wm.vae_lr)
         model.vae.train()
-        with progress_task("autoencoder", wm.vae_steps, self.cfg.logging.progress) as advance:
+        show = self.cfg.logging.progress and self.main
+        with progress_task("autoencoder", wm.vae_steps, show) as advance:
             for step in range(wm.vae_steps):
                 rng = np.random.default_rng([self.cfg.simulator.seed, 1, step])
-                idx = rng.integers(0, len(self.train), wm.vae_batch_size)
+                idx, _ = self._share(rng, wm.vae_batch_size)
                 clips = autoencoder_clips(model, self.train, idx, self.cfg.simulator.chunk_size)
                 loss = model.autoencoder_loss(clips, motion_weight=wm.vae_motion_weight)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                average_gradients(params, self.accelerator)
                 torch.nn.utils.clip_grad_norm_(params, wm.grad_clip)
                 optimizer.step()
                 if (step + 1) % 50 == 0 or step + 1 == wm.vae_steps:
-                    self.logger.log({"train/wm/autoencoder_loss": loss.detach()}, step + 1)
+                    loss = self.accelerator.reduce(loss.detach(), "mean")
+                    self.logger.log({"train/wm/autoencoder_loss": loss}, step + 1)
                 advance()
         model.vae.eval()
         rng = np.random.default_rng([self.cfg.simulator.seed, 2])
@@ -250,7 +313,9 @@ class WorldModelTrainer:
     # -- stage 2 ----------------------------------------------------------------------------
     def cache_latents(self, model: WorldModel) -> WindowLatents:
         n = len(self.train)
-        with progress_task("encode windows", n, self.cfg.logging.progress) as advance:
+        # Every rank encodes all windows (in memory): the same latents without a transfer.
+        show = self.cfg.logging.progress and self.main
+        with progress_task("encode windows", n, show) as advance:
             return WindowLatents.encode(model, self.train, advance)
 
     def validate(self, model: WorldModel, step: int) -> OpenLoopReport | None:
@@ -272,30 +337,34 @@ class WorldModelTrainer:
     def train_denoiser(
         self,
         model: WorldModel,
+        wrapped: torch.nn.Module,
         latents: WindowLatents,
         start: int,
         optimizer: torch.optim.Optimizer,
         ema: dict[str, torch.Tensor],
         scheduler: torch.optim.lr_scheduler.LRScheduler,
     ) -> OpenLoopReport | None:
-        wm = self.wm
+        wm, acc = self.wm, self.accelerator
         params = [p for p in model.transformer.parameters() if p.requires_grad]
         report = None
         t0 = time.time()
         deadline = None if wm.time_limit_min is None else self.t_run + 60 * wm.time_limit_min
-        with progress_task("world model", wm.steps, self.cfg.logging.progress) as advance:
+        show = self.cfg.logging.progress and self.main
+        with progress_task("world model", wm.steps, show) as advance:
             advance(start)
             for step in range(start, wm.steps):
                 model.transformer.train()
                 rng = np.random.default_rng([self.cfg.simulator.seed, 3, step])
-                idx = rng.integers(0, len(self.train), wm.batch_size)
+                idx, seed = self._share(rng, wm.batch_size)
+                if step == start:
+                    self.first_batch = idx.tolist()
                 batch = {k: v for k, v in self.train.batch(idx).items() if k != "target_frames"}
                 batch["latents"] = latents[idx]
-                gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
-                loss = model(batch, generator=gen)
+                gen = torch.Generator().manual_seed(seed)
+                loss = wrapped(batch, generator=gen)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, wm.grad_clip)
+                acc.backward(loss)
+                grad_norm = acc.clip_grad_norm_(params, wm.grad_clip)
                 optimizer.step()
                 scheduler.step()
                 with torch.no_grad():
@@ -304,35 +373,39 @@ class WorldModelTrainer:
                 if (step + 1) % 20 == 0 or step + 1 == wm.steps:
                     self.logger.log(
                         {
-                            "train/wm/loss": loss.detach(),
-                            "train/wm/grad_norm": grad_norm,
+                            "train/wm/loss": acc.reduce(loss.detach(), "mean"),
+                            "train/wm/grad_norm": grad_norm,  # of the averaged gradient
                             "train/wm/lr": scheduler.get_last_lr()[0],
                             "time/elapsed_s": time.time() - t0,
                         },
                         step + 1,
                     )
-                out_of_time = deadline is not None and self.clock() > deadline
+                out_of_time = deadline is not None and self._agreed(self.clock() > deadline)
                 last = step + 1 == wm.steps or out_of_time
-                if (step + 1) % wm.val_every == 0 or last:
+                if ((step + 1) % wm.val_every == 0 or last) and self.main:
                     with swapped_weights(model.transformer, ema):
                         report = self.validate(model, step + 1)
                 if (step + 1) % wm.save_every == 0 or last:
-                    save_checkpoint(
-                        self.run_dir,
-                        step + 1,
-                        model.save_pretrained,
-                        [optimizer, scheduler, TensorState(ema)],
-                        {"stage": "denoiser"},
-                    )
+                    acc.wait_for_everyone()
+                    if self.main:
+                        save_checkpoint(
+                            self.run_dir,
+                            step + 1,
+                            model.save_pretrained,
+                            [optimizer, scheduler, TensorState(ema)],
+                            {"stage": "denoiser"},
+                        )
                 advance()
                 if out_of_time:
-                    console.print(f"time limit reached after {step + 1} denoiser steps")
+                    if self.main:
+                        console.print(f"time limit reached after {step + 1} denoiser steps")
                     break
         return report
 
     def run(self, resume: bool = True, init: str | Path | None = None) -> Path:
         self.t_run = self.clock()  # `time_limit_min` counts the whole run, autoencoder included
-        autocast_dtype = resolve_precision(self.cfg.precision, "cpu")  # models train on the CPU
+        acc = self.accelerator = self.accelerator or make_accelerator()
+        autocast_dtype = resolve_precision(self.cfg.precision, acc.device.type)
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
         start, rng_state = 0, None
         if checkpoint is not None:  # the logger opens once the checkpoint's step is read
@@ -359,6 +432,8 @@ class WorldModelTrainer:
         model.autocast_dtype = autocast_dtype
         model.transformer.gradient_checkpointing = self.gradient_checkpointing
         model.vae.requires_grad_(False)
+        if acc.device.type != "cpu":  # before the optimizer and the EMA copy are made
+            model.onload(acc.device)
         ema = {n: p.detach().clone() for n, p in model.transformer.named_parameters()}
         optimizer = torch.optim.AdamW(
             [p for p in model.transformer.parameters() if p.requires_grad],
@@ -375,18 +450,40 @@ class WorldModelTrainer:
             )
             start, rng_state = state["step"], state["rng"]
             self.logger = self._open_logger(start)
-            console.print(f"resuming world-model training from step {start}")
+            if self.main:
+                console.print(f"resuming world-model training from step {start}")
         latents = self.cache_latents(model)
         if rng_state is not None:  # after encoding: the RNGs as they were after step `start`
             restore_rng(rng_state)
+        # One process: the model itself (no wrapper). Several: DDP, its weights broadcast from
+        # the main process (the autoencoder's and statistics' too, when their buffers).
+        wrapped, optimizer = acc.prepare(model, optimizer)
         report = None
         if start < self.wm.steps:
-            report = self.train_denoiser(model, latents, start, optimizer, ema, scheduler)
+            report = self.train_denoiser(model, wrapped, latents, start, optimizer, ema, scheduler)
+        if acc.num_processes > 1:
+            self._write_rank_summary(model, ema)
+        out = self.run_dir / MODEL_DIR
+        acc.wait_for_everyone()
+        if self.main:
+            self._save_final(model, ema, report, resumed=checkpoint is not None, start=start)
+        acc.wait_for_everyone()  # the other ranks return once the model is there
+        self.logger.close()
+        return out
+
+    def _save_final(
+        self,
+        model: WorldModel,
+        ema: dict[str, torch.Tensor],
+        report: OpenLoopReport | None,
+        resumed: bool,
+        start: int,
+    ) -> None:
         with swapped_weights(model.transformer, ema):
             if report is None:
                 # Nothing left to train after a resume (killed after the last checkpoint): the
                 # validation of that step is in metrics.jsonl already; computed again unlogged.
-                with self.logger.paused() if checkpoint is not None else nullcontext():
+                with self.logger.paused() if resumed else nullcontext():
                     report = self.validate(model, start)
             out = model.save_pretrained(self.run_dir / MODEL_DIR)
         canonical_safetensors(out)  # the same weights, the same bytes
@@ -394,8 +491,19 @@ class WorldModelTrainer:
             body = {k: v for k, v in report.__dict__.items() if k != "videos"}
             body["beats_copy_baseline"] = report.beats_copy_baseline()
             atomic_write_text(out / RELIABILITY_FILE, json.dumps(body, indent=1))
-        self.logger.close()
-        return out
+
+    def _write_rank_summary(self, model: WorldModel, ema: dict[str, torch.Tensor]) -> None:
+        """Per rank: a digest of its world model (weights, buffers and EMA) and the windows of
+        its first step, for checking data parallelism (ranks/rank_N.json)."""
+        digest = hashlib.sha256()
+        tensors = {**model.state_dict(), **{f"ema.{k}": v for k, v in ema.items()}}
+        for _, t in sorted(tensors.items()):
+            digest.update(t.detach().float().cpu().numpy().tobytes())
+        rank = self.accelerator.process_index
+        body = {"rank": rank, "weights_sha256": digest.hexdigest(), "windows": self.first_batch}
+        path = self.run_dir / "ranks" / f"rank_{rank}.json"
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_text(path, json.dumps(body, indent=1))
 
 
 def _autoencoder_row(row: dict[str, Any]) -> bool:
