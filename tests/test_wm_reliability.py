@@ -258,3 +258,25 @@ def test_cli_one_line_errors(args, message, store, tmp_path) -> None:
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_imagination_loads_sample_as_rl_does(monkeypatch, tmp_path) -> None:
+    """RL, `eval --world-model`, co-evolve's check and imagined rollouts load the world model
+    through one function, so a threshold the check calibrates is calibrated on frames sampled
+    as RL samples them (the RL presets: 2 steps; a saved model: 10)."""
+    from types import SimpleNamespace
+
+    from wmrl_cli.config import RunConfig
+    from wmrl_cli.rl import setup
+
+    class Loaded(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = SimpleNamespace(num_inference_steps=10)
+
+    monkeypatch.setattr(setup, "load_any_world_model", lambda *a: Loaded())
+    cfg = RunConfig.model_validate({"world_model": {"num_inference_steps": 2}})
+    model = setup.load_imagining_world_model(tmp_path, 64, 64, cfg, "cpu")
+    assert model.config.num_inference_steps == 2
+    default = setup.load_imagining_world_model(tmp_path, 64, 64, RunConfig(), "cpu")
+    assert default.config.num_inference_steps == 10  # the model's own when the run sets none

@@ -212,8 +212,6 @@ def _imagine(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     height, width = source.load(starts[0].episode_id).frames.shape[1:3]
     model = load_imagining_world_model(world_model, height, width, cfg, device)
-    if cfg.world_model.num_inference_steps is not None:  # as imagination runs it (rl/setup.py)
-        model.config.num_inference_steps = cfg.world_model.num_inference_steps
     check_source(source, model)
     prepare_run_dir(cfg, "rollout")  # the store's config.yaml
     seed_everything(cfg.simulator.seed)

@@ -324,10 +324,18 @@ def load_policy(inputs: Inputs, device: str):
 def load_imagining_world_model(
     path: Path, height: int, width: int, cfg: RunConfig, device: str
 ) -> WorldModel:
-    """`load_any_world_model` in eval mode, its forward passes in `cfg.precision`: the world
-    model as imagination runs it (RL, `eval --world-model`, co-evolve's check)."""
+    """`load_any_world_model` in eval mode, its forward passes in `cfg.precision`, with the run's
+    sampler settings: the world model as imagination runs it (RL, `eval --world-model`,
+    co-evolve's check, imagined rollouts), so that a threshold calibrated by the check is
+    calibrated on the frames RL will see (the RL presets sample in 2 steps, models save 10)."""
     world_model = load_any_world_model(path, height, width, cfg, device).eval()
     world_model.autocast_dtype = resolve_precision(cfg.precision, device)
+    if cfg.world_model.num_inference_steps is not None:
+        world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
+    if cfg.world_model.bf16_timesteps:
+        if not hasattr(world_model.config, "bf16_timesteps"):
+            raise WmrlError("world_model.bf16_timesteps applies to Wan world models only")
+        world_model.config.bf16_timesteps = True
     return world_model
 
 
@@ -342,12 +350,6 @@ def build_imagined_env(
     world_model = load_imagining_world_model(inputs.world_model, height, width, cfg, device)
     if cfg.compile_world_model:  # imagination only: nothing here saves the world model
         world_model.transformer = torch.compile(world_model.transformer)
-    if cfg.world_model.num_inference_steps is not None:
-        world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
-    if cfg.world_model.bf16_timesteps:
-        if not hasattr(world_model.config, "bf16_timesteps"):
-            raise WmrlError("world_model.bf16_timesteps applies to Wan world models only")
-        world_model.config.bf16_timesteps = True
     reward_model = None
     threshold = cfg.reward_model.success_threshold
     if inputs.reward_model is not None:  # None: reward_model.source=simulator judges alone
