@@ -384,3 +384,18 @@ def claim_run_dir(
         record = old if kept else run_record(config, command, inputs)
         atomic_write_text(run_dir / RUN_RECORD, json.dumps(record, indent=1))
     return run_dir
+
+
+def write_rank_summary(run_dir: Path, rank: int, tensors: dict[str, Any], **extra: Any) -> None:
+    """RUN/ranks/rank_N.json: a sha256 of this rank's tensors (by name, as float32) and `extra`,
+    for checking that data-parallel ranks hold the same weights."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256()
+    for _, tensor in sorted(tensors.items()):
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    body = {"rank": rank, "weights_sha256": digest.hexdigest(), **extra}
+    path = Path(run_dir) / "ranks" / f"rank_{rank}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(body, indent=1))

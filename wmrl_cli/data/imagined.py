@@ -11,7 +11,7 @@ simulator states (docs/formats.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -116,21 +116,14 @@ def imagined_episode(
 ) -> Episode:
     """The source's steps t0 .. t0+steps with the predicted frames after its real frame t0."""
     span = slice(start.t0, start.t0 + start.steps)
-    perturbed = None if source.perturbed is None else source.perturbed[span]
-    return Episode(
-        task_id=source.task_id,
-        task_name=source.task_name,
-        instruction=source.instruction,
-        seed=source.seed,
-        init_id=source.init_id,
+    return replace(
+        source,
         frames=np.concatenate([source.frames[start.t0 : start.t0 + 1], frames[: start.steps]]),
         actions=source.actions[span],
         rewards=source.rewards[span],
         success=source.success[span],
-        chunk_size=source.chunk_size,
-        policy=source.policy,
-        suite=source.suite,
-        perturbed=perturbed,
+        perturbed=None if source.perturbed is None else source.perturbed[span],
+        sim_states={},  # no state it does not have
         imagined={**provenance, "source_episode": start.episode_id, "t0": start.t0},
     )
 

@@ -17,8 +17,6 @@ checkpointed with the run.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +27,6 @@ import numpy as np
 import torch
 
 from wmrl_cli.config import RunConfig
-from wmrl_cli.data.episodes import atomic_write_text
 from wmrl_cli.envs.interface import Env
 from wmrl_cli.envs.reset_sampler import GroupResetSampler
 from wmrl_cli.logging import MetricsLogger, console, progress_task
@@ -53,6 +50,7 @@ from wmrl_cli.rl import (
 from wmrl_cli.rl.aggregation import LossAggregation, loss_scale
 from wmrl_cli.rl.buffer import Rollout, collect_rollout
 from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_batches
+from wmrl_cli.runtime import write_rank_summary
 from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 
 POLICY_DIR = "policy"
@@ -420,18 +418,13 @@ class PolicyTrainer:
     def _write_rank_summary(self) -> None:
         """Per rank: a digest of its weights, the reset-set entries it stepped and its last
         un-reduced metrics, for checking data parallelism (ranks/rank_N.json)."""
-        digest = hashlib.sha256()
-        for _, p in sorted(self.unwrapped.state_dict().items()):
-            digest.update(p.detach().float().cpu().numpy().tobytes())
-        body = {
-            "rank": self.rank,
-            "weights_sha256": digest.hexdigest(),
-            "init_ids": self._stepped_ids,
-            "sampler": self.sampler.state_dict(),  # identical on every rank
-            "last_metrics": self._local_metrics,
-        }
-        atomic_write_text(
-            self.run_dir / "ranks" / f"rank_{self.rank}.json", json.dumps(body, indent=1)
+        write_rank_summary(
+            self.run_dir,
+            self.rank,
+            self.unwrapped.state_dict(),
+            init_ids=self._stepped_ids,
+            sampler=self.sampler.state_dict(),  # identical on every rank
+            last_metrics=self._local_metrics,
         )
 
     # -- the loop ----------------------------------------------------------------------------

@@ -23,7 +23,6 @@ CPU as before; several train on the GPUs where there are some.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 import time
@@ -40,7 +39,7 @@ from wmrl_cli.data.windows import WindowSet, build_windows
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.world_model_eval import OpenLoopReport, open_loop_eval
 from wmrl_cli.logging import MetricsLogger, console, progress_task
-from wmrl_cli.runtime import resolve_precision
+from wmrl_cli.runtime import resolve_precision, write_rank_summary
 from wmrl_cli.training.checkpoints import (
     canonical_safetensors,
     latest_checkpoint,
@@ -495,15 +494,9 @@ class WorldModelTrainer:
     def _write_rank_summary(self, model: WorldModel, ema: dict[str, torch.Tensor]) -> None:
         """Per rank: a digest of its world model (weights, buffers and EMA) and the windows of
         its first step, for checking data parallelism (ranks/rank_N.json)."""
-        digest = hashlib.sha256()
         tensors = {**model.state_dict(), **{f"ema.{k}": v for k, v in ema.items()}}
-        for _, t in sorted(tensors.items()):
-            digest.update(t.detach().float().cpu().numpy().tobytes())
         rank = self.accelerator.process_index
-        body = {"rank": rank, "weights_sha256": digest.hexdigest(), "windows": self.first_batch}
-        path = self.run_dir / "ranks" / f"rank_{rank}.json"
-        path.parent.mkdir(exist_ok=True)
-        atomic_write_text(path, json.dumps(body, indent=1))
+        write_rank_summary(self.run_dir, rank, tensors, windows=self.first_batch)
 
 
 def _autoencoder_row(row: dict[str, Any]) -> bool:
