@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import torch
 from typer.testing import CliRunner
 
 from wmrl_cli.cli.app import app
@@ -70,6 +71,24 @@ def test_train_reward_calibrates_and_saves(tmp_path) -> None:
     assert model.threshold == metrics["best_f1"]["threshold"]
     episode = visible_success_episode(99, succeed=True)
     scores = model.predict(episode.frames[None], [1])[0].numpy()
+    assert (scores[9:] >= model.threshold).all() and (scores[:9] < model.threshold).all()
+
+
+def test_train_reward_scores_at_the_configured_image_size(tmp_path) -> None:
+    """reward_model.image_size upsamples the 16x16 frames to 32x32 for training and scoring,
+    and the saved model keeps the size."""
+    store = EpisodeStore(tmp_path / "eps")
+    store.add([visible_success_episode(i, succeed=i % 3 != 0) for i in range(20)])
+    out = tmp_path / "run"
+    args = ["train-reward", "--data", str(tmp_path / "eps"), "--out", str(out)]
+    args += ["--steps", "40", "--width", "4", "--set", "reward_model.batch_size=16"]
+    result = runner.invoke(app, [*args, "--set", "reward_model.image_size=32"])
+    assert result.exit_code == 0, result.output
+    model = load_reward_model(out / "reward_model")
+    assert model.config.image_size == 32
+    frames = visible_success_episode(99, succeed=True).frames
+    assert model.preprocess(torch.from_numpy(frames)).shape == (len(frames), 3, 32, 32)
+    scores = model.predict(frames[None], [1])[0].numpy()
     assert (scores[9:] >= model.threshold).all() and (scores[:9] < model.threshold).all()
 
 

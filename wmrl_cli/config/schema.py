@@ -175,6 +175,14 @@ class RewardModelConfig(Section):
         description="training: shift each frame by up to this many pixels (edge padding, random "
         "crop, DrQ's augmentation) so that a small model cannot memorize the training frames",
     )
+    image_size: int | None = Field(
+        None,
+        ge=16,
+        le=512,
+        description="train-reward: score frames resized (bilinear) to this square size; None "
+        "keeps the env's resolution. Above it, the stem's 4x downsampling spares the "
+        "pixel-sized differences between a success and a near miss (RLinf scores 256x256)",
+    )
 
 
 class AlgorithmConfig(Section):

@@ -78,7 +78,10 @@ def train_reward_model(
     torch.manual_seed(cfg.simulator.seed)
     model = init or build_resnet_reward_model(
         ResnetRewConfig(
-            width=rc.width, task_embedding=rc.kind == "taskemb_resnet", num_tasks=max(num_tasks, 1)
+            width=rc.width,
+            task_embedding=rc.kind == "taskemb_resnet",
+            num_tasks=max(num_tasks, 1),
+            image_size=rc.image_size,
         )
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=rc.lr, weight_decay=1e-4)
