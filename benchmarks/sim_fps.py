@@ -1,4 +1,5 @@
-"""Simulator throughput: rendered frames per second, one worker vs two, in one run.
+"""Simulator throughput: env steps per second, one worker vs two, rendering every step vs
+only the frames a policy observes (chunk ends), in one run.
 
     python benchmarks/sim_fps.py [--suite mw10] [--image-size 64] [--steps 96] [--repeats 2]
 
@@ -21,11 +22,11 @@ from wmrl_cli.sims.metaworld_sim import MetaWorldSim  # noqa: E402
 from wmrl_cli.sims.suites import get_suite  # noqa: E402
 
 
-def measure(cfg: SimulatorConfig, steps: int, repeats: int) -> float:
+def measure(cfg: SimulatorConfig, steps: int, repeats: int, render_every_step: bool) -> float:
     rng = np.random.default_rng(0)
     init_ids = list(range(cfg.num_envs))
     best = 0.0
-    with MetaWorldSim(cfg) as sim:
+    with MetaWorldSim(cfg, render_every_step=render_every_step) as sim:
         sim.reset(init_ids)  # builds the environments and renderers: not timed
         for _ in range(repeats):
             sim.reset(init_ids)
@@ -47,23 +48,28 @@ def main() -> None:
     args = parser.parse_args()
     n_tasks = len(get_suite(args.suite).tasks)
     results = {}
-    for workers in (1, 2):
-        cfg = SimulatorConfig(
-            suite=args.suite,
-            image_size=args.image_size,
-            num_envs=n_tasks,
-            num_workers=workers,
-            max_steps=args.steps + 8,
-            chunk_size=8,
-        )
-        results[workers] = measure(cfg, args.steps, args.repeats)
+    for every in (True, False):
+        for workers in (1, 2):
+            cfg = SimulatorConfig(
+                suite=args.suite,
+                image_size=args.image_size,
+                num_envs=n_tasks,
+                num_workers=workers,
+                max_steps=args.steps + 8,
+                chunk_size=8,
+            )
+            results[every, workers] = measure(cfg, args.steps, args.repeats, every)
     print(
         f"suite {args.suite}, {n_tasks} envs, {args.image_size}x{args.image_size}, "
-        f"{args.steps} steps, best of {args.repeats}"
+        f"{args.steps} steps in chunks of 8, best of {args.repeats}"
     )
-    for workers, fps in results.items():
-        print(f"  {workers} worker(s): {fps:7.1f} frames/s (physics step + render)")
-    print(f"  speed-up 2 vs 1: {results[2] / results[1]:.2f}x")
+    for (every, workers), fps in results.items():
+        what = "every step rendered" if every else "chunk ends rendered"
+        print(f"  {workers} worker(s), {what}: {fps:7.1f} env steps/s")
+    print(f"  two workers vs one (every step): {results[True, 2] / results[True, 1]:.2f}x")
+    for workers in (1, 2):
+        ratio = results[False, workers] / results[True, workers]
+        print(f"  chunk ends vs every step, {workers} worker(s): {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,32 @@ def test_truncation_and_done_envs_stay_done() -> None:
     assert np.array_equal(third.frames[0, 0], second.frames[0, 1])
 
 
+def test_rendering_only_observed_frames_changes_nothing_the_policy_sees() -> None:
+    # Chunks of 4 over max_steps 6: one env ends mid-chunk (truncated at step 6), whose final
+    # frame must still be rendered; every observation, flag and reward is the same as with
+    # every step rendered, and the unobserved mid-chunk frames are black.
+    cfg = small_sim_config(max_steps=6, chunk_size=4, num_envs=2)
+    actions = np.random.default_rng(3).uniform(-1, 1, (3, 2, 4, 4)).astype(np.float32)
+    runs = {}
+    for every in (True, False):
+        with MetaWorldSim(cfg, render_every_step=every) as sim:
+            first = sim.reset([0, 7])
+            runs[every] = (first, [sim.chunk_step(a) for a in actions])
+    (obs_all, all_steps), (obs_few, few_steps) = runs[True], runs[False]
+    assert np.array_equal(obs_all.images, obs_few.images)
+    for full, few in zip(all_steps, few_steps):
+        assert np.array_equal(full.obs.images, few.obs.images)
+        assert np.array_equal(full.obs.proprio, few.obs.proprio)
+        for key in ("rewards", "terminated", "truncated", "success"):
+            assert np.array_equal(getattr(full, key), getattr(few, key))
+        assert np.array_equal(full.info["valid"], few.info["valid"])
+    truncating = all_steps[1]
+    assert truncating.truncated[:, 1].all()  # both end at the chunk's second step
+    assert np.array_equal(few_steps[1].frames[:, 1], truncating.frames[:, 1])
+    assert not few_steps[0].frames[:, :3].any() and not few_steps[1].frames[:, 0].any()
+    assert few_steps[0].frames[:, 3].any()
+
+
 def test_unknown_camera_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="simulator.camera"):
         MetaWorldSim(small_sim_config(camera="nope"))

@@ -97,7 +97,7 @@ def evaluate(cfg: RunConfig, policy_dir: str, out: Path, videos: bool) -> dict[s
         policy_dir, top_k=cfg.policy.top_k, seed=sim_cfg.seed, assets_dir=cfg.assets_dir
     )
     out.mkdir(parents=True, exist_ok=True)
-    with simulator_class(sim_cfg)(sim_cfg) as sim:
+    with simulator_class(sim_cfg)(sim_cfg, render_every_step=videos) as sim:
         report = evaluate_with_config(
             sim,
             policy,

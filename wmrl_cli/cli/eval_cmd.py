@@ -211,7 +211,8 @@ def eval_command(
     clear_eval_outputs(run_dir)
     configure_threads(cfg.num_threads)
     seed_everything(sim_cfg.seed)
-    with simulator(sim_cfg) as sim:
+    # Without videos only the frames the policy observes are rendered.
+    with simulator(sim_cfg, render_every_step=cfg.eval.save_video) as sim:
         report = evaluate_with_config(
             sim,
             agent,

@@ -177,7 +177,9 @@ def rl_simulator(cfg: RunConfig, num_envs: int, max_steps: int | None = None) ->
     sim_cfg = resolve_simulator(cfg.simulator).model_copy(
         update={"max_steps": limit, "terminate_on_success": True}
     )
-    return simulator_class(sim_cfg)(sim_cfg, num_envs)
+    # RL reads the observations at chunk ends and the per-step success flags, never the frames
+    # between.
+    return simulator_class(sim_cfg)(sim_cfg, num_envs, render_every_step=False)
 
 
 def build_simulator_env(
@@ -415,7 +417,7 @@ def real_eval_callback(cfg: RunConfig, run_dir: Path):
 
     def evaluate(model, step: int) -> dict[str, float]:
         policy = LearnedPolicy(model, top_k=cfg.policy.top_k, seed=sim_cfg.seed)
-        with simulator(sim_cfg) as sim:
+        with simulator(sim_cfg, render_every_step=False) as sim:
             report = evaluate_with_config(sim, policy, sim_cfg, cfg, cfg.algorithm.eval_trials)
         model.train()
         atomic_write_text(run_dir / "eval" / f"step_{step:06d}.json", report.to_json())

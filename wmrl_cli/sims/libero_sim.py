@@ -27,7 +27,12 @@ class LiberoSim(ShardedEnvs):
     # comes from the env's random stream. A stored episode start is restored from its state.
     seeded_starts = False
 
-    def __init__(self, cfg: SimulatorConfig, num_envs: int | None = None) -> None:
+    def __init__(
+        self, cfg: SimulatorConfig, num_envs: int | None = None, *, render_every_step: bool = True
+    ) -> None:
+        # robosuite renders its camera observation inside every step, so LIBERO renders every
+        # step whatever `render_every_step` says (Meta-World's hint to skip mid-chunk frames).
+        del render_every_step
         cfg = libero_sim_config(cfg)
         libero_suite = get_libero_suite(cfg.suite)
         _, _, assets = prepare_libero()

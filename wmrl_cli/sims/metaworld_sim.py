@@ -16,9 +16,16 @@ ACTION_DIM = 4  # Meta-World: end-effector xyz delta + gripper
 
 
 class MetaWorldSim(ShardedEnvs):
-    """The real simulator: B Meta-World environments of one suite."""
+    """The real simulator: B Meta-World environments of one suite.
 
-    def __init__(self, cfg: SimulatorConfig, num_envs: int | None = None) -> None:
+    `render_every_step=False` renders only the frames a policy observes (after each chunk's
+    last executed step); `frames` holds black images for the steps between. For RL in the
+    simulator and evaluation without video, about 8x fewer renders for the same physics.
+    """
+
+    def __init__(
+        self, cfg: SimulatorConfig, num_envs: int | None = None, *, render_every_step: bool = True
+    ) -> None:
         self.suite: Suite = get_suite(cfg.suite)
         if cfg.camera not in CAMERAS:
             raise ConfigError(
@@ -39,6 +46,7 @@ class MetaWorldSim(ShardedEnvs):
                 max_steps=cfg.max_steps,
                 terminate_on_success=cfg.terminate_on_success,
                 base_seed=cfg.seed,
+                render_every_step=render_every_step,
             ),
             cfg.num_workers,
         )
