@@ -130,10 +130,40 @@ def test_env_pool_stays_bounded_and_rebuilt_envs_start_identically() -> None:
         first = envs.reset([0, 0], None)["sim_states"]
         for ids in ([1, 1], [2, 2], [4, 4], [5, 5]):  # tasks 1, 2, 1, 2: 2 slots each
             envs.reset(ids, None)
-            assert len(envs._pool) <= envs.pool_size == 3
+            assert len(envs._pool) <= envs.pool_size == 4  # 2 x the slots
         assert (0, 0) not in envs._pool  # evicted, then built again below
         again = envs.reset([0, 0], None)["sim_states"]
         assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    finally:
+        envs.close()
+
+
+def test_a_tasks_shared_renderer_draws_each_env_as_its_own_renderer_would() -> None:
+    """Envs of one task share a renderer; every env of mw10, under two seeds (goals and objects
+    placed in the model at reset) and mid-episode, is drawn pixel for pixel as a renderer
+    built on that env's own model draws it."""
+    import mujoco
+
+    from wmrl_cli.sims.metaworld_envs import MetaWorldEnvs
+    from wmrl_cli.sims.suites import get_suite
+
+    suite = get_suite("mw10")
+    n = len(suite.tasks)
+    envs = MetaWorldEnvs(suite, 2 * n, 64, "corner", 32, False, base_seed=7)
+    rng = np.random.default_rng(0)
+    try:
+        obs = envs.reset(list(range(n)) + list(range(n, 2 * n)), None)
+        out = envs.chunk_step(rng.uniform(-1, 1, (2 * n, 3, 4)))
+        assert len(envs._renderers) == n  # one per task, not per env
+        for i, slot in enumerate(envs.slots):
+            own = mujoco.Renderer(slot.env.model, 64, 64)
+            for flag in ("mjRND_SHADOW", "mjRND_REFLECTION", "mjRND_SKYBOX"):
+                own.scene.flags[getattr(mujoco.mjtRndFlag, flag)] = 0
+            own.update_scene(slot.env.data, camera="corner")
+            expected = own.render()[::-1]
+            own.close()
+            assert np.array_equal(out["frames"][i, -1], expected), suite.tasks[slot.task_id].name
+        assert not np.array_equal(obs["images"][0], obs["images"][n])  # the seeds differ
     finally:
         envs.close()
 

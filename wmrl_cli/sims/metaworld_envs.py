@@ -30,7 +30,6 @@ _PREV_OBS_DIM = 18
 class _Slot:
     task_id: int = -1
     env: Any = None
-    renderer: Any = None
     done: bool = True
     last_image: np.ndarray | None = None
     last_proprio: np.ndarray | None = None
@@ -60,32 +59,44 @@ class MetaWorldEnvs:
         self.terminate_on_success = terminate_on_success
         self.base_seed = base_seed
         self.slots = [_Slot() for _ in range(num_envs)]
-        # (task_id, k) -> (env, renderer): the k-th slot of a batch holding that task, least
-        # recently used first. At most `pool_size` are kept (each holds a MuJoCo model, data
-        # and an EGL renderer, about 170 MB at 64x64): batches of varying task mixes (RL's
-        # GRPO groups) would otherwise build up to tasks x slots of them. Building one again
-        # takes about half a second.
-        self._pool: OrderedDict[tuple[int, int], tuple[Any, Any]] = OrderedDict()
-        self.pool_size = max(num_envs, len(suite.tasks))
+        # (task_id, k) -> env: the k-th slot of a batch holding that task, least recently used
+        # first. Batches of varying task mixes (RL's GRPO groups) would otherwise build up to
+        # tasks x slots of them; building one takes ~0.2 s and holds ~50 MB. At most
+        # `pool_size` are kept; with 2x the slots a varied-outcome GRPO run rebuilds ~20 envs
+        # per update of 4 x 32 episodes instead of ~64 with 1x.
+        self._pool: OrderedDict[tuple[int, int], Any] = OrderedDict()
+        self.pool_size = max(2 * num_envs, len(suite.tasks))
+        # One renderer per task, shared by that task's envs (see _render): a renderer (EGL
+        # context, the task's meshes and textures) costs ~0.6 s to build and ~100 MB.
+        self._renderers: dict[int, Any] = {}
+        self._scene_option: Any = None
 
     # -- construction ---------------------------------------------------------------------
-    def _make(self, task_id: int) -> tuple[Any, Any]:
-        import mujoco
+    def _make(self, task_id: int) -> Any:
         from metaworld.env_dict import ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE
 
         name = f"{self.suite.tasks[task_id].name}-v3-goal-observable"
         env = ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE[name](seed=self.base_seed)
         env.max_path_length = self.max_steps
-        # An offscreen buffer of the image's size rather than Meta-World's 640x480: the same
-        # pixels, about half the renderer's memory (220 -> 120 MB).
-        env.model.vis.global_.offwidth = env.model.vis.global_.offheight = self.image_size
-        renderer = mujoco.Renderer(env.model, self.image_size, self.image_size)
-        # Shadows, reflections and the skybox cost ~3x render time and add nothing a policy needs.
-        for flag in ("mjRND_SHADOW", "mjRND_REFLECTION", "mjRND_SKYBOX"):
-            renderer.scene.flags[getattr(mujoco.mjtRndFlag, flag)] = 0
         if self.camera not in [env.model.camera(i).name for i in range(env.model.ncam)]:
             raise ValueError(f"unknown camera '{self.camera}'")
-        return env, renderer
+        return env
+
+    def _renderer(self, task_id: int, model: Any) -> Any:
+        import mujoco
+
+        if task_id not in self._renderers:
+            # An offscreen buffer of the image's size rather than Meta-World's 640x480: the
+            # same pixels, about half the renderer's memory.
+            model.vis.global_.offwidth = model.vis.global_.offheight = self.image_size
+            renderer = mujoco.Renderer(model, self.image_size, self.image_size)
+            # Shadows, reflections and the skybox cost ~3x render time and add nothing a
+            # policy needs.
+            for flag in ("mjRND_SHADOW", "mjRND_REFLECTION", "mjRND_SKYBOX"):
+                renderer.scene.flags[getattr(mujoco.mjtRndFlag, flag)] = 0
+            self._renderers[task_id] = renderer
+            self._scene_option = mujoco.MjvOption()
+        return self._renderers[task_id]
 
     def _assign(self, task_ids: list[int]) -> None:
         seen: dict[int, int] = {}
@@ -96,11 +107,10 @@ class MetaWorldEnvs:
                 self._pool[(task_id, k)] = self._make(task_id)
             self._pool.move_to_end((task_id, k))
             slot.task_id = task_id
-            slot.env, slot.renderer = self._pool[(task_id, k)]
+            slot.env = self._pool[(task_id, k)]
         evicted = False
         while len(self._pool) > self.pool_size:
-            _, (env, renderer) = self._pool.popitem(last=False)  # not in use: used least recently
-            renderer.close()
+            _, env = self._pool.popitem(last=False)  # not in use: used least recently
             env.close()
             evicted = True
         if evicted:
@@ -131,8 +141,27 @@ class MetaWorldEnvs:
         env.curr_path_length = int(state[-1])
 
     def _render(self, slot: _Slot) -> np.ndarray:
-        slot.renderer.update_scene(slot.env.data, camera=self.camera)
-        return slot.renderer.render()[::-1].copy()  # MuJoCo's rows run bottom-up
+        """The slot's camera image. The task's shared renderer holds only what is the same for
+        every env of the task (GL context, meshes, textures); the scene is built from the
+        slot's own model and data, so per-episode model edits (Meta-World moves goals and
+        objects in the model at reset) are drawn as in a renderer of the env's own."""
+        import mujoco
+
+        env = slot.env
+        renderer = self._renderer(slot.task_id, env.model)
+        camera = mujoco.MjvCamera()
+        camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
+        camera.fixedcamid = mujoco.mj_name2id(env.model, mujoco.mjtObj.mjOBJ_CAMERA, self.camera)
+        mujoco.mjv_updateScene(
+            env.model,
+            env.data,
+            self._scene_option,
+            None,
+            camera,
+            mujoco.mjtCatBit.mjCAT_ALL,
+            renderer.scene,
+        )
+        return renderer.render()[::-1].copy()  # MuJoCo's rows run bottom-up
 
     # -- env API --------------------------------------------------------------------------
     def reset(
@@ -211,7 +240,9 @@ class MetaWorldEnvs:
 
     def close(self) -> None:
         # Closing renderers before interpreter exit avoids MuJoCo's EGL teardown tracebacks.
-        for env, renderer in self._pool.values():
+        for renderer in self._renderers.values():
             renderer.close()
+        for env in self._pool.values():
             env.close()
+        self._renderers.clear()
         self._pool.clear()
