@@ -66,9 +66,10 @@ class MetaWorldEnvs:
         # per update of 4 x 32 episodes instead of ~64 with 1x.
         self._pool: OrderedDict[tuple[int, int], Any] = OrderedDict()
         self.pool_size = max(2 * num_envs, len(suite.tasks))
-        # One renderer per task, shared by that task's envs (see _render): a renderer (EGL
-        # context, the task's meshes and textures) costs ~0.6 s to build and ~100 MB.
-        self._renderers: dict[int, Any] = {}
+        # One renderer per task, shared by that task's envs (see _render), with the task's
+        # fixed camera: a renderer (EGL context, the task's meshes and textures) costs ~0.6 s
+        # to build and ~100 MB.
+        self._renderers: dict[int, tuple[Any, Any]] = {}
         self._scene_option: Any = None
 
     # -- construction ---------------------------------------------------------------------
@@ -82,7 +83,8 @@ class MetaWorldEnvs:
             raise ValueError(f"unknown camera '{self.camera}'")
         return env
 
-    def _renderer(self, task_id: int, model: Any) -> Any:
+    def _renderer(self, task_id: int, model: Any) -> tuple[Any, Any]:
+        """The task's (renderer, camera), built from the first env of the task that needs it."""
         import mujoco
 
         if task_id not in self._renderers:
@@ -94,8 +96,12 @@ class MetaWorldEnvs:
             # policy needs.
             for flag in ("mjRND_SHADOW", "mjRND_REFLECTION", "mjRND_SKYBOX"):
                 renderer.scene.flags[getattr(mujoco.mjtRndFlag, flag)] = 0
-            self._renderers[task_id] = renderer
-            self._scene_option = mujoco.MjvOption()
+            camera = mujoco.MjvCamera()
+            camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
+            camera.fixedcamid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, self.camera)
+            self._renderers[task_id] = renderer, camera
+            if self._scene_option is None:
+                self._scene_option = mujoco.MjvOption()
         return self._renderers[task_id]
 
     def _assign(self, task_ids: list[int]) -> None:
@@ -148,10 +154,7 @@ class MetaWorldEnvs:
         import mujoco
 
         env = slot.env
-        renderer = self._renderer(slot.task_id, env.model)
-        camera = mujoco.MjvCamera()
-        camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
-        camera.fixedcamid = mujoco.mj_name2id(env.model, mujoco.mjtObj.mjOBJ_CAMERA, self.camera)
+        renderer, camera = self._renderer(slot.task_id, env.model)
         mujoco.mjv_updateScene(
             env.model,
             env.data,
@@ -240,7 +243,7 @@ class MetaWorldEnvs:
 
     def close(self) -> None:
         # Closing renderers before interpreter exit avoids MuJoCo's EGL teardown tracebacks.
-        for renderer in self._renderers.values():
+        for renderer, _ in self._renderers.values():
             renderer.close()
         for env in self._pool.values():
             env.close()
