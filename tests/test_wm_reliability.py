@@ -16,6 +16,7 @@ from wmrl_cli.cli.app import app
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.kir import Keyframe
 from wmrl_cli.data.reset_set import reset_set_from_store
+from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.reliability import (
     episodes_per_task,
     evaluate_world_model,
@@ -270,13 +271,26 @@ def test_imagination_loads_sample_as_rl_does(monkeypatch, tmp_path) -> None:
     from wmrl_cli.rl import setup
 
     class Loaded(torch.nn.Module):
-        def __init__(self) -> None:
+        def __init__(self, null_action: bool = True) -> None:
             super().__init__()
-            self.config = SimpleNamespace(num_inference_steps=10)
+            self.config = SimpleNamespace(
+                num_inference_steps=10,
+                action_guidance=1.5,
+                transformer=SimpleNamespace(null_action=null_action),
+            )
 
     monkeypatch.setattr(setup, "load_any_world_model", lambda *a: Loaded())
-    cfg = RunConfig.model_validate({"world_model": {"num_inference_steps": 2}})
+    cfg = RunConfig.model_validate(
+        {"world_model": {"num_inference_steps": 2, "action_guidance": 3.0}}
+    )
     model = setup.load_imagining_world_model(tmp_path, 64, 64, cfg, "cpu")
-    assert model.config.num_inference_steps == 2
+    assert model.config.num_inference_steps == 2 and model.config.action_guidance == 3.0
     default = setup.load_imagining_world_model(tmp_path, 64, 64, RunConfig(), "cpu")
-    assert default.config.num_inference_steps == 10  # the model's own when the run sets none
+    # the model's own when the run sets none
+    assert default.config.num_inference_steps == 10 and default.config.action_guidance == 1.5
+    # guidance needs the null action that action dropout trains: refused in one line
+    monkeypatch.setattr(setup, "load_any_world_model", lambda *a: Loaded(null_action=False))
+    with pytest.raises(WmrlError, match="null action"):
+        setup.load_imagining_world_model(tmp_path, 64, 64, cfg, "cpu")
+    unguided = RunConfig.model_validate({"world_model": {"action_guidance": 1.0}})
+    assert setup.load_imagining_world_model(tmp_path, 64, 64, unguided, "cpu")

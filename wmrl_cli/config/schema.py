@@ -95,8 +95,11 @@ class WorldModelConfig(Section):
     action_dropout: float = Field(
         0.0, ge=0.0, lt=1.0, description="training: P(actions -> learned null action)"
     )
-    action_guidance: float = Field(
-        1.0, ge=0.0, description="sampling: guidance scale on the actions (1: none)"
+    action_guidance: float | None = Field(
+        None,
+        ge=0.0,
+        description="sampling: guidance scale on the actions (1: none); None: the model's own "
+        "(a new model: 1). Applied wherever a world model imagines (RL, eval, co-evolve)",
     )
     train_shift: float | None = Field(
         None,

@@ -327,13 +327,23 @@ def load_imagining_world_model(
     path: Path, height: int, width: int, cfg: RunConfig, device: str
 ) -> WorldModel:
     """`load_any_world_model` in eval mode, its forward passes in `cfg.precision`, with the run's
-    sampler settings: the world model as imagination runs it (RL, `eval --world-model`,
-    co-evolve's check, imagined rollouts), so that a threshold calibrated by the check is
-    calibrated on the frames RL will see (the RL presets sample in 2 steps, models save 10)."""
+    sampler settings (steps, action guidance): the world model as imagination runs it (RL,
+    `eval --world-model`, co-evolve's check, imagined rollouts), so that a threshold calibrated
+    by the check is calibrated on the frames RL will see (the RL presets sample in 2 steps,
+    models save 10)."""
     world_model = load_any_world_model(path, height, width, cfg, device).eval()
     world_model.autocast_dtype = resolve_precision(cfg.precision, device)
     if cfg.world_model.num_inference_steps is not None:
         world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
+    guidance = cfg.world_model.action_guidance
+    if guidance is not None:
+        transformer = getattr(world_model.config, "transformer", None)
+        if guidance != 1.0 and not getattr(transformer, "null_action", False):
+            raise WmrlError(
+                f"world_model.action_guidance={guidance} needs a world model trained with a "
+                "null action (world_model.action_dropout > 0); this one has none"
+            )
+        world_model.config.action_guidance = guidance
     if cfg.world_model.bf16_timesteps:
         if not hasattr(world_model.config, "bf16_timesteps"):
             raise WmrlError("world_model.bf16_timesteps applies to Wan world models only")

@@ -84,7 +84,7 @@ def build_world_model(cfg: RunConfig, action_dim: int) -> WorldModel:
     if wm.num_inference_steps is not None:
         config.num_inference_steps = wm.num_inference_steps
     config.transformer.action_tokens = wm.action_tokens
-    config.transformer.null_action = wm.action_dropout > 0 or wm.action_guidance != 1.0
+    config.transformer.null_action = wm.action_dropout > 0 or wm.action_guidance not in (None, 1.0)
     if wm.action_modulation == "all" and wm.backend == "opensora":
         config.transformer.action_modulation = "all"
     apply_objective(config, cfg)
@@ -99,13 +99,15 @@ def apply_objective(config: Any, cfg: RunConfig) -> None:
     config.motion_loss_weight = wm.motion_loss_weight
     if wm.train_shift is not None:
         config.train_shift = wm.train_shift
-    if (wm.action_dropout > 0 or wm.action_guidance != 1.0) and not config.transformer.null_action:
+    guided = wm.action_guidance not in (None, 1.0)
+    if (wm.action_dropout > 0 or guided) and not config.transformer.null_action:
         raise WmrlError(
             "world_model.action_dropout / action_guidance need a model built with a null action; "
             "this one was not (train it from scratch with the option set)"
         )
     config.action_dropout = wm.action_dropout
-    config.action_guidance = wm.action_guidance
+    if wm.action_guidance is not None:
+        config.action_guidance = wm.action_guidance
 
 
 def saved_world_model(path: str | Path) -> tuple[Path, str]:
