@@ -11,6 +11,8 @@ from pathlib import Path
 
 import imageio.v2 as imageio
 
+from wmrl_cli.data.episodes import EpisodeStore
+
 
 def _command(out) -> list[str]:
     return [sys.executable, "-m", "wmrl_cli", "co-evolve", "--profile", "smoke", "--out", str(out)]
@@ -53,10 +55,12 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
         "data/base/kir.json",
         "wm_base/world_model/model.safetensors",
         "wm_base/world_model/reliability.json",
+        "data/imagined_base/index.json",
         "rm_base/reward_model/config.json",
         "stage1/policy/model.safetensors",
         "data/evolved1/index.json",
         "wm_evo1/world_model/config.json",
+        "data/imagined_evo1/index.json",
         "rm_evo1/reward_model/config.json",
         "stage2/policy/config.json",
         "frozen_control/policy/config.json",
@@ -78,6 +82,16 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     videos = sorted((out / "eval" / "stage2" / "videos").glob("*_grid.mp4"))
     assert len(videos) == 2 and imageio.get_reader(videos[0]).get_data(0).ndim == 3
     assert "| **overall** |" in (out / "report.md").read_text()
+
+    # Each reward model also learned from its world model's imagined rollouts of its data: one
+    # imagined episode per 16th step of every episode, 8 steps each (or the rest).
+    for store_name, data_name in (("imagined_base", "base_merged"), ("imagined_evo1", "merged1")):
+        imagined = EpisodeStore.open(out / "data" / store_name)
+        source = EpisodeStore.open(out / "data" / data_name)
+        starts = [(m["id"], t0) for m in source.index for t0 in range(0, m["length"], 16)]
+        assert imagined.imagined and len(imagined) == len(starts)
+        assert max(int(m["length"]) for m in imagined.index) == 8
+        assert after[store_name]["real_steps"] == 0
 
     # Real steps per stage: the episodes' lengths of what each stage collected or evaluated,
     # none for RL in imagination, whose env/real_steps carry the data collected before it.

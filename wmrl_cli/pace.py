@@ -12,6 +12,11 @@ Two starts (`coevolve.start`), then the same refinements:
     fine-tuned (given) -> check -> RL in WM_evo from the new rollouts and their KIR keyframes
     -> eval; optionally the frozen-WM control; report
 
+With `coevolve.reward_imagined_start_every` K > 0, each reward model trained after a world
+model also learns from that world model's imagined rollouts of its data (from every K-th step,
+sampled as RL samples, labelled by the recorded outcome: an `imagine` stage before it), since a
+judge trained on real frames alone finds no success in imagined ones (docs/results.md).
+
 Every stage writes into its own folder of the run directory and is recorded in `stages.json`
 when complete, with its wall time and the real environment steps it consumed (demonstrations,
 rollouts and evaluations: their episodes' lengths; RL in imagination: 0); running the same
@@ -35,6 +40,7 @@ from wmrl_cli.pace_tasks import (
     collect,
     eval_steps,
     evaluate,
+    imagine,
     merge,
     rl,
     rl_steps,
@@ -111,6 +117,23 @@ class _Run:
         enforce_gate(name, self.checks[name], cfg, out)
         return self.checks[name]["rl_threshold"]
 
+    def imagined_reward_data(
+        self, name: str, wm: str, data: str, after: tuple[str, ...]
+    ) -> tuple[str | None, str | None]:
+        """(the store, the stage) of `wm`'s imagined rollouts of `data` for the next reward
+        model, or (None, None) without `coevolve.reward_imagined_start_every`."""
+        if not self.cfg.coevolve.reward_imagined_start_every:
+            return None, None
+        out = self.run_dir / "data" / name
+        store = self.p.run(
+            name,
+            lambda: imagine(self.cfg, wm, data, out),
+            reads="imagine",
+            after=after,
+            outputs=(f"data/{name}",),
+        )
+        return store, name
+
     def evaluate(self, name: str, policy: str, after: tuple[str, ...], videos: bool) -> None:
         self.evals[name] = self.p.run(
             f"eval_{name}",
@@ -171,11 +194,16 @@ def _sft_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
         after=("merge0",),
         outputs=("wm_base",),
     )
+    imagined, imagine_stage = run.imagined_reward_data(
+        "imagined_base", wm, base_data, ("world_model", "merge0")
+    )
     rm = p.run(
         "reward_model",
-        lambda: train_rm(cfg, base_data, run_dir / "rm_base", cfg.reward_model.steps),
+        lambda: train_rm(
+            cfg, base_data, run_dir / "rm_base", cfg.reward_model.steps, imagined=imagined
+        ),
         reads="reward_model",
-        after=("merge0",),
+        after=_after("merge0", imagine_stage),
         outputs=("rm_base",),
     )
     base_inputs = ("world_model", "reward_model", "merge0")
@@ -283,15 +311,18 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             after=_after(made["wm"], merge_stage),
             outputs=(f"wm_evo{r}",),
         )
+        imagined, imagine_stage = run.imagined_reward_data(
+            f"imagined_evo{r}", wm, merged, (f"refine_wm{r}", merge_stage)
+        )
         # sft: a new reward model on all the data; given: the given one fine-tuned
         rm_init = last.rm["path"] if ce.start == "given" else None
         rm = p.run(
             f"refine_rm{r}",
-            lambda r=r, m=merged, i=rm_init: train_rm(
-                cfg, m, run_dir / f"rm_evo{r}", ce.refine_reward_steps, i
+            lambda r=r, m=merged, i=rm_init, im=imagined: train_rm(
+                cfg, m, run_dir / f"rm_evo{r}", ce.refine_reward_steps, i, im
             ),
             reads="refine_rm",
-            after=_after(made["rm"] if rm_init else None, merge_stage),
+            after=_after(made["rm"] if rm_init else None, merge_stage, imagine_stage),
             outputs=(f"rm_evo{r}",),
         )
         run.reliability[f"wm_evo{r}"] = wm_reliability(wm)

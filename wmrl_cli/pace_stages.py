@@ -31,6 +31,13 @@ READS: dict[str, tuple[str, ...]] = {
     "merge": (*_SIM, "rollout.kir"),
     "world_model": (*_SIM, "world_model", "precision"),
     "refine_wm": (*_SIM, "world_model", "precision", "coevolve.refine_steps"),
+    "imagine": (
+        *_SIM,
+        "world_model",
+        "precision",
+        "coevolve.reward_imagined_start_every",
+        "coevolve.reward_imagined_horizon",
+    ),  # fmt: skip
     "reward_model": (*_SIM, "reward_model"),
     "refine_rm": (*_SIM, "reward_model", "coevolve.refine_reward_steps"),
     "check": (

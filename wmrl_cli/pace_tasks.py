@@ -137,17 +137,59 @@ def train_wm(cfg: RunConfig, data: str, out: Path, init: str | None, steps: int)
     return str(model_dir)
 
 
+def imagine(cfg: RunConfig, world_model: str, data: str, out: Path) -> str:
+    """The world model's imagined rollouts of `data`'s recorded actions from steps 0, K, 2K, ...
+    of every episode (`coevolve.reward_imagined_*`), sampled as RL samples, each frame labelled
+    by the recorded outcome: the reward model's imagined training frames. Written to a temporary
+    store, then renamed: a finished store is reused, an interrupted one redone."""
+    import torch
+
+    from wmrl_cli.data.imagined import check_source, imagine_store, imagined_starts
+    from wmrl_cli.rl.setup import load_imagining_world_model
+
+    if (out / "index.json").is_file():
+        return str(out)
+    ce = cfg.coevolve
+    source = EpisodeStore.open(data)
+    starts = imagined_starts(source, ce.reward_imagined_start_every, ce.reward_imagined_horizon)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    height, width = source.load(starts[0].episode_id).frames.shape[1:3]
+    model = load_imagining_world_model(Path(world_model), height, width, cfg, device)
+    check_source(source, model)
+    tmp = out.with_name(f".{out.name}-tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    imagine_store(
+        model,
+        source,
+        EpisodeStore(tmp),
+        starts,
+        batch_size=cfg.simulator.num_envs,
+        world_model_name=world_model,
+        seed=cfg.simulator.seed,
+        progress=cfg.logging.progress,
+    )
+    tmp.rename(out)
+    return str(out)
+
+
 def train_rm(
-    cfg: RunConfig, data: str, out: Path, steps: int, init: str | None = None
+    cfg: RunConfig,
+    data: str,
+    out: Path,
+    steps: int,
+    init: str | None = None,
+    imagined: str | None = None,
 ) -> dict[str, Any]:
     """A reward model from scratch, or fine-tuned from `init` (a wmrl model, an RLinf `*rm.pth`,
-    a folder holding one or an asset name). A fine-tuning whose data hold no successful frame
-    on either side of the split keeps `init`, and says why (`kept`)."""
+    a folder holding one or an asset name), on `data` and, if given, the `imagined` store. A
+    fine-tuning whose data hold no successful frame on either side of the split keeps `init`,
+    and says why (`kept`)."""
+    from wmrl_cli.data.episodes import open_stores
     from wmrl_cli.rl.setup import reward_model_source
     from wmrl_cli.training.init_sources import load_init_reward_model, resolve_init
     from wmrl_cli.training.reward_trainer import NoSuccessfulFrames, train_reward_model
 
-    store = EpisodeStore.open(data)
+    store = open_stores([data] if imagined is None else [data, imagined])
     sub = sub_config(cfg, out, reward_model__steps=steps)
     model = source = None
     if init is not None:

@@ -424,6 +424,17 @@ class CoEvolveConfig(Section):
     refinements: int = Field(1, ge=0, le=10, description="refine-then-RL rounds after stage 1")
     refine_steps: int = Field(500, ge=1, description="world-model fine-tuning steps")
     refine_reward_steps: int = Field(300, ge=1)
+    reward_imagined_start_every: int = Field(
+        0,
+        ge=0,
+        description="K > 0: each reward model also trains on its world model's imagined "
+        "rollouts of the training data, from steps 0, K, 2K, ... of every episode, sampled as RL "
+        "samples, each frame labelled by the recorded outcome (`wmrl rollout --world-model "
+        "--replay`); 0: real frames only",
+    )
+    reward_imagined_horizon: int = Field(
+        32, ge=1, description="steps imagined per start of reward_imagined_start_every"
+    )
     frozen_control: bool = Field(False, description="also run the last stage in the frozen WM")
     eval_trials: int = Field(10, ge=1, description="real evaluation trials per task per stage")
     videos: bool = Field(True, description="save videos of the final evaluation")
