@@ -144,8 +144,8 @@ def imagine(cfg: RunConfig, world_model: str, data: str, out: Path) -> str:
     store, then renamed: a finished store is reused, an interrupted one redone."""
     import torch
 
-    from wmrl_cli.data.imagined import check_source, imagine_store, imagined_starts
-    from wmrl_cli.rl.setup import load_imagining_world_model
+    from wmrl_cli.data.imagined import imagined_starts
+    from wmrl_cli.rl.setup import imagine_replay, load_replay_world_model
 
     if (out / "index.json").is_file():
         return str(out)
@@ -153,21 +153,10 @@ def imagine(cfg: RunConfig, world_model: str, data: str, out: Path) -> str:
     source = EpisodeStore.open(data)
     starts = imagined_starts(source, ce.reward_imagined_start_every, ce.reward_imagined_horizon)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    height, width = source.load(starts[0].episode_id).frames.shape[1:3]
-    model = load_imagining_world_model(Path(world_model), height, width, cfg, device)
-    check_source(source, model)
+    model = load_replay_world_model(cfg, Path(world_model), source, starts, device)
     tmp = out.with_name(f".{out.name}-tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    imagine_store(
-        model,
-        source,
-        EpisodeStore(tmp),
-        starts,
-        batch_size=cfg.simulator.num_envs,
-        world_model_name=world_model,
-        seed=cfg.simulator.seed,
-        progress=cfg.logging.progress,
-    )
+    imagine_replay(cfg, model, world_model, source, starts, EpisodeStore(tmp))
     tmp.rename(out)
     return str(out)
 

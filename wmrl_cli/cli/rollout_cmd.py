@@ -195,8 +195,8 @@ def _imagine(
 
     from wmrl_cli.data.collection import check_output_store, store_summary
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.data.imagined import check_source, imagine_store, imagined_starts
-    from wmrl_cli.rl.setup import load_imagining_world_model
+    from wmrl_cli.data.imagined import imagined_starts
+    from wmrl_cli.rl.setup import imagine_replay, load_replay_world_model
     from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
 
     source = EpisodeStore.open(replay)
@@ -210,22 +210,11 @@ def _imagine(
         )
     configure_threads(cfg.num_threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    height, width = source.load(starts[0].episode_id).frames.shape[1:3]
-    model = load_imagining_world_model(world_model, height, width, cfg, device)
-    check_source(source, model)
+    model = load_replay_world_model(cfg, world_model, source, starts, device)
     prepare_run_dir(cfg, "rollout")  # the store's config.yaml
     seed_everything(cfg.simulator.seed)
     store = EpisodeStore(out)
-    imagine_store(
-        model,
-        source,
-        store,
-        starts,
-        batch_size=cfg.simulator.num_envs,
-        world_model_name=str(world_model),
-        seed=cfg.simulator.seed,
-        progress=cfg.logging.progress,
-    )
+    imagine_replay(cfg, model, str(world_model), source, starts, store)
     names = {int(m["task_id"]): m["task_name"] for m in store.index}
     summary = store_summary(store, [names[t] for t in sorted(names)])
     console.print(summary.table())

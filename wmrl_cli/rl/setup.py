@@ -18,6 +18,7 @@ from wmrl_cli.assets.layout import asset_path, download_command
 from wmrl_cli.assets.registry import ASSETS, get_asset
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.data.imagined import Start, check_source, imagine_store
 from wmrl_cli.data.reset_set import ResetEntry, load_rlinf_reset_set, reset_set_from_store
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.interface import Env
@@ -349,6 +350,40 @@ def load_imagining_world_model(
             raise WmrlError("world_model.bf16_timesteps applies to Wan world models only")
         world_model.config.bf16_timesteps = True
     return world_model
+
+
+def load_replay_world_model(
+    cfg: RunConfig, path: Path, source: EpisodeStore, starts: list[Start], device: str
+) -> WorldModel:
+    """The world model that imagines `source`'s recorded actions (`imagined_starts`), as
+    imagination runs it, at the stored frames' size; a store it cannot read is a one-line error."""
+    height, width = source.load(starts[0].episode_id).frames.shape[1:3]
+    world_model = load_imagining_world_model(path, height, width, cfg, device)
+    check_source(source, world_model)
+    return world_model
+
+
+def imagine_replay(
+    cfg: RunConfig,
+    world_model: WorldModel,
+    name: str,
+    source: EpisodeStore,
+    starts: list[Start],
+    out: EpisodeStore,
+) -> None:
+    """`imagine_store` with the run's batch (`simulator.num_envs`), seed and progress display:
+    the one call behind `wmrl rollout --world-model --replay` and co-evolve's imagined reward
+    data."""
+    imagine_store(
+        world_model,
+        source,
+        out,
+        starts,
+        batch_size=cfg.simulator.num_envs,
+        world_model_name=name,
+        seed=cfg.simulator.seed,
+        progress=cfg.logging.progress,
+    )
 
 
 def build_imagined_env(
