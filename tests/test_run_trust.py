@@ -366,12 +366,32 @@ def test_co_evolve_report_flags_rl_without_updates_and_skips_empty_charts(tmp_pa
     report = report_for(zero, {"stage1": activity})
     text = (tmp_path / "report.md").read_text()
     assert "RL stage `stage1` made no update" in text
+    assert "| stage1 | 2 | 0.00 | - | 0 |" in text  # no training success recorded
     assert not (tmp_path / PLOT_FILE).exists() and PLOT_FILE not in text
     assert report["rl_activity"]["stage1"]["updated"] is False
     moved = {"overall": 0.5, "per_task": {"a": 1.0, "b": 0.0}}
     report_for(moved, {"stage1": {**activity, "updated": True, "max_grad_norm": 0.3}})
     text = (tmp_path / "report.md").read_text()
     assert "made no update" not in text and (tmp_path / PLOT_FILE).stat().st_size > 100
+
+
+def test_rl_activity_reads_the_training_success_curve(tmp_path) -> None:
+    from wmrl_cli.evaluation.pace_report import rl_activity
+
+    successes = [0.1] * 5 + [0.2] * 10 + [0.4] * 5  # 20 steps: first 5 at 10%, last 5 at 40%
+    rows = [
+        {"rollout/kept_groups_fraction": 0.25, "train/actor/grad_norm": 0.5,
+         "env/success_once": s}
+        for s in successes
+    ]  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    activity = rl_activity(tmp_path)
+    assert activity["train_success_first"] == pytest.approx(0.1)
+    assert activity["train_success_last"] == pytest.approx(0.4)
+    assert activity["updated"] and activity["kept_groups_fraction"] == pytest.approx(0.25)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(rows[0] | {"env/success_once": 1.0}))
+    one = rl_activity(tmp_path)  # one step: both ends are that step
+    assert one["train_success_first"] == one["train_success_last"] == 1.0
 
 
 # -- (6) eval into an existing directory -----------------------------------------------------

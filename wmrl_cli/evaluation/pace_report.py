@@ -137,6 +137,8 @@ def write_report(
             "so GRPO had no signal); its policy is the one it started from."
         )
     lines += [""] if idle else []
+    if rl_activity:
+        lines += _rl_table(rl_activity)
     lines += [
         "## World-model reliability (open loop, held-out episodes, PSNR dB)",
         "",
@@ -219,8 +221,10 @@ def stage_differences(evals: dict[str, dict[str, Any]]) -> dict[str, dict[str, A
 
 def rl_activity(stage_dir: Path) -> dict[str, Any] | None:
     """What an RL stage's metrics.jsonl says about its updates: steps, the mean fraction of
-    kept groups, the largest gradient norm and whether any step changed the policy (None
-    without metrics)."""
+    kept groups, the largest gradient norm, whether any step changed the policy, and the
+    success of its training rollouts as its environment judged them (imagination: the reward
+    model's verdict), averaged over the first and the last `window` steps (None without
+    metrics)."""
     path = Path(stage_dir) / "metrics.jsonl"
     if not path.is_file():
         return None
@@ -229,9 +233,45 @@ def rl_activity(stage_dir: Path) -> dict[str, Any] | None:
         return None
     kept = [float(r.get("rollout/kept_groups_fraction", 1.0)) for r in rows]
     grad = [float(r.get("train/actor/grad_norm", 0.0)) for r in rows]
-    return {
+    activity: dict[str, Any] = {
         "steps": len(rows),
         "kept_groups_fraction": float(np.mean(kept)),
         "max_grad_norm": max(grad),
         "updated": max(grad) > 0.0,
     }
+    success = [float(r["env/success_once"]) for r in rows if "env/success_once" in r]
+    if success:
+        window = max(1, min(_SUCCESS_WINDOW, len(success) // 2))
+        activity["train_success_first"] = float(np.mean(success[:window]))
+        activity["train_success_last"] = float(np.mean(success[-window:]))
+    return activity
+
+
+_SUCCESS_WINDOW = 5  # RL steps averaged at each end of a stage's training-success curve
+
+
+def _rl_table(rl_activity: dict[str, dict[str, Any]]) -> list[str]:
+    """Per RL stage: steps, kept groups and the training rollouts' judged success, first and
+    last steps: the signal GRPO had, next to what the real evaluation says it learned."""
+    lines = [
+        "## RL stages",
+        "",
+        "Training success: the stage's own rollouts as its environment judged them (in "
+        "imagination, the reward model on imagined frames), mean of the first and the last "
+        f"{_SUCCESS_WINDOW} steps.",
+        "",
+        "| stage | steps | kept groups | training success, first -> last | max gradient norm |",
+        "|---|---|---|---|---|",
+    ]
+    for name, act in rl_activity.items():
+        if "train_success_first" in act:
+            success = (
+                f"{100 * act['train_success_first']:.1f}% -> {100 * act['train_success_last']:.1f}%"
+            )
+        else:
+            success = "-"
+        lines.append(
+            f"| {name} | {act['steps']} | {act['kept_groups_fraction']:.2f} | {success} | "
+            f"{act['max_grad_norm']:.3g} |"
+        )
+    return [*lines, ""]
