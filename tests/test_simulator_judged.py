@@ -74,6 +74,36 @@ def test_the_simulator_replays_from_each_entry_and_decides_success(
         env.close()
 
 
+def test_the_audit_keeps_the_models_verdict_and_records_the_simulators(
+    judged_parts, expert_episodes
+) -> None:
+    """judge="model": a reward model that never fires (threshold above every score) keeps every
+    episode running and unsuccessful, while the expert's recorded actions succeed in the
+    simulator beside it, at the steps they did when recorded."""
+    world_model, entries = judged_parts
+    imagined = ImaginedEnv(
+        world_model, None, entries, ["a", "b", "c"], 3, 120, success_threshold=float("inf")
+    )
+    sim = MetaWorldSim(small_sim_config(max_steps=121, terminate_on_success=True))
+    env = SimulatorJudgedEnv(imagined, sim, judge="model")
+    actions = np.zeros((3, 120, 4), np.float32)
+    for i, e in enumerate(expert_episodes):
+        actions[i, : min(e.length, 120)] = e.actions[:120]
+    try:
+        env.reset([0, 1, 2])
+        real_first = np.full(3, -1)
+        for k in range(120 // 8):
+            result = env.chunk_step(actions[:, k * 8 : (k + 1) * 8])
+            assert not result.success.any() and not result.terminated.any()
+            assert result.rewards.sum() == 0.0
+            truth = result.info["real_success"]
+            for i in np.flatnonzero(truth.any(1) & (real_first < 0)):
+                real_first[i] = k * 8 + int(np.argmax(truth[i]))
+        assert real_first.tolist() == [int(np.argmax(e.success)) for e in expert_episodes]
+    finally:
+        env.close()
+
+
 def test_entries_without_simulator_state_are_refused(judged_parts) -> None:
     world_model, entries = judged_parts
     stateless = [entries[0].__class__(**{**entries[0].__dict__, "sim_state": None})]
@@ -107,12 +137,28 @@ def test_train_policy_judged_by_the_simulator_counts_real_steps(assets, tmp_path
     assert row["env/model_agreement"] == pytest.approx(1.0 - parts)
 
 
+def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) -> None:  # noqa: F811
+    audit = ["--set", "reward_model.audit_with_simulator=true"]
+    result = runner.invoke(app, [*args(assets, tmp_path / "audited", 2, algo="grpo"), *audit])
+    assert result.exit_code == 0, result.output
+    row = _rows(tmp_path / "audited")[-1]
+    # The reward model's verdict is what RL trained on; the simulator's is recorded beside it.
+    assert row["env/model_success_once"] == pytest.approx(row["env/success_once"])
+    assert 0.0 <= row["env/real_success_once"] <= 1.0
+    parts = row["env/model_false_success"] + row["env/model_missed_success"]
+    assert row["env/model_agreement"] == pytest.approx(1.0 - parts)
+    assert row["env/real_steps"] > 0  # the audit's replays are real steps
+
+
 def test_simulator_source_is_refused_in_the_simulator(assets, tmp_path) -> None:  # noqa: F811
     from tests.test_train_policy import sim_args
 
     base = sim_args(assets, tmp_path / "x", 1)
     result = runner.invoke(app, [*base, "--set", "reward_model.source=simulator"])
     assert result.exit_code == 2 and "reward_model.source" in result.output
+    assert "Traceback" not in result.output
+    result = runner.invoke(app, [*base, "--set", "reward_model.audit_with_simulator=true"])
+    assert result.exit_code == 2 and "audit_with_simulator" in result.output
     assert "Traceback" not in result.output
 
 

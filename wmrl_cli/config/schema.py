@@ -150,6 +150,13 @@ class RewardModelConfig(Section):
         "diagnostic control that costs real steps) the real simulator replaying each episode's "
         "actions from the reset entry's stored state (envs/simulator_judged.py)",
     )
+    audit_with_simulator: bool = Field(
+        False,
+        description="with source=model: the reward model still judges, and the real simulator "
+        "replays each chunk beside it only to record the truth (env/model_* metrics: how often "
+        "the learned signal RL trains on is true on the policy's own rollouts); a diagnostic "
+        "that costs real steps",
+    )
     success_threshold: float | None = Field(
         None, ge=0.0, le=1.0, description="None: the threshold calibrated with the model (F1)"
     )

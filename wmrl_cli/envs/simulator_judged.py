@@ -13,11 +13,16 @@ diagnostic, never the product's recipe. Where a reward model is also given, its 
 the imagined frames is kept beside the simulator's (`info["model_success"]`), so a run
 measures how often the reward model agrees with the truth on the policy's own rollouts as the
 policy changes.
+
+The audit (`reward_model.audit_with_simulator`, `judge="model"`) turns the roles round: the
+reward model judges, exactly as in RL in imagination, and the simulator's verdict on the same
+actions is only recorded (`info["real_success"]`): how much of the signal RL trains on is true.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 import numpy as np
 
@@ -29,12 +34,19 @@ from wmrl_cli.errors import WmrlError
 class SimulatorJudgedEnv:
     real = True  # the simulator's steps are real environment steps (env/real_steps)
 
-    def __init__(self, imagined: ImaginedEnv, sim, reward_coef: float = 5.0) -> None:
-        """`imagined` must never end an episode on its own reward model (success threshold
-        above every score) so that only the simulator decides success; `sim` holds as many
-        envs, terminates on success and truncates no earlier than the imagined env, whose step
-        count (keyframe entries: from their step or from 0, `kir_step_reset`) decides
-        truncation."""
+    def __init__(
+        self,
+        imagined: ImaginedEnv,
+        sim,
+        reward_coef: float = 5.0,
+        judge: Literal["simulator", "model"] = "simulator",
+    ) -> None:
+        """judge="simulator": `imagined` must never end an episode on its own reward model
+        (success threshold above every score) so that only the simulator decides success;
+        judge="model": `imagined` decides everything as it would alone and the simulator's
+        success is recorded beside it. `sim` holds as many envs, terminates on success and
+        truncates no earlier than the imagined env, whose step count (keyframe entries: from
+        their step or from 0, `kir_step_reset`) decides truncation."""
         entries = enumerate(imagined.reset_set)
         missing = [i for i, e in entries if e.sim_state is None or e.seed is None]
         if missing:
@@ -51,6 +63,7 @@ class SimulatorJudgedEnv:
         self.reset_set = imagined.reset_set
         self.entry_task_ids = imagined.entry_task_ids
         self.reward_coef = reward_coef
+        self.judge = judge
         self.model_threshold: float | None = None  # set: the reward model's verdict is recorded
         self._sim_time = 0.0
 
@@ -80,6 +93,8 @@ class SimulatorJudgedEnv:
         real = self.sim.chunk_step(np.asarray(actions, dtype=np.float32))
         self._sim_time += time.perf_counter() - t0
         was_done = self._done.copy()
+        if self.judge == "model":
+            return self._audited(imagined, real, was_done)
         valid = real.info["valid"] & imagined.info["valid"] & ~was_done[:, None]
         success = real.success & valid
         terminated = real.terminated & valid
@@ -97,6 +112,24 @@ class SimulatorJudgedEnv:
             terminated=terminated,
             truncated=truncated,
             success=success,
+            info=info,
+        )
+
+    def _audited(self, imagined: ChunkResult, real: ChunkResult, was_done) -> ChunkResult:
+        """The imagined env's own verdict, the simulator's beside it: the simulator may end an
+        episode earlier (a real success terminates it), the imagined env decides when it ends."""
+        valid = imagined.info["valid"] & ~was_done[:, None]
+        ends = (imagined.terminated | imagined.truncated) & valid
+        self._done = was_done | ends.any(axis=1)
+        info = dict(imagined.info, valid=valid)
+        info["real_success"] = real.success & real.info["valid"] & valid
+        return ChunkResult(
+            obs=imagined.obs,
+            frames=imagined.frames,
+            rewards=np.where(valid, imagined.rewards, 0.0).astype(np.float32),
+            terminated=imagined.terminated & valid,
+            truncated=imagined.truncated & valid,
+            success=imagined.success & valid,
             info=info,
         )
 

@@ -20,6 +20,8 @@ class Rollout:
     dones [B,T]; success [B] (success_once); step_mask [B,T]: steps up to the first done.
     model_success [B]: where the env is judged by the simulator and also runs a reward model
     (envs/simulator_judged.py), the reward model's verdict on the same episodes; else None.
+    real_success [B]: where the reward model judges and the simulator audits it
+    (`reward_model.audit_with_simulator`), the simulator's verdict on the same actions.
     """
 
     images: np.ndarray
@@ -34,6 +36,7 @@ class Rollout:
     episode_len: torch.Tensor  # env steps (actions) taken before the first done
     last_value: torch.Tensor  # [B] bootstrap value after the last step (0 when done)
     model_success: torch.Tensor | None = None
+    real_success: torch.Tensor | None = None
 
 
 @torch.no_grad()
@@ -52,6 +55,7 @@ def collect_rollout(
     images, tokens, logprobs, values, rewards, dones = [], [], [], [], [], []
     success = np.zeros(b, dtype=bool)
     model_success: np.ndarray | None = None
+    real_success: np.ndarray | None = None
     done = np.zeros(b, dtype=bool)
     steps = np.zeros(b, dtype=np.int64)
     for t in range(max_chunks):
@@ -77,6 +81,9 @@ def collect_rollout(
         if "model_success" in result.info:
             verdict = (result.info["model_success"] & valid).any(1)
             model_success = verdict if model_success is None else model_success | verdict
+        if "real_success" in result.info:
+            truth = (result.info["real_success"] & valid).any(1)
+            real_success = truth if real_success is None else real_success | truth
         rewards.append(torch.as_tensor(result.rewards.sum(1), dtype=torch.float32))
         dones.append(torch.as_tensor(ended | done))
         done |= ended
@@ -97,4 +104,5 @@ def collect_rollout(
         episode_len=torch.as_tensor(steps),
         last_value=torch.zeros(b),
         model_success=None if model_success is None else torch.as_tensor(model_success),
+        real_success=None if real_success is None else torch.as_tensor(real_success),
     )

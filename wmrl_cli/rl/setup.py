@@ -135,9 +135,14 @@ def check_inputs(cfg: RunConfig) -> Inputs:
     inputs = resolve_inputs(cfg)
     if cfg.algorithm.env == "simulator":
         check_simulator_rl(cfg)
-    elif cfg.algorithm.eval_trials or cfg.reward_model.source == "simulator":
+    elif cfg.algorithm.eval_trials or _replays(cfg):
         evaluation_simulator(cfg)
     return inputs
+
+
+def _replays(cfg: RunConfig) -> bool:
+    """Whether the imagined env also runs the real simulator (as judge, or as auditor)."""
+    return cfg.reward_model.source == "simulator" or cfg.reward_model.audit_with_simulator
 
 
 _IMAGINED_ONLY: dict[str, Callable[[RunConfig], str | None]] = {
@@ -159,6 +164,11 @@ def check_simulator_rl(cfg: RunConfig) -> None:
         raise ConfigError(
             "invalid value for 'reward_model.source': 'simulator' judges the imagined env; "
             "algorithm.env=simulator is judged by the simulator already"
+        )
+    if cfg.reward_model.audit_with_simulator:
+        raise ConfigError(
+            "invalid value for 'reward_model.audit_with_simulator': it audits the imagined "
+            "env's reward model; algorithm.env=simulator is judged by the simulator already"
         )
     sim = resolve_simulator(cfg.simulator)
     simulator_class(sim)
@@ -215,16 +225,21 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
     if cfg.algorithm.env == "simulator":
         return build_simulator_env(cfg, num_envs, inputs)
     imagined = build_imagined_env(cfg, num_envs, device, inputs)
-    if cfg.reward_model.source == "model":
+    if not _replays(cfg):
         return imagined
-    # The control: imagined observations, the simulator's verdict; the reward model (if any)
-    # only recorded beside it.
-    threshold, imagined.threshold = imagined.threshold, float("inf")
     # The simulator never truncates first: the imagined env's step count decides, as it does
     # for keyframe entries recorded past the episode limit.
     horizon = cfg.algorithm.max_episode_steps + max(e.step for e in imagined.reset_set)
     sim = rl_simulator(cfg, num_envs, max_steps=min(horizon + 1, 10_000))
-    env = SimulatorJudgedEnv(imagined, sim, reward_coef=cfg.reward_model.reward_coef)
+    coef = cfg.reward_model.reward_coef
+    if cfg.reward_model.source == "model":  # the audit: the reward model judges as always
+        if imagined.reward_model is None:
+            raise ConfigError("reward_model.audit_with_simulator needs a reward model to audit")
+        return SimulatorJudgedEnv(imagined, sim, reward_coef=coef, judge="model")
+    # The control: imagined observations, the simulator's verdict; the reward model (if any)
+    # only recorded beside it.
+    threshold, imagined.threshold = imagined.threshold, float("inf")
+    env = SimulatorJudgedEnv(imagined, sim, reward_coef=coef)
     if imagined.reward_model is not None:
         env.model_threshold = threshold
     return env

@@ -375,8 +375,14 @@ class PolicyTrainer:
             "env/reward": float(masked_mean(ro.rewards, mask)),
             "env/success_once": float(ro.success.float().mean()),
         }
+        verdicts = None
         if ro.model_success is not None:  # the reward model judged beside the simulator
-            model, real = ro.model_success, ro.success
+            verdicts = ro.model_success, ro.success
+        elif ro.real_success is not None:  # the simulator audited the reward model's verdict
+            verdicts = ro.success, ro.real_success
+        if verdicts is not None:
+            model, real = verdicts
+            metrics["env/real_success_once"] = float(real.float().mean())
             metrics["env/model_success_once"] = float(model.float().mean())
             metrics["env/model_agreement"] = float((model == real).float().mean())
             metrics["env/model_false_success"] = float((model & ~real).float().mean())
