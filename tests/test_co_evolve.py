@@ -111,7 +111,8 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     assert "| stage1 |" in (out / "report.md").read_text()
 
     # Each world model was checked before RL in it; RL judged success at the threshold the check
-    # recalibrated on imagined frames, and the report compares stages episode by episode.
+    # settled (the profile's: the reward model's own), and the report compares stages episode by
+    # episode.
     for name in ("wm_base", "wm_evo1"):
         assert (out / "check" / name / "report.md").is_file()
         check = after[f"eval_{name}"]["result"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wmrl_cli.config import resolve_config
+from wmrl_cli.config import RunConfig, resolve_config
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.pace_gate import enforce_gate, gate_failures
 
@@ -18,8 +18,14 @@ def _check(gap: float | None, recall: float | None, raw_recall: float = 0.2) -> 
     }
 
 
-def test_gate_passes_without_floors_and_above_them(tmp_path) -> None:
+def _recalibrating() -> RunConfig:
     cfg = resolve_config("mw-coevolve-smoke")
+    cfg.coevolve.recalibrate_threshold = True  # the gate reads the recalibrated recall
+    return cfg
+
+
+def test_gate_passes_without_floors_and_above_them(tmp_path) -> None:
+    cfg = _recalibrating()
     assert gate_failures(_check(0.0, 0.0), cfg) == []  # no floor configured: nothing is checked
     cfg.coevolve.min_action_gap_db, cfg.coevolve.min_imagined_recall = 1.0, 0.6
     assert gate_failures(_check(1.2, 0.7), cfg) == []
@@ -27,7 +33,7 @@ def test_gate_passes_without_floors_and_above_them(tmp_path) -> None:
 
 
 def test_gate_names_each_metric_below_its_floor(tmp_path) -> None:
-    cfg = resolve_config("mw-coevolve-smoke")
+    cfg = _recalibrating()
     cfg.coevolve.min_action_gap_db, cfg.coevolve.min_imagined_recall = 1.0, 0.6
     failures = gate_failures(_check(0.1, 0.3), cfg)
     assert len(failures) == 2
