@@ -260,6 +260,35 @@ def _given_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     return _Evolved(policy, wm, {"path": rm_path}, None, stages), [], ()
 
 
+def _refine_reward_model(
+    run: _Run,
+    r: int,
+    last: _Evolved,
+    made: dict[str, str | None],
+    merged: str,
+    merge_stage: str,
+    wm: str,
+) -> tuple[dict[str, Any], str]:
+    """Refinement r's reward model and its stage: sft, a new one on all the data (and the
+    refined world model's imagined rollouts of it); given, the given one fine-tuned."""
+    cfg, ce = run.cfg, run.cfg.coevolve
+    imagined, imagine_stage = run.imagined_reward_data(
+        f"imagined_evo{r}", wm, merged, (f"refine_wm{r}", merge_stage)
+    )
+    rm_init = last.rm["path"] if ce.start == "given" else None
+    rm = run.p.run(
+        f"refine_rm{r}",
+        lambda: train_rm(
+            cfg, merged, run.run_dir / f"rm_evo{r}", ce.refine_reward_steps, rm_init, imagined
+        ),
+        reads="refine_rm",
+        after=_after(made["rm"] if rm_init else None, merge_stage, imagine_stage),
+        outputs=(f"rm_evo{r}",),
+    )
+    run.reward_metrics[f"rm_evo{r}"] = rm
+    return rm, f"refine_rm{r}"
+
+
 def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     """The whole pipeline; returns the report (also written to report.json / report.md)."""
     from wmrl_cli.evaluation.pace_report import rl_activity, write_report
@@ -311,23 +340,12 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             after=_after(made["wm"], merge_stage),
             outputs=(f"wm_evo{r}",),
         )
-        imagined, imagine_stage = run.imagined_reward_data(
-            f"imagined_evo{r}", wm, merged, (f"refine_wm{r}", merge_stage)
-        )
-        # sft: a new reward model on all the data; given: the given one fine-tuned
-        rm_init = last.rm["path"] if ce.start == "given" else None
-        rm = p.run(
-            f"refine_rm{r}",
-            lambda r=r, m=merged, i=rm_init, im=imagined: train_rm(
-                cfg, m, run_dir / f"rm_evo{r}", ce.refine_reward_steps, i, im
-            ),
-            reads="refine_rm",
-            after=_after(made["rm"] if rm_init else None, merge_stage, imagine_stage),
-            outputs=(f"rm_evo{r}",),
-        )
+        if ce.refine_reward_model:
+            rm, rm_stage = _refine_reward_model(run, r, last, made, merged, merge_stage, wm)
+        else:  # the judge that gave the last stage its signal
+            rm, rm_stage = last.rm, made["rm"]
         run.reliability[f"wm_evo{r}"] = wm_reliability(wm)
-        run.reward_metrics[f"rm_evo{r}"] = rm
-        evo_inputs = (f"refine_wm{r}", f"refine_rm{r}", merge_stage)
+        evo_inputs = _after(f"refine_wm{r}", rm_stage, merge_stage)
         threshold = run.check(f"wm_evo{r}", wm, rm["path"], merged, evo_inputs)
         name = f"stage{r + 1}"
         policy = p.run(
@@ -340,7 +358,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             after=(made["policy"], *evo_inputs, f"eval_wm_evo{r}"),
             outputs=(name,),
         )
-        stages = {"policy": name, "wm": f"refine_wm{r}", "rm": f"refine_rm{r}",
+        stages = {"policy": name, "wm": f"refine_wm{r}", "rm": rm_stage,
                   "check": f"eval_wm_evo{r}"}  # fmt: skip
         evolved = _Evolved(policy, wm, rm, threshold, stages)
         run.evaluate(name, policy, (name,), ce.videos and r == ce.refinements)

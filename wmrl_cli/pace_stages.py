@@ -63,11 +63,17 @@ READS: dict[str, tuple[str, ...]] = {
         "coevolve.start",
         "coevolve.refinements",
         "coevolve.frozen_control",
+        "coevolve.refine_reward_model",
         "coevolve.min_action_gap_db",
         "coevolve.min_imagined_recall",
     ),  # fmt: skip
 }
 _CLAIMED = tuple(key for keys in READS.values() for key in keys)
+
+# Options added after runs were recorded, with the default that keeps the behaviour those runs
+# had: at it they stay out of every fingerprint, so `--update` with a newer wmrl keeps the
+# finished stages, and setting them otherwise reruns what they reach.
+ADDED_OPTIONS: dict[str, Any] = {"reward_model.audit_with_simulator": False}
 
 
 class Pipeline:
@@ -84,7 +90,10 @@ class Pipeline:
         self.seed = seed
         self.cfg = cfg
         # The config does not change during a run: its flattened values are read once.
-        self.values = {} if cfg is None else config_values(cfg, None, "co-evolve")
+        values = {} if cfg is None else config_values(cfg, None, "co-evolve")
+        self.values = {
+            k: v for k, v in values.items() if k not in ADDED_OPTIONS or v != ADDED_OPTIONS[k]
+        }
         path = run_dir / STAGES_FILE
         self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
 

@@ -431,6 +431,12 @@ class CoEvolveConfig(Section):
     refinements: int = Field(1, ge=0, le=10, description="refine-then-RL rounds after stage 1")
     refine_steps: int = Field(500, ge=1, description="world-model fine-tuning steps")
     refine_reward_steps: int = Field(300, ge=1)
+    refine_reward_model: bool = Field(
+        True,
+        description="each refinement also retrains (sft) or fine-tunes (given) the reward model "
+        "on the merged data; false: the judge that gave the last stage its signal judges the "
+        "next one too, at its threshold, and only the world model is refined",
+    )
     reward_imagined_start_every: int = Field(
         0,
         ge=0,
