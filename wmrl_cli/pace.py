@@ -9,7 +9,7 @@ Two starts (`coevolve.start`), then the same refinements:
             and reset set (published assets or wmrl runs) -> eval          (LIBERO presets)
     then, `coevolve.refinements` times: real rollouts of the evolved policy -> the world model
     fine-tuned on them (sft: with the base data) and the reward model retrained (sft) or
-    fine-tuned (given) -> check -> RL in WM_evo from the new rollouts and their KIR keyframes
+    fine-tuned (given), or kept (`coevolve.refine_reward_model: false`) -> check -> RL in WM_evo from the new rollouts and their KIR keyframes
     -> eval; optionally the frozen-WM control; report
 
 With `coevolve.reward_imagined_start_every` K > 0, each reward model trained after a world

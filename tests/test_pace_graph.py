@@ -1,0 +1,123 @@
+"""co_evolve's stage graph (pace.py) with every task replaced by a recorder: which stages run,
+on which world and reward models, for `coevolve.refine_reward_model` and the frozen control;
+and options added after a run was recorded keep its fingerprints (pace_stages.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wmrl_cli.pace as pace
+from wmrl_cli.config import resolve_config
+from wmrl_cli.pace_stages import ADDED_OPTIONS, STAGES_FILE, Pipeline
+
+
+@pytest.fixture
+def recorded(monkeypatch) -> list[tuple]:
+    """The tasks co_evolve calls, as (task, its arguments that name models and data)."""
+    import wmrl_cli.evaluation.pace_report as pace_report
+    import wmrl_cli.training.sft as sft
+
+    calls: list[tuple] = []
+
+    def made(path: Path) -> str:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def train_rm(cfg, data, out, steps, init=None, imagined=None) -> dict[str, Any]:
+        calls.append(("train_rm", Path(out).name, imagined is not None))
+        return {"path": made(Path(out) / "reward_model"), "f1": 0.5}
+
+    def rl(cfg, out, policy, wm, rm_path, data, real_steps, threshold=None) -> str:
+        calls.append(("rl", Path(out).name, Path(wm).parent.name, Path(rm_path).parent.name))
+        return made(Path(out) / "policy")
+
+    def check(cfg, out, wm, rm_path, data) -> dict[str, Any]:
+        calls.append(("check", Path(out).name, Path(wm).parent.name, Path(rm_path).parent.name))
+        return {"rl_threshold": None, "real_steps": 0}
+
+    monkeypatch.setattr(sft, "collect_demos", lambda cfg, out: made(Path(out) / "demos"))
+    monkeypatch.setattr(sft, "train_bc", lambda cfg, out, demos: made(Path(out) / "policy"))
+    monkeypatch.setattr(pace, "collect", lambda cfg, out, *a: made(out))
+    monkeypatch.setattr(pace, "merge", lambda stores, out, cfg: made(out))
+    monkeypatch.setattr(
+        pace, "train_wm", lambda cfg, data, out, init, steps: made(Path(out) / "world_model")
+    )
+    monkeypatch.setattr(pace, "imagine", lambda cfg, wm, data, out: made(out))
+    monkeypatch.setattr(pace, "train_rm", train_rm)
+    monkeypatch.setattr(pace, "rl", rl)
+    monkeypatch.setattr(pace, "check_world_model", check)
+    monkeypatch.setattr(pace, "enforce_gate", lambda *a: None)
+    monkeypatch.setattr(pace, "evaluate", lambda cfg, policy, out, videos: {"overall": 0.5})
+    monkeypatch.setattr(pace, "wm_reliability", lambda wm: {})
+    for counter in ("store_steps", "eval_steps", "rl_steps"):
+        monkeypatch.setattr(pace, counter, lambda _: 0)
+    monkeypatch.setattr(pace_report, "write_report", lambda *a, **k: {})
+    return calls
+
+
+def _config(**coevolve: Any):
+    cfg = resolve_config("mw-coevolve-smoke")
+    cfg.coevolve.check_episodes = 10
+    cfg.coevolve.reward_imagined_start_every = 16
+    for key, value in coevolve.items():
+        setattr(cfg.coevolve, key, value)
+    return cfg
+
+
+def test_each_refinement_retrains_the_judge_by_default(tmp_path, recorded) -> None:
+    pace.co_evolve(_config(frozen_control=True), tmp_path)
+    assert [c for c in recorded if c[0] == "train_rm"] == [
+        ("train_rm", "rm_base", True),
+        ("train_rm", "rm_evo1", True),
+    ]
+    assert [c for c in recorded if c[0] == "rl"] == [
+        ("rl", "stage1", "wm_base", "rm_base"),
+        ("rl", "stage2", "wm_evo1", "rm_evo1"),
+        ("rl", "frozen_control", "wm_base", "rm_base"),
+    ]
+    assert ("check", "wm_evo1", "wm_evo1", "rm_evo1") in recorded
+
+
+def test_without_refine_reward_model_the_last_judge_judges_stage_2(tmp_path, recorded) -> None:
+    pace.co_evolve(_config(frozen_control=True, refine_reward_model=False), tmp_path)
+    assert [c for c in recorded if c[0] == "train_rm"] == [("train_rm", "rm_base", True)]
+    assert [c for c in recorded if c[0] == "rl"] == [
+        ("rl", "stage1", "wm_base", "rm_base"),
+        ("rl", "stage2", "wm_evo1", "rm_base"),
+        ("rl", "frozen_control", "wm_base", "rm_base"),
+    ]
+    assert ("check", "wm_evo1", "wm_evo1", "rm_base") in recorded
+    stages = json.loads((tmp_path / STAGES_FILE).read_text())
+    assert "refine_rm1" not in stages and "imagined_evo1" not in stages
+    assert not (tmp_path / "rm_evo1").exists()
+
+
+def test_switching_the_judge_reruns_stage_2_and_keeps_stage_1(tmp_path, recorded) -> None:
+    pace.co_evolve(_config(), tmp_path)
+    recorded.clear()
+    pace.co_evolve(_config(refine_reward_model=False), tmp_path)
+    # Only what the judge reaches runs again: the refined world model's check and stage 2.
+    assert recorded == [
+        ("check", "wm_evo1", "wm_evo1", "rm_base"),
+        ("rl", "stage2", "wm_evo1", "rm_base"),
+    ]
+
+
+def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path) -> None:
+    cfg = resolve_config("mw-coevolve-smoke")
+    assert ADDED_OPTIONS, "nothing to test"
+    for key, default in ADDED_OPTIONS.items():
+        section, name = key.split(".")
+        assert getattr(getattr(cfg, section), name) == default
+        now = Pipeline(tmp_path, 0, cfg)
+        assert key not in now.values
+        recorded_before = Pipeline(tmp_path, 0, cfg)  # a run recorded before the option existed
+        recorded_before.values = {k: v for k, v in now.values.items() if k != key}
+        assert now.fingerprint("rl", ()) == recorded_before.fingerprint("rl", ())
+        setattr(getattr(cfg, section), name, not default)
+        assert Pipeline(tmp_path, 0, cfg).fingerprint("rl", ()) != now.fingerprint("rl", ())
+        setattr(getattr(cfg, section), name, default)
