@@ -9,8 +9,9 @@ Two starts (`coevolve.start`), then the same refinements:
             and reset set (published assets or wmrl runs) -> eval          (LIBERO presets)
     then, `coevolve.refinements` times: real rollouts of the evolved policy -> the world model
     fine-tuned on them (sft: with the base data) and the reward model retrained (sft) or
-    fine-tuned (given), or kept (`coevolve.refine_reward_model: false`) -> check -> RL in WM_evo from the new rollouts and their KIR keyframes
-    -> eval; optionally the frozen-WM control; report
+    fine-tuned (given), or kept (`coevolve.refine_reward_model: false`) -> check -> RL in
+    WM_evo from the new rollouts and their KIR keyframes -> eval; optionally the frozen-WM
+    control; report
 
 With `coevolve.reward_imagined_start_every` K > 0, each reward model trained after a world
 model also learns from that world model's imagined rollouts of its data (from every K-th step,
