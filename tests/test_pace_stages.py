@@ -55,6 +55,8 @@ def test_a_changed_setting_reruns_the_stages_it_reaches(tmp_path) -> None:
     assert _run(tmp_path, cfg) == ["reward_model", "eval_wm_base", "stage1", "eval_stage1"]
     cfg.training.lr = 1e-5  # RL alone, and the evaluation of its policy
     assert _run(tmp_path, cfg) == ["stage1", "eval_stage1"]
+    cfg.reward_model.audit_with_simulator = True  # under reward_model, but read by RL alone
+    assert _run(tmp_path, cfg) == ["stage1", "eval_stage1"]
 
     # Gate floors, bookkeeping and logging change no finished stage.
     cfg.coevolve.min_action_gap_db = 0.5

@@ -74,6 +74,11 @@ _CLAIMED = tuple(key for keys in READS.values() for key in keys)
 # had: at it they stay out of every fingerprint, so `--update` with a newer wmrl keeps the
 # finished stages, and setting them otherwise reruns what they reach.
 ADDED_OPTIONS: dict[str, Any] = {"reward_model.audit_with_simulator": False}
+# Keys under a section a stage kind reads that only RL uses: the audit changes what RL records,
+# not how a reward model is trained or checked.
+NOT_READ: dict[str, tuple[str, ...]] = {
+    kind: ("reward_model.audit_with_simulator",) for kind in ("reward_model", "refine_rm", "check")
+}
 
 
 class Pipeline:
@@ -105,7 +110,11 @@ class Pipeline:
         if self.cfg is None or reads is None:
             return None
         body = {
-            "reads": {k: v for k, v in self.values.items() if covers(READS[reads], k)},
+            "reads": {
+                k: v
+                for k, v in self.values.items()
+                if covers(READS[reads], k) and not covers(NOT_READ.get(reads, ()), k)
+            },
             "unclaimed": {k: v for k, v in self.values.items() if not covers(_CLAIMED, k)},
             "after": [self.state.get(name, {}).get("fingerprint") for name in after],
         }
