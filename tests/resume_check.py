@@ -60,7 +60,7 @@ def co_evolve_args(out: Path) -> list[str]:
 # The model folder of each co-evolve smoke stage.
 CO_EVOLVE_MODELS = {
     "sft": "policy", "wm_base": "world_model", "rm_base": "reward_model",
-    "stage1": "policy", "wm_evo1": "world_model", "rm_evo1": "reward_model",
+    "stage1": "policy", "wm_evo1": "world_model",
     "stage2": "policy", "frozen_control": "policy",
 }  # fmt: skip
 

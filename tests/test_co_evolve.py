@@ -60,8 +60,6 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
         "stage1/policy/model.safetensors",
         "data/evolved1/index.json",
         "wm_evo1/world_model/config.json",
-        "data/imagined_evo1/index.json",
-        "rm_evo1/reward_model/config.json",
         "stage2/policy/config.json",
         "frozen_control/policy/config.json",
         "report.md",
@@ -83,9 +81,12 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     assert len(videos) == 2 and imageio.get_reader(videos[0]).get_data(0).ndim == 3
     assert "| **overall** |" in (out / "report.md").read_text()
 
-    # Each reward model also learned from its world model's imagined rollouts of its data: one
-    # imagined episode per 16th step of every episode, 8 steps each (or the rest).
-    for store_name, data_name in (("imagined_base", "base_merged"), ("imagined_evo1", "merged1")):
+    # The reward model also learned from its world model's imagined rollouts of its data: one
+    # imagined episode per 16th step of every episode, 8 steps each (or the rest). The PACE
+    # refinement keeps that judge (refine_reward_model: false): no second one, no imagined data.
+    assert not {"imagined_evo1", "refine_rm1"} & set(after)
+    assert not (out / "rm_evo1").exists()
+    for store_name, data_name in (("imagined_base", "base_merged"),):
         imagined = EpisodeStore.open(out / "data" / store_name)
         source = EpisodeStore.open(out / "data" / data_name)
         starts = [(m["id"], t0) for m in source.index for t0 in range(0, m["length"], 16)]

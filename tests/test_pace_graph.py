@@ -68,8 +68,8 @@ def _config(**coevolve: Any):
     return cfg
 
 
-def test_each_refinement_retrains_the_judge_by_default(tmp_path, recorded) -> None:
-    pace.co_evolve(_config(frozen_control=True), tmp_path)
+def test_each_refinement_can_retrain_the_judge(tmp_path, recorded) -> None:
+    pace.co_evolve(_config(frozen_control=True, refine_reward_model=True), tmp_path)
     assert [c for c in recorded if c[0] == "train_rm"] == [
         ("train_rm", "rm_base", True),
         ("train_rm", "rm_evo1", True),
@@ -97,7 +97,7 @@ def test_without_refine_reward_model_the_last_judge_judges_stage_2(tmp_path, rec
 
 
 def test_switching_the_judge_reruns_stage_2_and_keeps_stage_1(tmp_path, recorded) -> None:
-    pace.co_evolve(_config(), tmp_path)
+    pace.co_evolve(_config(refine_reward_model=True), tmp_path)
     recorded.clear()
     pace.co_evolve(_config(refine_reward_model=False), tmp_path)
     # Only what the judge reaches runs again: the refined world model's check and stage 2.
