@@ -96,15 +96,26 @@ def test_without_refine_reward_model_the_last_judge_judges_stage_2(tmp_path, rec
     assert not (tmp_path / "rm_evo1").exists()
 
 
-def test_switching_the_judge_reruns_stage_2_and_keeps_stage_1(tmp_path, recorded) -> None:
+def test_switching_the_judge_reruns_stage_2_and_keeps_stage_1(
+    tmp_path, recorded, monkeypatch
+) -> None:
+    import wmrl_cli.evaluation.pace_report as pace_report
+
     pace.co_evolve(_config(refine_reward_model=True), tmp_path)
     recorded.clear()
+    reported = {}
+    monkeypatch.setattr(
+        pace_report, "write_report", lambda *a, **k: reported.update(walls=a[5]) or {}
+    )
     pace.co_evolve(_config(refine_reward_model=False), tmp_path)
     # Only what the judge reaches runs again: the refined world model's check and stage 2.
     assert recorded == [
         ("check", "wm_evo1", "wm_evo1", "rm_base"),
         ("rl", "stage2", "wm_evo1", "rm_base"),
     ]
+    # The first configuration's refined judge is still recorded, but not reported as a stage.
+    assert "refine_rm1" in json.loads((tmp_path / STAGES_FILE).read_text())
+    assert "refine_rm1" not in reported["walls"] and "stage2" in reported["walls"]
 
 
 def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path) -> None:

@@ -376,8 +376,9 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             outputs=("frozen_control",),
         )
         run.evaluate("frozen_control", control, ("frozen_control",), False)
-    walls = {name: item["wall_s"] for name, item in p.state.items()}
-    real_steps = {name: item.get("real_steps") for name, item in p.state.items()}
+    reached = {name: item for name, item in p.state.items() if name in p.visited}
+    walls = {name: item["wall_s"] for name, item in reached.items()}
+    real_steps = {name: item.get("real_steps") for name, item in reached.items()}
     activity = {
         name: act
         for name in run.evals

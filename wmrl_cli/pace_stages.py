@@ -101,6 +101,9 @@ class Pipeline:
         }
         path = run_dir / STAGES_FILE
         self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+        # The stages this configuration reaches, run or skipped: a stage recorded under an
+        # earlier configuration (`--update`) that no longer has a place stays out of the report.
+        self.visited: list[str] = []
 
     def fingerprint(self, reads: str | None, after: tuple[str, ...]) -> str | None:
         """sha256 of the config values of the stage kind `reads`, of the settings no stage
@@ -133,6 +136,7 @@ class Pipeline:
         """`real_steps(result)`: the real environment steps the stage consumed (none: 0);
         `reads`: the stage's kind in READS; `after`: the stages whose outputs it uses;
         `outputs`: its folders in the run directory (removed when it must run again)."""
+        self.visited.append(name)
         fingerprint = self.fingerprint(reads, after)
         done = self.state.get(name)
         if done is not None and done.get("fingerprint") in (None, fingerprint):
