@@ -150,6 +150,25 @@ def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) 
     assert row["env/real_steps"] > 0  # the audit's replays are real steps
 
 
+def test_co_evolve_rl_stage_is_audited_like_train_policy(assets, tmp_path) -> None:  # noqa: F811
+    """co-evolve's RL stage builds its env as train-policy does: the audit is not dropped."""
+    from tests.test_train_policy import options
+    from wmrl_cli.config import resolve_config
+    from wmrl_cli.pace_tasks import rl
+
+    sets = options(tmp_path / "unused", 2, "grpo", 4, eval_trials=0)
+    overrides = [value for flag, value in zip(sets[::2], sets[1::2]) if flag == "--set"]
+    cfg = resolve_config(overrides=[*overrides, "reward_model.audit_with_simulator=true"])
+    cfg.training.steps = 2
+    out = tmp_path / "stage1"
+    rl(cfg, out, str(assets / "sft"), str(assets / "wm"), str(assets / "rm"),
+       str(assets / "demos"), real_steps=100)  # fmt: skip
+    rows = _rows(out)
+    assert len(rows) == 2 and all("env/real_success_once" in r for r in rows)
+    assert rows[-1]["env/model_success_once"] == pytest.approx(rows[-1]["env/success_once"])
+    assert rows[0]["env/real_steps"] > 100  # the audit's replays count beyond the data's
+
+
 def test_simulator_source_is_refused_in_the_simulator(assets, tmp_path) -> None:  # noqa: F811
     from tests.test_train_policy import sim_args
 

@@ -220,7 +220,7 @@ def rl(
     import torch
     from accelerate import Accelerator
 
-    from wmrl_cli.rl.setup import build_imagined_env, load_policy, resolve_inputs
+    from wmrl_cli.rl.setup import build_env, load_policy, resolve_inputs
     from wmrl_cli.rl.trainer import PolicyTrainer
 
     sub = sub_config(
@@ -246,9 +246,14 @@ def rl(
     device = str(accelerator.device)
     inputs = resolve_inputs(sub)
     model = load_policy(inputs, device)
-    env = build_imagined_env(sub, sub.algorithm.num_envs, device, inputs)
-    trainer = PolicyTrainer(sub, out, model, env, accelerator, None, real_steps=real_steps)
-    return str(trainer.train())
+    # As `train-policy` builds it: the imagined env, with the simulator beside it where the
+    # config asks (the reward audit, or the simulator-judged control).
+    env = build_env(sub, sub.algorithm.num_envs, device, inputs)
+    try:
+        trainer = PolicyTrainer(sub, out, model, env, accelerator, None, real_steps=real_steps)
+        return str(trainer.train())
+    finally:
+        env.close()
 
 
 def wm_reliability(model_dir: str) -> dict[str, Any]:
