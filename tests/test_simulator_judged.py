@@ -148,6 +148,7 @@ def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) 
     parts = row["env/model_false_success"] + row["env/model_missed_success"]
     assert row["env/model_agreement"] == pytest.approx(1.0 - parts)
     assert row["env/real_steps"] > 0  # the audit's replays are real steps
+    assert "grpo in imagination" in result.output  # the policy sees imagined frames
 
 
 def test_co_evolve_rl_stage_is_audited_like_train_policy(assets, tmp_path) -> None:  # noqa: F811

@@ -33,6 +33,7 @@ from wmrl_cli.errors import WmrlError
 
 class SimulatorJudgedEnv:
     real = True  # the simulator's steps are real environment steps (env/real_steps)
+    imagines = True  # ... but the policy sees the world model's frames
 
     def __init__(
         self,

@@ -439,7 +439,8 @@ class PolicyTrainer:
         acc = self.accelerator
         if self._resumed_from:
             console.print(f"resuming policy training from {self._resumed_from}")
-        where = "the simulator" if getattr(self.env, "real", False) else "imagination"
+        real, imagines = (getattr(self.env, flag, False) for flag in ("real", "imagines"))
+        where = "the simulator" if real and not imagines else "imagination"
         with progress_task(
             f"{self.alg.name} in {where}",
             t.steps,
