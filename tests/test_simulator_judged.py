@@ -86,6 +86,9 @@ def test_the_audit_keeps_the_models_verdict_and_records_the_simulators(
     )
     sim = MetaWorldSim(small_sim_config(max_steps=121, terminate_on_success=True))
     env = SimulatorJudgedEnv(imagined, sim, judge="model")
+    # The trainer reseeds the world model's noise each step through `env.generator`: a wrapper
+    # without it would leave the stream running on, and the audited run would not be the same.
+    assert env.generator is imagined.generator
     actions = np.zeros((3, 120, 4), np.float32)
     for i, e in enumerate(expert_episodes):
         actions[i, : min(e.length, 120)] = e.actions[:120]

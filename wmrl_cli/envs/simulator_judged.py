@@ -68,6 +68,12 @@ class SimulatorJudgedEnv:
         self.model_threshold: float | None = None  # set: the reward model's verdict is recorded
         self._sim_time = 0.0
 
+    @property
+    def generator(self):
+        """The world model's noise generator: RL reseeds it every step (counter-based seeding,
+        exact resume), as it does the unwrapped imagined env's."""
+        return self.imagined.generator
+
     def pop_timings(self) -> dict[str, float]:
         out = dict(self.imagined.pop_timings(), simulator=self._sim_time)
         self._sim_time = 0.0
