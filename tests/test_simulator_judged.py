@@ -220,3 +220,133 @@ def test_keyframes_past_the_episode_limit_truncate_like_the_imagined_env(
         assert not second.info["valid"][1].any() and not second.truncated[1].any()
     finally:
         env.close()
+
+
+def _labelled_rollout(assets, out, *extra):  # noqa: F811
+    return runner.invoke(
+        app,
+        [
+            "rollout",
+            "--world-model",
+            str(assets / "wm"),
+            "--policy",
+            str(assets / "sft"),
+            "--reset-set",
+            str(assets / "demos"),
+            "--suite",
+            "mw3",
+            "--out",
+            str(out),
+            "--num-envs",
+            "2",
+            "--set",
+            "simulator.image_size=32",
+            "--set",
+            "simulator.num_workers=0",
+            "--set",
+            "algorithm.max_episode_steps=16",
+            "--set",
+            "world_model.num_inference_steps=1",
+            *extra,
+        ],
+    )
+
+
+def test_policy_imagined_rollouts_are_labelled_by_the_simulator(assets, tmp_path) -> None:  # noqa: F811
+    """`wmrl rollout --world-model --policy --reset-set`: imagined frames, and success flags
+    that are the simulator's for the same actions from the same start."""
+    out = tmp_path / "labelled"
+    result = _labelled_rollout(assets, out, "-n", "2")
+    assert result.exit_code == 0, result.output
+    store = EpisodeStore.open(out)
+    demos = EpisodeStore.open(assets / "demos")
+    assert len(store) == 6 and store.imagined  # 2 per task, from the 3 tasks' starts
+    assert store.real_steps() == sum(int(m["length"]) for m in store.index)  # replayed: real
+    sim = MetaWorldSim(small_sim_config(max_steps=17, num_envs=1, terminate_on_success=False))
+    try:
+        for episode in store:
+            source = demos.load(episode.imagined["reset_entry"])
+            assert episode.imagined["labels"] == "simulator" and not episode.sim_states
+            assert episode.length == 16 and episode.task_id == source.task_id
+            assert np.array_equal(episode.frames[0], source.frames[0])  # the real start
+            assert not np.array_equal(episode.frames[1:], source.frames[1:17])  # imagined
+            sim.reset([source.task_id], [source.sim_states[0]], seeds=[source.seed])
+            flags = [sim.chunk_step(episode.actions[None, k : k + 8]) for k in (0, 8)]
+            replayed = np.concatenate([f.success[0] for f in flags])
+            assert np.array_equal(episode.success, replayed)
+    finally:
+        sim.close()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--replay", "{demos}"], "drop --replay"),
+        (["--horizon", "8"], "drop --horizon"),
+    ],
+)
+def test_policy_imagined_rollout_bad_input_is_one_line(assets, tmp_path, extra, message) -> None:  # noqa: F811
+    out = tmp_path / "out"
+    result = _labelled_rollout(assets, out, *(a.format(demos=assets / "demos") for a in extra))
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not out.exists()
+    missing = runner.invoke(app, ["rollout", "--reset-set", str(assets / "demos"), "-o", str(out)])
+    assert missing.exit_code == 2 and "add --world-model WM" in missing.output
+
+
+class _RecordedActions:
+    """A policy that acts out each start's recorded expert episode, chunk by chunk."""
+
+    name = "recorded"
+
+    def __init__(self, episodes) -> None:
+        self.episodes, self.t = episodes, 0
+
+    def start_episodes(self, init_ids) -> None:
+        self.ids, self.t = list(init_ids), 0
+
+    def act(self, obs, sample=True, temperature=1.0):
+        from wmrl_cli.envs.interface import PolicyOutput
+
+        chunk = np.zeros((len(self.ids), 8, 4), np.float32)
+        for i, init_id in enumerate(self.ids):
+            recorded = self.episodes[init_id].actions[self.t : self.t + 8]
+            chunk[i, : len(recorded)] = recorded
+        self.t += 8
+        return PolicyOutput(actions=chunk)
+
+
+def test_labels_hold_the_simulators_successes(judged_parts, expert_episodes, tmp_path) -> None:
+    """The recorded expert actions, acted out in imagination: every episode is labelled a
+    success from the step its recording first succeeded, on imagined frames."""
+    from wmrl_cli.data.imagined_policy import imagine_policy_store
+
+    world_model, entries = judged_parts
+    imagined = ImaginedEnv(
+        world_model, None, entries, ["a", "b", "c"], 3, 120, success_threshold=float("inf")
+    )
+    sim = MetaWorldSim(small_sim_config(max_steps=121, seed=12345, terminate_on_success=False))
+    env = SimulatorJudgedEnv(imagined, sim)
+    store = EpisodeStore(tmp_path / "labelled")
+    try:
+        written = imagine_policy_store(
+            env,
+            _RecordedActions(expert_episodes),
+            [0, 1, 2],
+            store,
+            {"world_model": "wm", "policy": "recorded", "reset_set": "demos"},
+            chunk_size=8,
+            temperature=1.0,
+            seed_of=lambda i: entries[i].seed,
+            progress=False,
+        )
+    finally:
+        env.close()
+    assert written == 3
+    for episode, recorded in zip(store, expert_episodes, strict=True):
+        assert episode.length == 120 and episode.seed == recorded.seed
+        first = int(np.argmax(recorded.success))
+        assert episode.success_step == first + 1  # the simulator's flag, at the recorded step
+        assert not np.array_equal(episode.frames[1 : first + 2], recorded.frames[1 : first + 2])

@@ -109,6 +109,14 @@ def rollout_command(
             "actions (and success flags, the labels) the imagined episodes take."
         ),
     ] = None,
+    reset_set: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --world-model and --policy: the episode store whose starts the policy "
+            "acts from in imagination, each chunk also executed in the simulator to label the "
+            "imagined frames (--episodes-per-task episodes of every task)."
+        ),
+    ] = None,
     horizon: Annotated[
         int | None,
         typer.Option(help="With --world-model: steps imagined per start (default: the rest)."),
@@ -121,10 +129,30 @@ def rollout_command(
         ),
     ] = None,
 ) -> None:
-    """Run a policy (its actions optionally perturbed: --noise-kind, --random-chunk-prob) for N episodes per task in Meta-World or LIBERO (--suite libero_*) and store every frame, action, reward and success flag, with the exact simulator state at each chunk boundary; with --world-model and --replay, store the world model's imagined episodes under the recorded actions instead, labelled with the recorded success."""  # noqa: E501
+    """Run a policy (its actions optionally perturbed: --noise-kind, --random-chunk-prob) for N episodes per task in Meta-World or LIBERO (--suite libero_*) and store every frame, action, reward and success flag, with the exact simulator state at each chunk boundary; with --world-model and --replay, store the world model's imagined episodes under the recorded actions instead, labelled with the recorded success; with --world-model, --policy and --reset-set, store the policy's own imagined episodes from the store's starts, labelled by executing its actions in the simulator."""  # noqa: E501
     from wmrl_cli.data.collection import collect_rollouts
 
     given = locals()
+    if reset_set is not None:
+        _check_policy_imagined_options(world_model, policy, given)
+        cfg = build_config(
+            preset,
+            set_,
+            policy__name=policy,
+            simulator__suite=suite,
+            rollout__episodes_per_task=episodes_per_task,
+            policy__temperature=temperature,
+            policy__greedy=greedy or None,
+            simulator__seed=seed,
+            simulator__num_envs=num_envs,
+            simulator__num_workers=num_workers,
+            world_model__path=str(world_model),
+            world_model__reset_set=str(reset_set),
+            assets_dir=assets_dir,
+            output_dir=out,
+        )
+        _imagine_policy(cfg, append)
+        return
     if world_model is not None or replay is not None:
         world_model, replay = _check_imagined_options(world_model, replay, given)
         cfg = build_config(
@@ -184,6 +212,80 @@ def _check_imagined_options(
             + ", ".join(conflicts)
         )
     return world_model, replay
+
+
+# Simulator-rollout options that do not apply to a policy acting in imagination.
+NOT_IN_IMAGINATION = (
+    ("--replay", "replay"),
+    ("--horizon", "horizon"),
+    ("--start-every", "start_every"),
+    ("--kir", "kir"),
+    ("--export-rlinf", "export_rlinf"),
+    ("--noise-std", "noise_std"),
+    ("--noise-kind", "noise_kind"),
+    ("--random-chunk-prob", "random_chunk_prob"),
+    ("--image-size", "image_size"),
+)
+
+
+def _check_policy_imagined_options(world_model: Path | None, policy: str | None, given: dict):
+    """One line for a labelled imagined rollout asked for with a part missing or with options
+    that apply to other rollouts."""
+    if world_model is None or policy is None:
+        missing = "--world-model WM" if world_model is None else "--policy POLICY"
+        raise ConfigError(f"--reset-set rolls a policy in a world model: add {missing}")
+    conflicts = [flag for flag, name in NOT_IN_IMAGINATION if _given(given[name])]
+    if conflicts:
+        raise ConfigError(
+            "--reset-set rolls the policy in the world model from the store's starts: drop "
+            + ", ".join(conflicts)
+        )
+
+
+def _imagine_policy(cfg: RunConfig, append: bool) -> None:
+    """Checks the inputs (nothing is written before they pass), loads, hands over."""
+    import torch
+
+    from wmrl_cli.data.collection import check_output_store, store_summary
+    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.data.imagined_policy import imagine_policy_store, provenance_of, start_ids
+    from wmrl_cli.policies.registry import load_learned_policy
+    from wmrl_cli.rl.setup import build_labelling_env, resolve_inputs
+    from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+
+    out = Path(cfg.output_dir)
+    check_output_store(out, append, imagined=True)
+    cfg.reward_model.source = "simulator"  # the labels: no reward model is read
+    inputs = resolve_inputs(cfg)
+    configure_threads(cfg.num_threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    env = build_labelling_env(cfg, cfg.simulator.num_envs, device, inputs)
+    try:
+        ids = start_ids(env.entry_task_ids, cfg.rollout.episodes_per_task, cfg.simulator.seed)
+        policy = load_learned_policy(
+            inputs.policy, top_k=cfg.policy.top_k, seed=cfg.simulator.seed, device=device
+        )
+        prepare_run_dir(cfg, "rollout")  # the store's config.yaml
+        seed_everything(cfg.simulator.seed)
+        store = EpisodeStore(out)
+        entries = env.reset_set
+        imagine_policy_store(
+            env,
+            policy,
+            ids,
+            store,
+            provenance_of(cfg.world_model.path, cfg.policy.name, cfg.world_model.reset_set),
+            chunk_size=cfg.simulator.chunk_size,
+            temperature=cfg.policy.temperature,
+            sample=not cfg.policy.greedy,
+            seed_of=lambda i: int(entries[i].seed),
+            progress=cfg.logging.progress,
+        )
+    finally:
+        env.close()
+    names = {int(m["task_id"]): m["task_name"] for m in store.index}
+    summary = store_summary(store, [names[t] for t in sorted(names)])
+    console.print(summary.table())
 
 
 def _imagine(

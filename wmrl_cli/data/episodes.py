@@ -141,9 +141,10 @@ class EpisodeStore:
         return list(self._index)
 
     def real_steps(self) -> int:
-        """Real environment steps behind the store: the sum of its real episodes' lengths
-        (imagined episodes took none)."""
-        return sum(int(m["length"]) for m in self._index if not m.get("imagined"))
+        """Real environment steps behind the store: the sum of its real episodes' lengths and
+        of the imagined episodes whose actions the simulator executed to label them
+        (`imagined.labels == "simulator"`); other imagined episodes took none."""
+        return sum(int(m["length"]) for m in self._index if _executed(m))
 
     @property
     def roots(self) -> list[Path]:
@@ -300,3 +301,9 @@ def open_stores(paths: list[str | Path]) -> EpisodeStore:
         sizes = ", ".join(f"{root}: {'x'.join(map(str, shape))}" for root, shape in shapes.items())
         raise WmrlError(f"the stores' frames differ in size ({sizes})")
     return PooledStore(stores)
+
+
+def _executed(meta: dict[str, Any]) -> bool:
+    """Whether an episode's actions ran in the real simulator (real, or replayed to label it)."""
+    imagined = meta.get("imagined")
+    return not imagined or imagined.get("labels") == "simulator"

@@ -45,9 +45,10 @@ class SimulatorJudgedEnv:
         """judge="simulator": `imagined` must never end an episode on its own reward model
         (success threshold above every score) so that only the simulator decides success;
         judge="model": `imagined` decides everything as it would alone and the simulator's
-        success is recorded beside it. `sim` holds as many envs, terminates on success and
-        truncates no earlier than the imagined env, whose step count (keyframe entries: from
-        their step or from 0, `kir_step_reset`) decides truncation."""
+        success is recorded beside it. `sim` holds as many envs, terminates on success (or, to
+        label data, never: data/imagined_policy.py) and truncates no earlier than the imagined
+        env, whose step count (keyframe entries: from their step or from 0, `kir_step_reset`)
+        decides truncation."""
         entries = enumerate(imagined.reset_set)
         missing = [i for i, e in entries if e.sim_state is None or e.seed is None]
         if missing:

@@ -8,7 +8,7 @@ its files), or the name of a published asset (`wmrl download --list`), found in 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -243,6 +243,25 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
     if imagined.reward_model is not None:
         env.model_threshold = threshold
     return env
+
+
+def build_labelling_env(
+    cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None = None
+) -> SimulatorJudgedEnv:
+    """The imagined env of RL, judged by a simulator that never ends an episode: imagined
+    frames, the simulator's success flags for the same actions, truncation at
+    `algorithm.max_episode_steps` (data/imagined_policy.py). No reward model is loaded."""
+    cfg = cfg.model_copy(deep=True)
+    cfg.reward_model.path, cfg.reward_model.source = None, "simulator"
+    inputs = resolve_inputs(cfg) if inputs is None else replace(inputs, reward_model=None)
+    imagined = build_imagined_env(cfg, num_envs, device, inputs)
+    imagined.threshold = float("inf")  # only the simulator decides success
+    horizon = cfg.algorithm.max_episode_steps + max(e.step for e in imagined.reset_set)
+    sim_cfg = resolve_simulator(cfg.simulator).model_copy(
+        update={"max_steps": min(horizon + 1, 10_000), "terminate_on_success": False}
+    )
+    sim = simulator_class(sim_cfg)(sim_cfg, num_envs, render_every_step=False)
+    return SimulatorJudgedEnv(imagined, sim, reward_coef=cfg.reward_model.reward_coef)
 
 
 def evaluation_simulator(cfg: RunConfig) -> type:
