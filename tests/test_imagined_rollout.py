@@ -170,3 +170,37 @@ def test_bad_input_is_one_line(args, message, code, assets, tmp_path) -> None:
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
     assert not out.exists()
+
+
+def test_threshold_from_policy_episodes(tmp_path) -> None:
+    """With held-out policy episodes labelled by the simulator, the threshold separates their
+    highest scores by real outcome (the imagined env's verdict); other episodes and the real
+    start frames do not count. Without them: None (the frame-level threshold stays)."""
+    from wmrl_cli.evaluation.reward_eval import labelled_frames
+    from wmrl_cli.training.reward_trainer import policy_episode_metrics
+
+    def labelled(i: int, succeeded: bool) -> Episode:
+        e = episode(i, 4)
+        e.success = np.array([False, False, succeeded, succeeded])
+        e.sim_states = {}
+        e.imagined = {"world_model": "wm", "policy": "p", "reset_set": "r", "labels": "simulator"}
+        return e
+
+    store = EpisodeStore(tmp_path / "pool")
+    store.add([labelled(0, True), labelled(1, False), labelled(2, True), labelled(3, False)])
+    val = labelled_frames(store, [0, 1, 2, 3])
+    # per episode 5 frames: the start frame scores 0.99 everywhere (ignored); the failed
+    # episodes peak at 0.6 / 0.7 on frames the success flags call negative, the successes at
+    # 0.8 / 0.9: frame-level best F1 would cut elsewhere than the episode-level one.
+    scores = np.array(
+        [0.99, 0.1, 0.2, 0.8, 0.3] + [0.99, 0.6, 0.1, 0.1, 0.1]
+        + [0.99, 0.1, 0.1, 0.9, 0.2] + [0.99, 0.7, 0.7, 0.7, 0.7],
+        dtype=np.float32,
+    )  # fmt: skip
+    best = policy_episode_metrics(store, val, scores)
+    assert best is not None and 0.7 < best.threshold < 0.8
+    assert (best.precision, best.recall) == (1.0, 1.0)
+
+    real = EpisodeStore(tmp_path / "real")
+    real.add([episode(i, 4) for i in range(4)])
+    assert policy_episode_metrics(real, labelled_frames(real, [0, 1, 2, 3]), scores) is None

@@ -248,7 +248,7 @@ def _imagine_policy(cfg: RunConfig, append: bool) -> None:
 
     from wmrl_cli.data.collection import check_output_store, store_summary
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.data.imagined_policy import imagine_policy_store, provenance_of, start_ids
+    from wmrl_cli.envs.imagined_policy import imagine_policy_store, provenance_of, start_ids
     from wmrl_cli.policies.registry import load_learned_policy
     from wmrl_cli.rl.setup import build_labelling_env, resolve_inputs
     from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything

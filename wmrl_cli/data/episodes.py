@@ -24,6 +24,10 @@ from wmrl_cli.errors import WmrlError
 FORMAT = "wmrl-episodes"
 VERSION = 1
 
+# `imagined.labels` of imagined episodes whose actions the real simulator executed to label them
+# (envs/imagined_policy.py): their steps are real steps.
+SIMULATOR_LABELS = "simulator"
+
 
 @dataclass
 class Episode:
@@ -306,4 +310,4 @@ def open_stores(paths: list[str | Path]) -> EpisodeStore:
 def _executed(meta: dict[str, Any]) -> bool:
     """Whether an episode's actions ran in the real simulator (real, or replayed to label it)."""
     imagined = meta.get("imagined")
-    return not imagined or imagined.get("labels") == "simulator"
+    return not imagined or imagined.get("labels") == SIMULATOR_LABELS

@@ -250,7 +250,7 @@ def build_labelling_env(
 ) -> SimulatorJudgedEnv:
     """The imagined env of RL, judged by a simulator that never ends an episode: imagined
     frames, the simulator's success flags for the same actions, truncation at
-    `algorithm.max_episode_steps` (data/imagined_policy.py). No reward model is loaded."""
+    `algorithm.max_episode_steps` (envs/imagined_policy.py). No reward model is loaded."""
     cfg = cfg.model_copy(deep=True)
     cfg.reward_model.path, cfg.reward_model.source = None, "simulator"
     inputs = resolve_inputs(cfg) if inputs is None else replace(inputs, reward_model=None)

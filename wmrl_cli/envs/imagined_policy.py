@@ -21,13 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from wmrl_cli.data.episodes import Episode, EpisodeStore
+from wmrl_cli.data.episodes import SIMULATOR_LABELS, Episode, EpisodeStore
 from wmrl_cli.envs.interface import Env, Policy
 from wmrl_cli.envs.runner import iter_episodes
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.logging import progress_task
-
-LABELS = "simulator"  # provenance value: success flags from executing the actions for real
 
 
 def start_ids(entry_task_ids: list[int], per_task: int, seed: int) -> list[int]:
@@ -62,7 +60,7 @@ def imagine_policy_store(
     """Run `policy` in `env` (an imagined env judged by a non-terminating simulator:
     `rl.setup.build_labelling_env`) from `init_ids`, adding each finished episode to `out`
     with `provenance`; the number written."""
-    labelled = {**provenance, "labels": LABELS}
+    labelled = {**provenance, "labels": SIMULATOR_LABELS}
     written = 0
     batches = -(-len(init_ids) // env.num_envs)
     with progress_task("imagined policy rollouts", batches, progress) as advance:
