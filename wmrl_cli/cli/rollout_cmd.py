@@ -243,46 +243,19 @@ def _check_policy_imagined_options(world_model: Path | None, policy: str | None,
 
 
 def _imagine_policy(cfg: RunConfig, append: bool) -> None:
-    """Checks the inputs (nothing is written before they pass), loads, hands over."""
-    import torch
-
+    """Checks the output and inputs (nothing is written before they pass), hands over."""
     from wmrl_cli.data.collection import check_output_store, store_summary
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.envs.imagined_policy import imagine_policy_store, provenance_of, start_ids
-    from wmrl_cli.policies.registry import load_learned_policy
-    from wmrl_cli.rl.setup import build_labelling_env, resolve_inputs
-    from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+    from wmrl_cli.rl.setup import imagine_policy, resolve_labelling_inputs
+    from wmrl_cli.runtime import configure_threads, prepare_run_dir
 
     out = Path(cfg.output_dir)
     check_output_store(out, append, imagined=True)
-    cfg.reward_model.source = "simulator"  # the labels: no reward model is read
-    inputs = resolve_inputs(cfg)
+    inputs = resolve_labelling_inputs(cfg)
     configure_threads(cfg.num_threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    env = build_labelling_env(cfg, cfg.simulator.num_envs, device, inputs)
-    try:
-        ids = start_ids(env.entry_task_ids, cfg.rollout.episodes_per_task, cfg.simulator.seed)
-        policy = load_learned_policy(
-            inputs.policy, top_k=cfg.policy.top_k, seed=cfg.simulator.seed, device=device
-        )
-        prepare_run_dir(cfg, "rollout")  # the store's config.yaml
-        seed_everything(cfg.simulator.seed)
-        store = EpisodeStore(out)
-        entries = env.reset_set
-        imagine_policy_store(
-            env,
-            policy,
-            ids,
-            store,
-            provenance_of(cfg.world_model.path, cfg.policy.name, cfg.world_model.reset_set),
-            chunk_size=cfg.simulator.chunk_size,
-            temperature=cfg.policy.temperature,
-            sample=not cfg.policy.greedy,
-            seed_of=lambda i: int(entries[i].seed),
-            progress=cfg.logging.progress,
-        )
-    finally:
-        env.close()
+    prepare_run_dir(cfg, "rollout")  # the store's config.yaml
+    store = EpisodeStore(out)
+    imagine_policy(cfg, store, cfg.rollout.episodes_per_task, inputs)
     names = {int(m["task_id"]): m["task_name"] for m in store.index}
     summary = store_summary(store, [names[t] for t in sorted(names)])
     console.print(summary.table())

@@ -245,6 +245,14 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
     return env
 
 
+def resolve_labelling_inputs(cfg: RunConfig) -> Inputs:
+    """The policy, world model and reset set of labelled imagined rollouts (no reward model:
+    the simulator labels them)."""
+    cfg = cfg.model_copy(deep=True)
+    cfg.reward_model.path, cfg.reward_model.source = None, "simulator"
+    return resolve_inputs(cfg)
+
+
 def build_labelling_env(
     cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None = None
 ) -> SimulatorJudgedEnv:
@@ -262,6 +270,42 @@ def build_labelling_env(
     )
     sim = simulator_class(sim_cfg)(sim_cfg, num_envs, render_every_step=False)
     return SimulatorJudgedEnv(imagined, sim, reward_coef=cfg.reward_model.reward_coef)
+
+
+def imagine_policy(cfg: RunConfig, out: EpisodeStore, per_task: int, inputs: Inputs) -> int:
+    """`per_task` imagined episodes per task of `policy.name` in `world_model.path` from
+    `world_model.reset_set`'s starts, labelled by the simulator, added to `out`: the one call
+    behind `wmrl rollout --world-model --policy --reset-set` and co-evolve's labelled reward
+    data. Sampling (world model noise, the policy's actions, the order of starts) is seeded by
+    `simulator.seed`; the number written."""
+    from wmrl_cli.envs.imagined_policy import imagine_policy_store, provenance_of, start_ids
+    from wmrl_cli.policies.registry import load_learned_policy
+    from wmrl_cli.runtime import seed_everything
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    seed = cfg.simulator.seed
+    env = build_labelling_env(cfg, cfg.simulator.num_envs, device, inputs)
+    try:
+        ids = start_ids(env.entry_task_ids, per_task, seed)
+        policy = load_learned_policy(
+            inputs.policy, top_k=cfg.policy.top_k, seed=seed, device=device
+        )
+        seed_everything(seed)
+        entries = env.reset_set
+        return imagine_policy_store(
+            env,
+            policy,
+            ids,
+            out,
+            provenance_of(str(inputs.world_model), str(cfg.policy.name), str(inputs.reset_set)),
+            chunk_size=cfg.simulator.chunk_size,
+            temperature=cfg.policy.temperature,
+            sample=not cfg.policy.greedy,
+            seed_of=lambda i: int(entries[i].seed),
+            progress=cfg.logging.progress,
+        )
+    finally:
+        env.close()
 
 
 def evaluation_simulator(cfg: RunConfig) -> type:
