@@ -27,9 +27,16 @@ def recorded(monkeypatch) -> list[tuple]:
         Path(path).mkdir(parents=True, exist_ok=True)
         return str(path)
 
-    def train_rm(cfg, data, out, steps, init=None, imagined=None) -> dict[str, Any]:
+    def train_rm(cfg, data, out, steps, init=None, imagined=None, labelled=None):
         calls.append(("train_rm", Path(out).name, imagined is not None))
+        if labelled is not None:
+            calls.append(("labelled_by", Path(out).name, Path(labelled).name))
         return {"path": made(Path(out) / "reward_model"), "f1": 0.5}
+
+    def imagine_policy(cfg, policy, wm, reset_set, out, seed) -> str:
+        calls.append(("imagine_policy", Path(out).name, Path(policy).parent.name,
+                      Path(wm).parent.name, Path(reset_set).name))  # fmt: skip
+        return made(out)
 
     def rl(cfg, out, policy, wm, rm_path, data, real_steps, threshold=None) -> str:
         calls.append(("rl", Path(out).name, Path(wm).parent.name, Path(rm_path).parent.name))
@@ -48,6 +55,7 @@ def recorded(monkeypatch) -> list[tuple]:
     )
     monkeypatch.setattr(pace, "imagine", lambda cfg, wm, data, out: made(out))
     monkeypatch.setattr(pace, "train_rm", train_rm)
+    monkeypatch.setattr(pace, "imagine_policy", imagine_policy)
     monkeypatch.setattr(pace, "rl", rl)
     monkeypatch.setattr(pace, "check_world_model", check)
     monkeypatch.setattr(pace, "enforce_gate", lambda *a: None)
@@ -118,17 +126,42 @@ def test_switching_the_judge_reruns_stage_2_and_keeps_stage_1(
     assert "refine_rm1" not in reported["walls"] and "stage2" in reported["walls"]
 
 
+def test_the_judge_learns_from_the_policys_labelled_imagined_episodes(tmp_path, recorded) -> None:
+    """Each reward model also learns from the episodes of the policy its RL stage starts from,
+    imagined in the world model that stage uses, from that stage's starts."""
+    cfg = _config(refine_reward_model=True, reward_policy_rollouts_per_task=3)
+    pace.co_evolve(cfg, tmp_path)
+    assert [c for c in recorded if c[0] in ("imagine_policy", "labelled_by")] == [
+        ("imagine_policy", "labelled_base", "sft", "wm_base", "base_merged"),
+        ("labelled_by", "rm_base", "labelled_base"),
+        ("imagine_policy", "labelled_evo1", "stage1", "wm_evo1", "merged1"),
+        ("labelled_by", "rm_evo1", "labelled_evo1"),
+    ]
+    # Off (the default): no such stage, and a run recorded without it keeps its stages.
+    recorded.clear()
+    pace.co_evolve(_config(refine_reward_model=True), tmp_path / "off")
+    assert not [c for c in recorded if c[0] in ("imagine_policy", "labelled_by")]
+
+
+# The stage kind that reads each added option: setting it away from its default reruns those.
+READ_BY = {
+    "reward_model.audit_with_simulator": "rl",
+    "coevolve.reward_policy_rollouts_per_task": "imagine_policy",
+}
+
+
 def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path) -> None:
     cfg = resolve_config("mw-coevolve-smoke")
-    assert ADDED_OPTIONS, "nothing to test"
+    assert set(ADDED_OPTIONS) == set(READ_BY)
     for key, default in ADDED_OPTIONS.items():
+        kind = READ_BY[key]
         section, name = key.split(".")
         assert getattr(getattr(cfg, section), name) == default
         now = Pipeline(tmp_path, 0, cfg)
         assert key not in now.values
         recorded_before = Pipeline(tmp_path, 0, cfg)  # a run recorded before the option existed
         recorded_before.values = {k: v for k, v in now.values.items() if k != key}
-        assert now.fingerprint("rl", ()) == recorded_before.fingerprint("rl", ())
-        setattr(getattr(cfg, section), name, not default)
-        assert Pipeline(tmp_path, 0, cfg).fingerprint("rl", ()) != now.fingerprint("rl", ())
+        assert now.fingerprint(kind, ()) == recorded_before.fingerprint(kind, ())
+        setattr(getattr(cfg, section), name, type(default)(not default))
+        assert Pipeline(tmp_path, 0, cfg).fingerprint(kind, ()) != now.fingerprint(kind, ())
         setattr(getattr(cfg, section), name, default)

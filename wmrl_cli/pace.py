@@ -16,7 +16,11 @@ Two starts (`coevolve.start`), then the same refinements:
 With `coevolve.reward_imagined_start_every` K > 0, each reward model trained after a world
 model also learns from that world model's imagined rollouts of its data (from every K-th step,
 sampled as RL samples, labelled by the recorded outcome: an `imagine` stage before it), since a
-judge trained on real frames alone finds no success in imagined ones (docs/results.md).
+judge trained on real frames alone finds no success in imagined ones (docs/results.md). With
+`coevolve.reward_policy_rollouts_per_task` N > 0 it also learns from N imagined episodes per
+task of the policy the next RL stage starts from, acting in that world model from that stage's
+starts, labelled by executing its actions in the simulator (a `labelled` stage; real steps):
+the rollouts the judge will have to call, which set its threshold at the episode level.
 
 Every stage writes into its own folder of the run directory and is recorded in `stages.json`
 when complete, with its wall time and the real environment steps it consumed (demonstrations,
@@ -42,6 +46,7 @@ from wmrl_cli.pace_tasks import (
     eval_steps,
     evaluate,
     imagine,
+    imagine_policy,
     merge,
     rl,
     rl_steps,
@@ -135,6 +140,25 @@ class _Run:
         )
         return store, name
 
+    def labelled_reward_data(
+        self, name: str, policy: str, wm: str, reset_set: str, seed: int, after: tuple[str, ...]
+    ) -> tuple[str | None, str | None]:
+        """(the store, the stage) of `policy`'s imagined episodes in `wm` from `reset_set`'s
+        starts, labelled by the simulator, for the next reward model, or (None, None) without
+        `coevolve.reward_policy_rollouts_per_task`."""
+        if not self.cfg.coevolve.reward_policy_rollouts_per_task:
+            return None, None
+        out = self.run_dir / "data" / name
+        store = self.p.run(
+            name,
+            lambda: imagine_policy(self.cfg, policy, wm, reset_set, out, seed),
+            store_steps,  # the labels' replays are real steps
+            reads="imagine_policy",
+            after=after,
+            outputs=(f"data/{name}",),
+        )
+        return store, name
+
     def evaluate(self, name: str, policy: str, after: tuple[str, ...], videos: bool) -> None:
         self.evals[name] = self.p.run(
             f"eval_{name}",
@@ -198,13 +222,22 @@ def _sft_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     imagined, imagine_stage = run.imagined_reward_data(
         "imagined_base", wm, base_data, ("world_model", "merge0")
     )
+    labelled, label_stage = run.labelled_reward_data(
+        "labelled_base", base_policy, wm, base_data, seed + 3_000_000,
+        ("sft", "world_model", "merge0"),
+    )  # fmt: skip
     rm = p.run(
         "reward_model",
         lambda: train_rm(
-            cfg, base_data, run_dir / "rm_base", cfg.reward_model.steps, imagined=imagined
+            cfg,
+            base_data,
+            run_dir / "rm_base",
+            cfg.reward_model.steps,
+            imagined=imagined,
+            labelled=labelled,
         ),
         reads="reward_model",
-        after=_after("merge0", imagine_stage),
+        after=_after("merge0", imagine_stage, label_stage),
         outputs=("rm_base",),
     )
     base_inputs = ("world_model", "reward_model", "merge0")
@@ -276,14 +309,25 @@ def _refine_reward_model(
     imagined, imagine_stage = run.imagined_reward_data(
         f"imagined_evo{r}", wm, merged, (f"refine_wm{r}", merge_stage)
     )
+    # The evolved policy in the refined world model, from the starts its next stage uses.
+    labelled, label_stage = run.labelled_reward_data(
+        f"labelled_evo{r}", last.policy, wm, merged, cfg.simulator.seed + 3_000_000 + 100_000 * r,
+        _after(made["policy"], f"refine_wm{r}", merge_stage),
+    )  # fmt: skip
     rm_init = last.rm["path"] if ce.start == "given" else None
     rm = run.p.run(
         f"refine_rm{r}",
         lambda: train_rm(
-            cfg, merged, run.run_dir / f"rm_evo{r}", ce.refine_reward_steps, rm_init, imagined
+            cfg,
+            merged,
+            run.run_dir / f"rm_evo{r}",
+            ce.refine_reward_steps,
+            rm_init,
+            imagined,
+            labelled,
         ),
         reads="refine_rm",
-        after=_after(made["rm"] if rm_init else None, merge_stage, imagine_stage),
+        after=_after(made["rm"] if rm_init else None, merge_stage, imagine_stage, label_stage),
         outputs=(f"rm_evo{r}",),
     )
     run.reward_metrics[f"rm_evo{r}"] = rm

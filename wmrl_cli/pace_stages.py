@@ -38,6 +38,15 @@ READS: dict[str, tuple[str, ...]] = {
         "coevolve.reward_imagined_start_every",
         "coevolve.reward_imagined_horizon",
     ),  # fmt: skip
+    "imagine_policy": (
+        *_SIM,
+        "world_model",
+        "precision",
+        "policy",
+        "algorithm.max_episode_steps",
+        "algorithm.enable_kir",
+        "coevolve.reward_policy_rollouts_per_task",
+    ),  # fmt: skip
     "reward_model": (*_SIM, "reward_model"),
     "refine_rm": (*_SIM, "reward_model", "coevolve.refine_reward_steps"),
     "check": (
@@ -73,7 +82,10 @@ _CLAIMED = tuple(key for keys in READS.values() for key in keys)
 # Options added after runs were recorded, with the default that keeps the behaviour those runs
 # had: at it they stay out of every fingerprint, so `--update` with a newer wmrl keeps the
 # finished stages, and setting them otherwise reruns what they reach.
-ADDED_OPTIONS: dict[str, Any] = {"reward_model.audit_with_simulator": False}
+ADDED_OPTIONS: dict[str, Any] = {
+    "reward_model.audit_with_simulator": False,
+    "coevolve.reward_policy_rollouts_per_task": 0,
+}
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records,
 # not how a reward model is trained or checked.
 NOT_READ: dict[str, tuple[str, ...]] = {

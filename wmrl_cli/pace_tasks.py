@@ -161,6 +161,34 @@ def imagine(cfg: RunConfig, world_model: str, data: str, out: Path) -> str:
     return str(out)
 
 
+def imagine_policy(
+    cfg: RunConfig, policy: str, world_model: str, reset_set: str, out: Path, seed: int
+) -> str:
+    """`coevolve.reward_policy_rollouts_per_task` imagined episodes per task of `policy` in
+    `world_model` from `reset_set`'s starts, labelled by the simulator: the reward model's
+    training data on the policy's own imagined rollouts. Written to a temporary store, then
+    renamed: a finished store is reused, an interrupted one redone."""
+    from wmrl_cli.rl.setup import imagine_policy as roll
+    from wmrl_cli.rl.setup import resolve_labelling_inputs
+
+    if (out / "index.json").is_file():
+        return str(out)
+    sub = sub_config(
+        cfg,
+        out,
+        policy__name=policy,
+        world_model__path=world_model,
+        world_model__reset_set=reset_set,
+        simulator__seed=seed,
+    )
+    inputs = resolve_labelling_inputs(sub)
+    tmp = out.with_name(f".{out.name}-tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    roll(sub, EpisodeStore(tmp), cfg.coevolve.reward_policy_rollouts_per_task, inputs)
+    tmp.rename(out)
+    return str(out)
+
+
 def train_rm(
     cfg: RunConfig,
     data: str,
@@ -168,9 +196,11 @@ def train_rm(
     steps: int,
     init: str | None = None,
     imagined: str | None = None,
+    labelled: str | None = None,
 ) -> dict[str, Any]:
     """A reward model from scratch, or fine-tuned from `init` (a wmrl model, an RLinf `*rm.pth`,
-    a folder holding one or an asset name), on `data` and, if given, the `imagined` store. A
+    a folder holding one or an asset name), on `data` and, if given, the `imagined` store and
+    the `labelled` policy episodes (whose episode-level F1 then sets the threshold). A
     fine-tuning whose data hold no successful frame on either side of the split keeps `init`,
     and says why (`kept`)."""
     from wmrl_cli.data.episodes import open_stores
@@ -178,7 +208,7 @@ def train_rm(
     from wmrl_cli.training.init_sources import load_init_reward_model, resolve_init
     from wmrl_cli.training.reward_trainer import NoSuccessfulFrames, train_reward_model
 
-    store = open_stores([data] if imagined is None else [data, imagined])
+    store = open_stores([path for path in (data, imagined, labelled) if path is not None])
     sub = sub_config(cfg, out, reward_model__steps=steps)
     model = source = None
     if init is not None:

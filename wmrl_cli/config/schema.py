@@ -448,6 +448,15 @@ class CoEvolveConfig(Section):
     reward_imagined_horizon: int = Field(
         32, ge=1, description="steps imagined per start of reward_imagined_start_every"
     )
+    reward_policy_rollouts_per_task: int = Field(
+        0,
+        ge=0,
+        description="N > 0: each reward model trained after a world model also learns from N "
+        "imagined episodes per task of the policy RL will start from, acting in that world "
+        "model from the RL reset set's starts, labelled by executing its actions in the "
+        "simulator (`wmrl rollout --world-model --policy --reset-set`; real steps); its "
+        "threshold is then their episode-level best F1; 0: none",
+    )
     frozen_control: bool = Field(False, description="also run the last stage in the frozen WM")
     eval_trials: int = Field(10, ge=1, description="real evaluation trials per task per stage")
     videos: bool = Field(True, description="save videos of the final evaluation")
