@@ -128,6 +128,10 @@ def test_eval_reward_model_on_stored_episodes(tmp_path) -> None:
     assert report["episodes"] == 6 and report["positive_frames"] == 3 * 4
     assert report["frame_level"]["f1"] >= 0.9
     assert report["episode_level"]["tp"] == 3 and report["episode_level"]["tn"] == 3
+    # the imagined env's verdict, refit out of sample, and the episodes' ranking
+    refit = report["episodes_cross_validated"]
+    assert refit["tp"] + refit["fp"] + refit["fn"] + refit["tn"] == 6
+    assert report["episode_auc"] == 1.0
     assert set(report["per_task"]) == {"t0", "t1"}
     assert "Wilson 95%" in (out / "report.md").read_text()
     for bad, message in (
@@ -164,3 +168,12 @@ def test_random_shift_translates_within_the_pad_and_keeps_shape() -> None:
     assert (rows - 8).abs().max() <= 2 and (cols - 8).abs().max() <= 2
     assert len(set(zip(rows.tolist(), cols.tolist(), strict=True))) > 10  # offsets vary
     assert torch.equal(random_shift(images, 0, np.random.default_rng(0)), images)
+
+
+def test_ranking_auc() -> None:
+    from wmrl_cli.evaluation.reward_eval import ranking_auc
+
+    positive = np.array([True, True, False, False])
+    assert ranking_auc(np.array([0.9, 0.8, 0.1, 0.2]), positive) == 1.0
+    assert ranking_auc(np.array([0.1, 0.2, 0.9, 0.8]), positive) == 0.0
+    assert ranking_auc(np.array([0.5, 0.9, 0.5, 0.1]), positive) == 0.875  # one tie of four

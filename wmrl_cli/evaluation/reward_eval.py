@@ -79,6 +79,11 @@ class RewardEvalReport:
     per_task: dict[str, BinaryMetrics]  # frame level, at the threshold
     best_in_sample: BinaryMetrics | None  # the best-F1 threshold of this very data
     cross_validated: BinaryMetrics | None  # chosen on half the episodes, counted on the other
+    # The imagined env's verdict (an episode's highest score against its outcome) with the
+    # threshold chosen on half the episodes, counted on the other; and how well that score
+    # ranks successes above failures (ROC AUC), which no threshold changes.
+    episodes_cross_validated: BinaryMetrics | None = None
+    episode_auc: float | None = None
 
     def episode_intervals(self) -> dict[str, tuple[float, float]]:
         """Wilson 95% intervals of the episode-level precision and recall (episodes are
@@ -107,6 +112,8 @@ class RewardEvalReport:
             "per_task": {task: m.to_dict() for task, m in self.per_task.items()},
             "best_in_sample": metrics(self.best_in_sample),
             "cross_validated": metrics(self.cross_validated),
+            "episodes_cross_validated": metrics(self.episodes_cross_validated),
+            "episode_auc": self.episode_auc,
         }
 
     def _rows(self) -> list[tuple[str, BinaryMetrics]]:
@@ -114,6 +121,8 @@ class RewardEvalReport:
             (f"frames, threshold {self.threshold:.3f}", self.at_threshold),
             (f"episodes, threshold {self.threshold:.3f}", self.episode_level),
         ]
+        if self.episodes_cross_validated is not None:
+            rows.append(("episodes, threshold refit (2-fold)", self.episodes_cross_validated))
         if self.cross_validated is not None:
             rows.append(("frames, threshold refit (2-fold by episode)", self.cross_validated))
         if self.best_in_sample is not None:
@@ -188,6 +197,7 @@ def evaluate_reward_model(
     peak = np.array([scores[data.episode_ids == e].max() for e in episodes])
     succeeded = np.array([data.labels[data.episode_ids == e].any() for e in episodes])
     has_success = bool(data.labels.any())
+    both = has_success and not succeeded.all()
     return RewardEvalReport(
         reward_model=model_name,
         data=str(store.root),
@@ -205,4 +215,28 @@ def evaluate_reward_model(
             if has_success
             else None
         ),
+        episodes_cross_validated=(
+            cross_validated_threshold(peak, succeeded, _dealt_by_outcome(succeeded))
+            if both
+            else None
+        ),
+        episode_auc=ranking_auc(peak, succeeded) if both else None,
     )
+
+
+def _dealt_by_outcome(positive: np.ndarray) -> np.ndarray:
+    """A rank per item, successes first, so that dealing ranks into folds (rank % folds) puts
+    both outcomes in every fold where each has at least as many items as folds."""
+    order = np.lexsort((np.arange(len(positive)), ~positive))
+    ranks = np.empty(len(positive), dtype=np.int64)
+    ranks[order] = np.arange(len(positive))
+    return ranks
+
+
+def ranking_auc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """ROC AUC: the probability that a random positive scores above a random negative (ties
+    count half)."""
+    pos, neg = scores[positive], scores[~positive]
+    above = (pos[:, None] > neg[None, :]).mean()
+    tied = (pos[:, None] == neg[None, :]).mean()
+    return float(above + 0.5 * tied)
