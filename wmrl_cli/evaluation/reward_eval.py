@@ -75,7 +75,7 @@ class RewardEvalReport:
     frames: int
     positive_frames: int
     at_threshold: BinaryMetrics  # frame level
-    episode_level: BinaryMetrics  # max score per episode vs any success
+    episode_level: BinaryMetrics  # max score per episode (after its start) vs any success
     per_task: dict[str, BinaryMetrics]  # frame level, at the threshold
     best_in_sample: BinaryMetrics | None  # the best-F1 threshold of this very data
     cross_validated: BinaryMetrics | None  # chosen on half the episodes, counted on the other
@@ -194,7 +194,9 @@ def evaluate_reward_model(
         for t in np.unique(data.task_ids)
     }
     episodes = np.unique(data.episode_ids)
-    peak = np.array([scores[data.episode_ids == e].max() for e in episodes])
+    # The episode's verdict as the imagined env gives it: its highest score after an action
+    # (the start frame is never judged).
+    peak = np.array([scores[_judged(data.episode_ids == e)].max() for e in episodes])
     succeeded = np.array([data.labels[data.episode_ids == e].any() for e in episodes])
     has_success = bool(data.labels.any())
     both = has_success and not succeeded.all()
@@ -222,6 +224,12 @@ def evaluate_reward_model(
         ),
         episode_auc=ranking_auc(peak, succeeded) if both else None,
     )
+
+
+def _judged(in_episode: np.ndarray) -> np.ndarray:
+    """An episode's frames after its first (all of them for an episode of one frame)."""
+    rows = np.flatnonzero(in_episode)
+    return rows[1:] if len(rows) > 1 else rows
 
 
 def _dealt_by_outcome(positive: np.ndarray) -> np.ndarray:
