@@ -168,8 +168,8 @@ def imagine_policy(
     `world_model` from `reset_set`'s starts, labelled by the simulator: the reward model's
     training data on the policy's own imagined rollouts. Written to a temporary store, then
     renamed: a finished store is reused, an interrupted one redone."""
-    from wmrl_cli.rl.setup import imagine_policy as roll
-    from wmrl_cli.rl.setup import resolve_labelling_inputs
+    from wmrl_cli.rl.labelled_rollouts import imagine_policy as roll
+    from wmrl_cli.rl.labelled_rollouts import resolve_labelling_inputs
 
     if (out / "index.json").is_file():
         return str(out)

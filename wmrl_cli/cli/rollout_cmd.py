@@ -246,7 +246,7 @@ def _imagine_policy(cfg: RunConfig, append: bool) -> None:
     """Checks the output and inputs (nothing is written before they pass), hands over."""
     from wmrl_cli.data.collection import check_output_store, store_summary
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.rl.setup import imagine_policy, resolve_labelling_inputs
+    from wmrl_cli.rl.labelled_rollouts import imagine_policy, resolve_labelling_inputs
     from wmrl_cli.runtime import configure_threads, prepare_run_dir
 
     out = Path(cfg.output_dir)

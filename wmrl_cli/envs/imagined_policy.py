@@ -58,8 +58,8 @@ def imagine_policy_store(
     progress: bool = True,
 ) -> int:
     """Run `policy` in `env` (an imagined env judged by a non-terminating simulator:
-    `rl.setup.build_labelling_env`) from `init_ids`, adding each finished episode to `out`
-    with `provenance`; the number written."""
+    `rl.labelled_rollouts.build_labelling_env`) from `init_ids`, adding each finished episode
+    to `out` with `provenance`; the number written."""
     labelled = {**provenance, "labels": SIMULATOR_LABELS}
     written = 0
     batches = -(-len(init_ids) // env.num_envs)
