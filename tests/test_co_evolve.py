@@ -55,7 +55,7 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
         "data/base/kir.json",
         "wm_base/world_model/model.safetensors",
         "wm_base/world_model/reliability.json",
-        "data/imagined_base/index.json",
+        "data/labelled_base/index.json",
         "rm_base/reward_model/config.json",
         "stage1/policy/model.safetensors",
         "data/evolved1/index.json",
@@ -81,18 +81,18 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     assert len(videos) == 2 and imageio.get_reader(videos[0]).get_data(0).ndim == 3
     assert "| **overall** |" in (out / "report.md").read_text()
 
-    # The reward model also learned from its world model's imagined rollouts of its data: one
-    # imagined episode per 16th step of every episode, 8 steps each (or the rest). The PACE
-    # refinement keeps that judge (refine_reward_model: false): no second one, no imagined data.
-    assert not {"imagined_evo1", "refine_rm1"} & set(after)
+    # The reward model also learned from the base policy's own imagined episodes in the world
+    # model, one per task from RL's starts, each labelled by the simulator (real steps). The
+    # PACE refinement keeps that judge (refine_reward_model: false): no second one.
+    assert not {"labelled_evo1", "refine_rm1", "imagined_base"} & set(after)
     assert not (out / "rm_evo1").exists()
-    for store_name, data_name in (("imagined_base", "base_merged"),):
-        imagined = EpisodeStore.open(out / "data" / store_name)
-        source = EpisodeStore.open(out / "data" / data_name)
-        starts = [(m["id"], t0) for m in source.index for t0 in range(0, m["length"], 16)]
-        assert imagined.imagined and len(imagined) == len(starts)
-        assert max(int(m["length"]) for m in imagined.index) == 8
-        assert after[store_name]["real_steps"] == 0
+    labelled = EpisodeStore.open(out / "data" / "labelled_base")
+    assert labelled.imagined and len(labelled) == 2  # mw2
+    assert {int(m["length"]) for m in labelled.index} == {16}  # algorithm.max_episode_steps
+    assert all(m["imagined"]["labels"] == "simulator" for m in labelled.index)
+    assert after["labelled_base"]["real_steps"] == labelled.real_steps() == 32
+    metrics = json.loads((out / "rm_base" / "reward_model" / "reward_metrics.json").read_text())
+    assert str(out / "data" / "labelled_base") in metrics["data"]
 
     # Real steps per stage: the episodes' lengths of what each stage collected or evaluated,
     # none for RL in imagination, whose env/real_steps carry the data collected before it.
@@ -106,7 +106,8 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     assert steps["eval_base"] == lengths(out / "eval" / "base" / "report.json") > 0
     assert steps["stage1"] == steps["stage2"] == steps["world_model"] == 0
     rows = [json.loads(line) for line in (out / "stage1" / "metrics.jsonl").open()]
-    assert {r["env/real_steps"] for r in rows} == {steps["sft"] + steps["base_rollouts"]}
+    data = steps["sft"] + steps["base_rollouts"] + steps["labelled_base"]
+    assert {r["env/real_steps"] for r in rows} == {data}
     assert report["real_steps"] == steps
     assert report["total_real_steps"] == sum(steps.values())
     assert "| stage1 |" in (out / "report.md").read_text()
