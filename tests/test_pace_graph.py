@@ -137,9 +137,10 @@ def test_the_judge_learns_from_the_policys_labelled_imagined_episodes(tmp_path, 
         ("imagine_policy", "labelled_evo1", "stage1", "wm_evo1", "merged1"),
         ("labelled_by", "rm_evo1", "labelled_evo1"),
     ]
-    # Off (the default): no such stage, and a run recorded without it keeps its stages.
+    # Off (the schema's default): no such stage.
     recorded.clear()
-    pace.co_evolve(_config(refine_reward_model=True), tmp_path / "off")
+    off = _config(refine_reward_model=True, reward_policy_rollouts_per_task=0)
+    pace.co_evolve(off, tmp_path / "off")
     assert not [c for c in recorded if c[0] in ("imagine_policy", "labelled_by")]
 
 
@@ -151,7 +152,7 @@ READ_BY = {
 
 
 def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path) -> None:
-    cfg = resolve_config("mw-coevolve-smoke")
+    cfg = resolve_config()  # the schema's defaults (profiles may set the added options)
     assert set(ADDED_OPTIONS) == set(READ_BY)
     for key, default in ADDED_OPTIONS.items():
         kind = READ_BY[key]
