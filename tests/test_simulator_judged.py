@@ -267,6 +267,7 @@ def test_policy_imagined_rollouts_are_labelled_by_the_simulator(assets, tmp_path
         for episode in store:
             source = demos.load(episode.imagined["reset_entry"])
             assert episode.imagined["labels"] == "simulator" and not episode.sim_states
+            assert episode.imagined["policy"] == str((assets / "sft").resolve())
             assert episode.length == 16 and episode.task_id == source.task_id
             assert np.array_equal(episode.frames[0], source.frames[0])  # the real start
             assert not np.array_equal(episode.frames[1:], source.frames[1:17])  # imagined

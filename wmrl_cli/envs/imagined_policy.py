@@ -86,8 +86,9 @@ def imagine_policy_store(
 
 
 def provenance_of(world_model: str, policy: str, reset_set: str) -> dict[str, str]:
+    """Where the episodes came from: paths absolute; a policy asset by its name."""
     return {
         "world_model": str(Path(world_model).resolve()),
-        "policy": str(policy),
+        "policy": str(Path(policy).resolve()) if Path(policy).exists() else policy,
         "reset_set": str(Path(reset_set).resolve()),
     }
