@@ -180,6 +180,7 @@ def imagine_policy(
         world_model__path=world_model,
         world_model__reset_set=reset_set,
         simulator__seed=seed,
+        simulator__num_envs=cfg.algorithm.num_envs,  # batched as RL batches its rollouts
     )
     inputs = resolve_labelling_inputs(sub)
     tmp = out.with_name(f".{out.name}-tmp")
