@@ -198,6 +198,13 @@ def _given(value: object) -> bool:
     return value is not None and value is not False  # a flag's default is False, 0.0 is a value
 
 
+def _refuse_given(options: tuple[tuple[str, str], ...], given: dict, why: str) -> None:
+    """One line naming the `options` (flag, parameter) the user gave that do not apply."""
+    conflicts = [flag for flag, name in options if _given(given[name])]
+    if conflicts:
+        raise ConfigError(f"{why}: drop " + ", ".join(conflicts))
+
+
 def _check_imagined_options(
     world_model: Path | None, replay: Path | None, given: dict
 ) -> tuple[Path, Path]:
@@ -205,12 +212,9 @@ def _check_imagined_options(
     if world_model is None or replay is None:
         missing = "--replay STORE" if replay is None else "--world-model WM"
         raise ConfigError(f"imagined rollouts need both --world-model and --replay: add {missing}")
-    conflicts = [flag for flag, name in POLICY_OPTIONS if _given(given[name])]
-    if conflicts:
-        raise ConfigError(
-            "--world-model rolls --replay's recorded actions, not a policy: drop "
-            + ", ".join(conflicts)
-        )
+    _refuse_given(
+        POLICY_OPTIONS, given, "--world-model rolls --replay's recorded actions, not a policy"
+    )
     return world_model, replay
 
 
@@ -234,12 +238,11 @@ def _check_policy_imagined_options(world_model: Path | None, policy: str | None,
     if world_model is None or policy is None:
         missing = "--world-model WM" if world_model is None else "--policy POLICY"
         raise ConfigError(f"--reset-set rolls a policy in a world model: add {missing}")
-    conflicts = [flag for flag, name in NOT_IN_IMAGINATION if _given(given[name])]
-    if conflicts:
-        raise ConfigError(
-            "--reset-set rolls the policy in the world model from the store's starts: drop "
-            + ", ".join(conflicts)
-        )
+    _refuse_given(
+        NOT_IN_IMAGINATION,
+        given,
+        "--reset-set rolls the policy in the world model from the store's starts",
+    )
 
 
 def _imagine_policy(cfg: RunConfig, append: bool) -> None:

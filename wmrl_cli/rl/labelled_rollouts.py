@@ -16,12 +16,17 @@ from wmrl_cli.rl.setup import Inputs, build_imagined_env, resolve_inputs
 from wmrl_cli.sims.backends import resolve_simulator, simulator_class
 
 
+def _judged_by_simulator(cfg: RunConfig) -> RunConfig:
+    """A copy of `cfg` without a reward model: the simulator labels the episodes."""
+    cfg = cfg.model_copy(deep=True)
+    cfg.reward_model.path, cfg.reward_model.source = None, "simulator"
+    return cfg
+
+
 def resolve_labelling_inputs(cfg: RunConfig) -> Inputs:
     """The policy, world model and reset set of labelled imagined rollouts (no reward model:
     the simulator labels them)."""
-    cfg = cfg.model_copy(deep=True)
-    cfg.reward_model.path, cfg.reward_model.source = None, "simulator"
-    return resolve_inputs(cfg)
+    return resolve_inputs(_judged_by_simulator(cfg))
 
 
 def build_labelling_env(
@@ -30,8 +35,7 @@ def build_labelling_env(
     """The imagined env of RL, judged by a simulator that never ends an episode: imagined
     frames, the simulator's success flags for the same actions, truncation at
     `algorithm.max_episode_steps` (envs/imagined_policy.py). No reward model is loaded."""
-    cfg = cfg.model_copy(deep=True)
-    cfg.reward_model.path, cfg.reward_model.source = None, "simulator"
+    cfg = _judged_by_simulator(cfg)
     inputs = resolve_inputs(cfg) if inputs is None else replace(inputs, reward_model=None)
     imagined = build_imagined_env(cfg, num_envs, device, inputs)
     imagined.threshold = float("inf")  # only the simulator decides success
