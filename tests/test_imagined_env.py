@@ -137,3 +137,19 @@ def test_libero_runs_feed_the_world_model_libero_gripper_actions() -> None:
 
 def _still(actions: torch.Tensor) -> torch.Tensor:
     return torch.zeros((actions.shape[0], actions.shape[1], 64, 64, 3), dtype=torch.uint8)
+
+
+def test_ended_episodes_skip_the_world_model(parts, monkeypatch) -> None:
+    wm = parts[0]
+    batches = []
+    predict = wm.predict
+    monkeypatch.setattr(
+        wm, "predict", lambda a, generator=None: batches.append(a.shape[0]) or predict(a, generator)
+    )
+    env = make_env(parts)
+    env.reset([0, 1, 2, 0])
+    first = env.chunk_step(np.zeros((4, 8, 4), np.float32))
+    second = env.chunk_step(np.zeros((4, 8, 4), np.float32))  # env 1 was truncated at step 16
+    assert batches == [4, 3]
+    assert np.array_equal(second.frames[1], np.repeat(first.frames[1, -1:], 8, axis=0))
+    assert np.array_equal(second.obs.images[1], first.frames[1, -1])

@@ -169,6 +169,9 @@ class _FrameWorld:
         self.draws.append(value)
         return torch.full((b, c, *self.size, 3), value, dtype=torch.uint8)
 
+    def predict_active(self, actions, active, generator: torch.Generator) -> torch.Tensor:
+        return self.predict(actions, generator)
+
 
 class _PixelReward:
     """Success probability = the first pixel / 255; records the task ids it was given."""

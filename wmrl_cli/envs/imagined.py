@@ -134,8 +134,13 @@ class ImaginedEnv:
         t0 = time.perf_counter()
         if self.noise_seed is not None:  # a deterministic world model: the same noise every call
             self.generator.manual_seed(self.noise_seed)
-        frames = self.world_model.predict(torch.from_numpy(actions), generator=self.generator)
+        was_done = self._done.copy()
+        # Ended episodes skip the world model and keep showing their last frame.
+        frames = self.world_model.predict_active(
+            torch.from_numpy(actions), torch.from_numpy(~was_done), generator=self.generator
+        )
         frames = frames.cpu().numpy()
+        frames[was_done] = self._last_frames[was_done][:, None]
         t1 = time.perf_counter()
         scores = self._score(frames)
         self.timings["world_model"] += t1 - t0
@@ -143,7 +148,6 @@ class ImaginedEnv:
         if self._history_len:
             self._history = np.concatenate([self._history, frames], axis=1)[:, -self._history_len :]
 
-        was_done = self._done.copy()
         valid = np.repeat(~was_done[:, None], c, axis=1)
         success = (scores >= self.threshold) & valid
         chunk_success = success.any(axis=1)
@@ -164,8 +168,6 @@ class ImaginedEnv:
             rewards[chunk_success, -1] = self.reward_coef
         rewards = np.where(valid, rewards, 0.0).astype(np.float32)
 
-        # Envs that were already done keep showing their last frame.
-        frames[was_done] = self._last_frames[was_done][:, None]
         self._last_frames = frames[:, -1]
         self._prev_score = np.where(was_done, self._prev_score, scores[:, -1])
         self._steps = np.where(was_done, self._steps, steps_after)

@@ -160,6 +160,9 @@ class WorldModel(nn.Module, ABC):
 
     action_dim: int
     num_context_frames: int
+    # The per-env state that `reset_context` sets and `predict` reads and rolls (tensors with
+    # the env on dim 0, or None): what `onload` moves and `predict_active` subsets.
+    context_state_names: ClassVar[tuple[str, ...]] = ()
     height: int
     width: int
     # A runtime setting, not saved with the weights: torch.bfloat16 runs the forward passes of
@@ -217,8 +220,56 @@ class WorldModel(nn.Module, ABC):
         self.onload(torch.device("cpu"))
 
     def onload(self, device: torch.device | str) -> None:
-        """Move weights (and any held context) to `device`."""
+        """Move weights and the held context to `device`."""
         self.to(device)
+        for name in self.context_state_names:
+            value = getattr(self, name, None)
+            if value is not None:
+                setattr(self, name, value.to(device))
+
+    @torch.no_grad()
+    def predict_active(
+        self,
+        actions: TensorLike,
+        active: TensorLike,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """`predict` for the envs where `active` [B] is true; the others cost nothing.
+
+        An inactive env's context stays as it was and its frames are zeros. Episodes that have
+        ended (about a fifth of RL's env-steps in imagination) skip the denoiser this way. The
+        noise is drawn for the active envs only, so a sample differs from `predict`'s.
+        """
+        active = torch.as_tensor(active, dtype=torch.bool).cpu()
+        actions = torch.as_tensor(actions)
+        if bool(active.all()) or not self.context_state_names:  # a model that cannot subset
+            return self.predict(actions, generator)
+        if active.shape != actions.shape[:1]:
+            raise WmrlError(
+                f"active must have shape [{actions.shape[0]}], got {list(active.shape)}"
+            )
+        c = actions.shape[1]
+        if not bool(active.any()):
+            return torch.zeros(actions.shape[0], c, self.height, self.width, 3, dtype=torch.uint8)
+        index = active.nonzero().squeeze(1)
+        held = {name: getattr(self, name) for name in self.context_state_names}
+        for name, value in held.items():
+            if value is not None:
+                setattr(self, name, value[index.to(value.device)])
+        try:
+            some = self.predict(actions[index], generator)
+            rolled = {name: getattr(self, name) for name in self.context_state_names}
+        finally:
+            for name, value in held.items():
+                setattr(self, name, value)
+        for name, value in rolled.items():
+            if value is not None:
+                merged = held[name].clone()
+                merged[index.to(merged.device)] = value.to(merged.dtype)
+                setattr(self, name, merged)
+        frames = torch.zeros((actions.shape[0], *some.shape[1:]), dtype=some.dtype)
+        frames[index] = some.cpu()
+        return frames
 
     def delta_prediction_loss(
         self, out: torch.Tensor, x0: torch.Tensor, anchor: torch.Tensor, sigma: torch.Tensor

@@ -728,6 +728,7 @@ class OpenSoraWorldModel(WorldModel):
     title = "OpenSora"
     backend = "opensora"
     config_class = OpenSoraWorldModelConfig
+    context_state_names = ("_context_latents", "_detail")
     frame_wise_latents = True
 
     def __init__(
@@ -990,13 +991,6 @@ class OpenSoraWorldModel(WorldModel):
             :, :, -self.num_context_frames :
         ]
         return self.with_detail(self.decode_latents(latents), self._detail)
-
-    def onload(self, device: torch.device | str) -> None:
-        self.to(device)
-        if self._context_latents is not None:
-            self._context_latents = self._context_latents.to(device)
-        if self._detail is not None:
-            self._detail = self._detail.to(device)
 
     # -- training -----------------------------------------------------------------------------
 

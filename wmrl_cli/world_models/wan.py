@@ -468,6 +468,13 @@ class WanWorldModel(WorldModel):
     title = "Wan"
     backend = "wan"
     config_class = WanWorldModelConfig
+    context_state_names = (
+        "_reference",
+        "_reference_actions",
+        "_context_frames",
+        "_context_actions",
+        "_detail",
+    )
     autoencoder_trains_on_windows = True
 
     def __init__(self, config: WanWorldModelConfig) -> None:
@@ -730,20 +737,6 @@ class WanWorldModel(WorldModel):
         self._context_frames = torch.cat([ctx, frames.to(ctx.device)], dim=1)[:, -k:]
         self._context_actions = torch.cat([ctx_act, act.to(ctx_act.device)], dim=1)[:, -k:]
         return frames
-
-    def onload(self, device: torch.device | str) -> None:
-        self.to(device)
-        names = (
-            "_reference",
-            "_reference_actions",
-            "_context_frames",
-            "_context_actions",
-            "_detail",
-        )
-        for name in names:
-            value = getattr(self, name)
-            if value is not None:
-                setattr(self, name, value.to(device))
 
     # -- training -----------------------------------------------------------------------------
 
