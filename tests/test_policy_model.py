@@ -83,6 +83,16 @@ def test_greedy_is_deterministic_and_sampling_follows_the_generator():
     np.testing.assert_array_equal(top1.tokens, a.tokens)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cpu_generator_samples_a_cuda_policy_as_it_samples_a_cpu_one():
+    # RL's generator lives on the CPU whatever the policy's device (imagined GRPO on a GPU).
+    policy = tiny_policy()
+    images, instructions = batch()
+    on_cpu = policy.act(images, instructions, generator=torch.Generator().manual_seed(5))
+    on_gpu = policy.to("cuda").act(images, instructions, generator=torch.Generator().manual_seed(5))
+    assert (np.asarray(on_cpu.tokens) != np.asarray(on_gpu.tokens)).mean() < 0.01
+
+
 def test_actions_are_in_env_units():
     policy = tiny_policy()
     images, instructions = batch()

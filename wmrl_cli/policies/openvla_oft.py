@@ -316,7 +316,11 @@ class OpenVLAOFT(nn.Module):
         out = self.forward(images, instructions, temperature=temperature, top_k=top_k)
         if sample:
             probs = torch.softmax(out.logits, dim=-1).reshape(-1, out.logits.shape[-1])
-            index = torch.multinomial(probs, 1, generator=generator).view(out.logits.shape[:-1])
+            # Drawn where the generator lives (RL's is on the CPU whatever the model's device),
+            # so a seed samples the same tokens on every device.
+            draw_device = probs.device if generator is None else generator.device
+            index = torch.multinomial(probs.to(draw_device), 1, generator=generator)
+            index = index.to(out.logits.device).view(out.logits.shape[:-1])
         else:
             index = out.logits.argmax(dim=-1)
         log_probs = torch.log_softmax(out.logits, dim=-1).gather(-1, index[..., None]).squeeze(-1)
