@@ -23,7 +23,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from wmrl_cli.config.schema import validate_config  # noqa: E402
+from wmrl_cli.config.loading import validate_config  # noqa: E402
 from wmrl_cli.envs.reset_sampler import GroupResetSampler  # noqa: E402
 from wmrl_cli.rl.buffer import collect_rollout  # noqa: E402
 from wmrl_cli.rl.setup import build_imagined_env, load_policy, resolve_inputs  # noqa: E402
