@@ -242,15 +242,14 @@ class WorldModel(nn.Module, ABC):
         """
         active = torch.as_tensor(active, dtype=torch.bool).cpu()
         actions = torch.as_tensor(actions)
-        if bool(active.all()) or not self.context_state_names:  # a model that cannot subset
-            return self.predict(actions, generator)
         if active.shape != actions.shape[:1]:
             raise WmrlError(
                 f"active must have shape [{actions.shape[0]}], got {list(active.shape)}"
             )
-        c = actions.shape[1]
+        if bool(active.all()) or not self.context_state_names:  # a model that cannot subset
+            return self.predict(actions, generator)
         if not bool(active.any()):
-            return torch.zeros(actions.shape[0], c, self.height, self.width, 3, dtype=torch.uint8)
+            return torch.zeros(*actions.shape[:2], self.height, self.width, 3, dtype=torch.uint8)
         index = active.nonzero().squeeze(1)
         held = {name: getattr(self, name) for name in self.context_state_names}
         for name, value in held.items():
