@@ -93,6 +93,16 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     assert after["labelled_base"]["real_steps"] == labelled.real_steps() == 32
     metrics = json.loads((out / "rm_base" / "reward_model" / "reward_metrics.json").read_text())
     assert str(out / "data" / "labelled_base") in metrics["data"]
+    # ... and from the base policy's real rollouts as it acts (no perturbation, unlike the
+    # world model's), run on after success: every episode lasts simulator.max_steps.
+    real = EpisodeStore.open(out / "data" / "reward_real")
+    assert len(real) == 2 and {int(m["length"]) for m in real.index} == {40}
+    assert all(m["policy"] == "policy" for m in real.index)
+    assert all(
+        m["policy"].startswith("policy+ou") for m in EpisodeStore.open(out / "data" / "base").index
+    )
+    assert str(out / "data" / "reward_real") in metrics["data"]
+    assert after["reward_rollouts"]["real_steps"] == real.real_steps() == 80
 
     # Real steps per stage: the episodes' lengths of what each stage collected or evaluated,
     # none for RL in imagination, whose env/real_steps carry the data collected before it.
@@ -106,7 +116,7 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     assert steps["eval_base"] == lengths(out / "eval" / "base" / "report.json") > 0
     assert steps["stage1"] == steps["stage2"] == steps["world_model"] == 0
     rows = [json.loads(line) for line in (out / "stage1" / "metrics.jsonl").open()]
-    data = steps["sft"] + steps["base_rollouts"] + steps["labelled_base"]
+    data = steps["sft"] + steps["base_rollouts"] + steps["labelled_base"] + steps["reward_rollouts"]
     assert {r["env/real_steps"] for r in rows} == {data}
     assert report["real_steps"] == steps
     assert report["total_real_steps"] == sum(steps.values())

@@ -27,11 +27,17 @@ def recorded(monkeypatch) -> list[tuple]:
         Path(path).mkdir(parents=True, exist_ok=True)
         return str(path)
 
-    def train_rm(cfg, data, out, steps, init=None, imagined=None, labelled=None):
+    def train_rm(cfg, data, out, steps, init=None, imagined=None, labelled=None, real=None):
         calls.append(("train_rm", Path(out).name, imagined is not None))
         if labelled is not None:
             calls.append(("labelled_by", Path(out).name, Path(labelled).name))
+        if real is not None:
+            calls.append(("real_for", Path(out).name, Path(real).name))
         return {"path": made(Path(out) / "reward_model"), "f1": 0.5}
+
+    def collect(cfg, out, policy, per_task, seed, perturbed=True) -> str:
+        calls.append(("collect", Path(out).name, Path(policy).name, perturbed))
+        return made(out)
 
     def imagine_policy(cfg, policy, wm, reset_set, out, seed) -> str:
         calls.append(("imagine_policy", Path(out).name, Path(policy).parent.name,
@@ -48,7 +54,7 @@ def recorded(monkeypatch) -> list[tuple]:
 
     monkeypatch.setattr(sft, "collect_demos", lambda cfg, out: made(Path(out) / "demos"))
     monkeypatch.setattr(sft, "train_bc", lambda cfg, out, demos: made(Path(out) / "policy"))
-    monkeypatch.setattr(pace, "collect", lambda cfg, out, *a: made(out))
+    monkeypatch.setattr(pace, "collect", collect)
     monkeypatch.setattr(pace, "merge", lambda stores, out, cfg: made(out))
     monkeypatch.setattr(
         pace, "train_wm", lambda cfg, data, out, init, steps: made(Path(out) / "world_model")
@@ -144,10 +150,73 @@ def test_the_judge_learns_from_the_policys_labelled_imagined_episodes(tmp_path, 
     assert not [c for c in recorded if c[0] in ("imagine_policy", "labelled_by")]
 
 
+def test_every_judge_learns_from_the_stage_1_policys_real_rollouts(tmp_path, recorded) -> None:
+    """One unperturbed real collection of the base policy, shared by every reward model."""
+    cfg = _config(refine_reward_model=True, reward_real_rollouts_per_task=2)
+    pace.co_evolve(cfg, tmp_path)
+    collected = [c for c in recorded if c[0] == "collect"]
+    assert collected == [
+        ("collect", "base", "policy", True),
+        ("collect", "reward_real", "policy", False),
+        ("collect", "evolved1", "policy", True),
+    ]
+    assert [c for c in recorded if c[0] == "real_for"] == [
+        ("real_for", "rm_base", "reward_real"),
+        ("real_for", "rm_evo1", "reward_real"),
+    ]
+    # Changing how many reruns the collection and the judges built on it, not the world model.
+    recorded.clear()
+    pace.co_evolve(_config(refine_reward_model=True, reward_real_rollouts_per_task=3), tmp_path)
+    reran = [c[:2] for c in recorded if c[0] in ("collect", "train_rm", "rl")]
+    assert ("collect", "reward_real") in reran and ("train_rm", "rm_base") in reran
+    assert ("collect", "base") not in reran
+    # Off (the schema's default): no such stage.
+    recorded.clear()
+    pace.co_evolve(
+        _config(refine_reward_model=True, reward_real_rollouts_per_task=0), tmp_path / "off"
+    )
+    assert not [c for c in recorded if c[0] == "real_for"]
+    assert ("collect", "reward_real", "policy", False) not in recorded
+
+
+def test_given_start_judges_learn_from_the_given_policys_real_rollouts(tmp_path, recorded) -> None:
+    cfg = _config(start="given", refine_reward_model=True, reward_real_rollouts_per_task=2)
+    cfg.policy.name = str(tmp_path / "given" / "policy")
+    cfg.world_model.path = str(tmp_path / "given" / "world_model")
+    cfg.reward_model.path = str(tmp_path / "given" / "reward_model")
+    cfg.world_model.reset_set = str(tmp_path / "given" / "reset_set")
+    pace.co_evolve(cfg, tmp_path / "run")
+    assert ("collect", "reward_real", "policy", False) in recorded
+    assert [c for c in recorded if c[0] == "real_for"] == [("real_for", "rm_evo1", "reward_real")]
+
+
+def test_collect_without_perturbation_keeps_the_policys_actions(tmp_path, monkeypatch) -> None:
+    import wmrl_cli.data.collection as collection
+    from wmrl_cli.pace_tasks import collect
+
+    seen = []
+
+    def collect_rollouts(sub) -> None:
+        seen.append(sub)
+        Path(sub.output_dir).mkdir(parents=True)
+
+    monkeypatch.setattr(collection, "collect_rollouts", collect_rollouts)
+    cfg = resolve_config("mw-coevolve-smoke")
+    assert cfg.rollout.perturbation.kind != "none"
+    collect(cfg, tmp_path / "perturbed", "policy", 2, 7)
+    collect(cfg, tmp_path / "plain", "policy", 2, 7, perturbed=False)
+    assert seen[0].rollout.perturbation == cfg.rollout.perturbation
+    plain = seen[1].rollout.perturbation
+    assert plain.kind == "none" and plain.random_chunk_prob == 0.0
+    assert not seen[1].simulator.terminate_on_success and seen[1].simulator.seed == 7
+    assert cfg.rollout.perturbation.kind != "none"  # the run's config is left as it was
+
+
 # The stage kind that reads each added option: setting it away from its default reruns those.
 READ_BY = {
     "reward_model.audit_with_simulator": "rl",
     "coevolve.reward_policy_rollouts_per_task": "imagine_policy",
+    "coevolve.reward_real_rollouts_per_task": "reward_rollouts",
 }
 
 

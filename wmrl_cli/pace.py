@@ -20,7 +20,11 @@ judge trained on real frames alone finds no success in imagined ones (docs/resul
 `coevolve.reward_policy_rollouts_per_task` N > 0 it also learns from N imagined episodes per
 task of the policy the next RL stage starts from, acting in that world model from that stage's
 starts, labelled by executing its actions in the simulator (a `labelled` stage; real steps):
-the rollouts the judge will have to call, which set its threshold at the episode level.
+the rollouts the judge will have to call, which set its threshold at the episode level. With
+`coevolve.reward_real_rollouts_per_task` N > 0 every reward model of the run also learns from
+N real rollouts per task of the policy stage 1 starts from, without action noise and run on
+after success (a `reward_rollouts` stage): the policy's own successes and near misses, which
+the perturbed rollouts the world model learns from do not show the judge.
 
 Every stage writes into its own folder of the run directory and is recorded in `stages.json`
 when complete, with its wall time and the real environment steps it consumed (demonstrations,
@@ -103,6 +107,8 @@ class _Run:
         self.checks: dict[str, dict[str, Any]] = {}
         self.reliability: dict[str, dict[str, Any]] = {}
         self.reward_metrics: dict[str, dict[str, Any]] = {}
+        # The judge's real rollouts of the stage-1 policy (`real_reward_data`): store, stage.
+        self.real_reward: tuple[str | None, str | None] = (None, None)
 
     def check(self, name: str, wm: str, rm_path: str, data: str, after: tuple[str, ...]):
         """The world model's health check (an evaluation stage) and gate; the threshold RL is
@@ -159,6 +165,29 @@ class _Run:
         )
         return store, name
 
+    def real_reward_data(self, policy: str, after: tuple[str, ...]) -> None:
+        """Collect `policy`'s real rollouts for every reward model of the run (kept in
+        `real_reward`), unless `coevolve.reward_real_rollouts_per_task` is 0."""
+        per_task = self.cfg.coevolve.reward_real_rollouts_per_task
+        if not per_task:
+            return
+        store = self.p.run(
+            "reward_rollouts",
+            lambda: collect(
+                self.cfg,
+                self.run_dir / "data" / "reward_real",
+                policy,
+                per_task,
+                self.cfg.simulator.seed + 4_000_000,
+                perturbed=False,
+            ),
+            store_steps,
+            reads="reward_rollouts",
+            after=after,
+            outputs=("data/reward_real",),
+        )
+        self.real_reward = (store, "reward_rollouts")
+
     def evaluate(self, name: str, policy: str, after: tuple[str, ...], videos: bool) -> None:
         self.evals[name] = self.p.run(
             f"eval_{name}",
@@ -201,6 +230,8 @@ def _sft_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
         after=("sft",),
         outputs=("data/base",),
     )
+    run.real_reward_data(base_policy, ("sft",))
+    real, real_stage = run.real_reward
     # The world and reward models learn from the base policy's rollouts and the demonstrations
     # (which hold the successes a weak base policy rarely shows).
     base_data = p.run(
@@ -235,9 +266,10 @@ def _sft_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
             cfg.reward_model.steps,
             imagined=imagined,
             labelled=labelled,
+            real=real,
         ),
         reads="reward_model",
-        after=_after("merge0", imagine_stage, label_stage),
+        after=_after("merge0", imagine_stage, label_stage, real_stage),
         outputs=("rm_base",),
     )
     base_inputs = ("world_model", "reward_model", "merge0")
@@ -274,6 +306,7 @@ def _given_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     cfg, run_dir, p, ce = run.cfg, run.run_dir, run.p, run.cfg.coevolve
     wm, rm_path = str(cfg.world_model.path), str(cfg.reward_model.path)
     run.evaluate("base", str(cfg.policy.name), (), False)
+    run.real_reward_data(str(cfg.policy.name), ())  # for the refinements' fine-tuned judges
     policy = p.run(
         "stage1",
         lambda: rl(
@@ -315,6 +348,7 @@ def _refine_reward_model(
         _after(made["policy"], f"refine_wm{r}", merge_stage),
     )  # fmt: skip
     rm_init = last.rm["path"] if ce.start == "given" else None
+    real, real_stage = run.real_reward
     rm = run.p.run(
         f"refine_rm{r}",
         lambda: train_rm(
@@ -325,9 +359,12 @@ def _refine_reward_model(
             rm_init,
             imagined,
             labelled,
+            real,
         ),
         reads="refine_rm",
-        after=_after(made["rm"] if rm_init else None, merge_stage, imagine_stage, label_stage),
+        after=_after(
+            made["rm"] if rm_init else None, merge_stage, imagine_stage, label_stage, real_stage
+        ),
         outputs=(f"rm_evo{r}",),
     )
     run.reward_metrics[f"rm_evo{r}"] = rm

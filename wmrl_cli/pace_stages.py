@@ -28,6 +28,7 @@ READS: dict[str, tuple[str, ...]] = {
     "eval": (*_SIM, "policy", "coevolve.eval_trials", "coevolve.videos"),
     "base_rollouts": (*_SIM, "policy", "rollout", "coevolve.base_rollouts_per_task"),
     "evolved_rollouts": (*_SIM, "policy", "rollout", "coevolve.evolved_rollouts_per_task"),
+    "reward_rollouts": (*_SIM, "policy", "coevolve.reward_real_rollouts_per_task"),
     "merge": (*_SIM, "rollout.kir"),
     "world_model": (*_SIM, "world_model", "precision"),
     "refine_wm": (*_SIM, "world_model", "precision", "coevolve.refine_steps"),
@@ -85,6 +86,7 @@ _CLAIMED = tuple(key for keys in READS.values() for key in keys)
 ADDED_OPTIONS: dict[str, Any] = {
     "reward_model.audit_with_simulator": False,
     "coevolve.reward_policy_rollouts_per_task": 0,
+    "coevolve.reward_real_rollouts_per_task": 0,
 }
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records,
 # not how a reward model is trained or checked.

@@ -46,8 +46,13 @@ def sub_config(cfg: RunConfig, output_dir: Path, **changes: Any) -> RunConfig:
     return sub
 
 
-def collect(cfg: RunConfig, out: Path, policy: str, per_task: int, seed: int) -> str:
-    """Real rollouts into `out` (temp dir, then rename), with KIR keyframes."""
+def collect(
+    cfg: RunConfig, out: Path, policy: str, per_task: int, seed: int, perturbed: bool = True
+) -> str:
+    """Real rollouts into `out` (temp dir, then rename), run on after success, with KIR
+    keyframes; the actions perturbed as `rollout.perturbation` says, or (`perturbed` false) as
+    the policy chose them."""
+    from wmrl_cli.config.schema import PerturbationConfig
     from wmrl_cli.data.collection import collect_rollouts
 
     if (out / "index.json").is_file():
@@ -63,6 +68,8 @@ def collect(cfg: RunConfig, out: Path, policy: str, per_task: int, seed: int) ->
         simulator__terminate_on_success=False,
     )
     sub.rollout.kir.enabled = True
+    if not perturbed:
+        sub.rollout.perturbation = PerturbationConfig()
     collect_rollouts(sub)
     tmp.rename(out)
     return str(out)
@@ -198,10 +205,12 @@ def train_rm(
     init: str | None = None,
     imagined: str | None = None,
     labelled: str | None = None,
+    real: str | None = None,
 ) -> dict[str, Any]:
     """A reward model from scratch, or fine-tuned from `init` (a wmrl model, an RLinf `*rm.pth`,
-    a folder holding one or an asset name), on `data` and, if given, the `imagined` store and
-    the `labelled` policy episodes (whose episode-level F1 then sets the threshold). A
+    a folder holding one or an asset name), on `data` and, if given, the `imagined` store, the
+    `labelled` policy episodes (whose episode-level F1 then sets the threshold) and the `real`
+    rollouts collected for the judge (`coevolve.reward_real_rollouts_per_task`). A
     fine-tuning whose data hold no successful frame on either side of the split keeps `init`,
     and says why (`kept`)."""
     from wmrl_cli.data.episodes import open_stores
@@ -209,7 +218,7 @@ def train_rm(
     from wmrl_cli.training.init_sources import load_init_reward_model, resolve_init
     from wmrl_cli.training.reward_trainer import NoSuccessfulFrames, train_reward_model
 
-    store = open_stores([path for path in (data, imagined, labelled) if path is not None])
+    store = open_stores([path for path in (data, real, imagined, labelled) if path is not None])
     sub = sub_config(cfg, out, reward_model__steps=steps)
     model = source = None
     if init is not None:

@@ -457,6 +457,14 @@ class CoEvolveConfig(Section):
         "simulator (`wmrl rollout --world-model --policy --reset-set`; real steps); its "
         "threshold is then their episode-level best F1; 0: none",
     )
+    reward_real_rollouts_per_task: int = Field(
+        0,
+        ge=0,
+        description="N > 0: every reward model of the run also learns from N real rollouts per "
+        "task of the policy stage 1 starts from, without action noise and run on after "
+        "success (the policy's own successes, near misses and the states after a success, "
+        "which the perturbed world-model rollouts and the demonstrations lack); 0: none",
+    )
     frozen_control: bool = Field(False, description="also run the last stage in the frozen WM")
     eval_trials: int = Field(10, ge=1, description="real evaluation trials per task per stage")
     videos: bool = Field(True, description="save videos of the final evaluation")
