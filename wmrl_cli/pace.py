@@ -165,12 +165,15 @@ class _Run:
         )
         return store, name
 
-    def real_reward_data(self, policy: str, after: tuple[str, ...]) -> None:
-        """Collect `policy`'s real rollouts for every reward model of the run (kept in
-        `real_reward`), unless `coevolve.reward_real_rollouts_per_task` is 0."""
+    def real_reward_data(
+        self, policy: str, after: tuple[str, ...]
+    ) -> tuple[str | None, str | None]:
+        """(the store, the stage) of `policy`'s real rollouts for every reward model of the run,
+        also kept in `real_reward`; (None, None) without
+        `coevolve.reward_real_rollouts_per_task`."""
         per_task = self.cfg.coevolve.reward_real_rollouts_per_task
         if not per_task:
-            return
+            return self.real_reward
         store = self.p.run(
             "reward_rollouts",
             lambda: collect(
@@ -187,6 +190,7 @@ class _Run:
             outputs=("data/reward_real",),
         )
         self.real_reward = (store, "reward_rollouts")
+        return self.real_reward
 
     def evaluate(self, name: str, policy: str, after: tuple[str, ...], videos: bool) -> None:
         self.evals[name] = self.p.run(
@@ -230,8 +234,7 @@ def _sft_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
         after=("sft",),
         outputs=("data/base",),
     )
-    run.real_reward_data(base_policy, ("sft",))
-    real, real_stage = run.real_reward
+    real, real_stage = run.real_reward_data(base_policy, ("sft",))
     # The world and reward models learn from the base policy's rollouts and the demonstrations
     # (which hold the successes a weak base policy rarely shows).
     base_data = p.run(
