@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from toy_world import ShiftModel
+from toy_world import ShiftModel, toy_episode, toy_episodes, toy_replay
 
-from wmrl_cli.data.episodes import Episode
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.evaluation.world_model_eval import alternative_actions, open_loop_eval
 from wmrl_cli.sims.dot_world import DotWorld, dot_centroid
@@ -16,45 +15,11 @@ from wmrl_cli.world_models.interface import WorldModel, moving_pixels
 from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
 from wmrl_cli.world_models.wan import WanWorldModel, WanWorldModelConfig
 
-SIZE, CHUNK = 8, 4
-
-
-def _toy_frames(start: float, actions: np.ndarray) -> np.ndarray:
-    levels = np.clip(start + 40 * np.concatenate([[0.0], np.cumsum(actions[:, 0])]), 0, 255)
-    return np.broadcast_to(
-        np.round(levels).astype(np.uint8)[:, None, None, None], (len(levels), SIZE, SIZE, 3)
-    ).copy()
-
-
-def _toy_episode(actions: np.ndarray, seed: int, task_id: int = 0) -> Episode:
-    return Episode(
-        task_id=task_id,
-        task_name=f"toy{task_id}",
-        instruction="toy",
-        seed=seed,
-        init_id=seed,
-        frames=_toy_frames(120.0, actions),
-        actions=actions.astype(np.float32),
-        rewards=np.zeros(len(actions), dtype=np.float32),
-        success=np.zeros(len(actions), dtype=bool),
-        chunk_size=CHUNK,
-    )
-
-
-def _toy_replay(episodes: list[Episode], actions: np.ndarray) -> np.ndarray:
-    return np.stack([_toy_frames(120.0, a) for a in actions])
-
-
-def _toy_episodes() -> list[Episode]:
-    # small actions so the brightness never clips: the response is linear in the gain
-    rng = np.random.default_rng(0)
-    return [_toy_episode(rng.uniform(-0.4, 0.4, (8, 2)), seed=i) for i in range(12)]
-
 
 @pytest.mark.parametrize("gain, expected", [(1.0, 1.0), (0.0, 0.0), (0.5, 0.25)])
 def test_response_ratio_measures_how_strongly_a_model_reacts(gain: float, expected: float) -> None:
     report = open_loop_eval(
-        ShiftModel(gain), _toy_episodes(), 8, alternatives=("other",), replay=_toy_replay
+        ShiftModel(gain), toy_episodes(), 8, alternatives=("other",), replay=toy_replay
     )
     assert report.response_ratio is not None
     # MSE scales with the square of the reaction (rounding to grey levels adds a little)
@@ -64,12 +29,12 @@ def test_response_ratio_measures_how_strongly_a_model_reacts(gain: float, expect
 
 def test_every_alternative_gives_a_gap_for_a_model_that_follows_its_actions() -> None:
     report = open_loop_eval(
-        ShiftModel(1.0), _toy_episodes(), 8, alternatives=("other", "shuffled", "random")
+        ShiftModel(1.0), toy_episodes(), 8, alternatives=("other", "shuffled", "random")
     )
     for kind in ("other", "shuffled", "random"):  # (a shuffled chunk ends where it would)
         assert report.action_gap(4, kind) > 5.0, kind
     ignoring = open_loop_eval(
-        ShiftModel(0.0), _toy_episodes(), 8, alternatives=("other", "shuffled", "random")
+        ShiftModel(0.0), toy_episodes(), 8, alternatives=("other", "shuffled", "random")
     )
     assert all(ignoring.action_gap(4, kind) == 0.0 for kind in ("other", "shuffled", "random"))
     assert report.moving_psnr[7] > ignoring.moving_psnr[7]
@@ -77,8 +42,8 @@ def test_every_alternative_gives_a_gap_for_a_model_that_follows_its_actions() ->
 
 def test_other_actions_come_from_the_same_task_when_there_is_one() -> None:
     a = [np.full((4, 2), v, dtype=np.float32) for v in (0.1, 0.2, 0.3, 0.4)]
-    episodes = [_toy_episode(a[0], 0, 0), _toy_episode(a[1], 1, 1), _toy_episode(a[2], 2, 0)]
-    episodes.append(_toy_episode(a[3], 3, 2))
+    episodes = [toy_episode(a[0], 0, 0), toy_episode(a[1], 1, 1), toy_episode(a[2], 2, 0)]
+    episodes.append(toy_episode(a[3], 3, 2))
     other = alternative_actions("other", episodes, 4, seed=0)
     assert other[0][0, 0] == pytest.approx(0.3)  # episode 2, same task, not episode 1
     assert other[2][0, 0] == pytest.approx(0.1)

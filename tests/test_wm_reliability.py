@@ -213,6 +213,23 @@ def test_reset_entries_match_reset_set(store) -> None:
         assert np.array_equal(start.entry.sim_state, store.load(1).sim_states[start.step])
 
 
+def _tiny_policy_dir(store: EpisodeStore, root) -> str:
+    from wmrl_cli.policies.checkpoint import save_pretrained
+    from wmrl_cli.policies.config import tiny_config
+    from wmrl_cli.policies.normalization import compute_statistics
+    from wmrl_cli.policies.openvla_oft import OpenVLAOFT
+    from wmrl_cli.policies.text_tokenizer import build_word_tokenizer
+
+    torch.manual_seed(0)
+    tok = build_word_tokenizer([m["instruction"] for m in store.index])
+    cfg = tiny_config(len(tok), action_dim=4, llm_layers=1, vision_layers=1)
+    acts = np.random.default_rng(0).uniform(-1, 1, size=(100, 4))
+    stats = {"mw": compute_statistics(acts, mask=[True] * 3 + [False])}
+    cfg.unnorm_key = "mw"
+    save_pretrained(OpenVLAOFT(cfg, tok, stats).eval(), root)
+    return str(root)
+
+
 def test_cli_world_model_eval(store, models, tmp_path) -> None:
     wm, rm = models
     wm.save_pretrained(tmp_path / "wm-run" / "world_model")
@@ -222,11 +239,16 @@ def test_cli_world_model_eval(store, models, tmp_path) -> None:
     out = tmp_path / "eval"
     args = ["eval", "--world-model", str(tmp_path / "wm-run"), "--reward-model",
             str(tmp_path / "rm-run"), "--data", str(small.root), "--horizon", "8",
-            "--num-envs", "2", "--num-workers", "0", "-o", str(out)]  # fmt: skip
+            "--num-envs", "2", "--num-workers", "0", "-o", str(out),
+            "--policy", _tiny_policy_dir(store, tmp_path / "policy")]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     body = json.loads((out / "report.json").read_text())
     assert body["horizon"] == 8 and body["episodes"] == 1 and body["replay_mismatches"] == 0
+    # --policy: the policy's KL between the real and the imagined frame at the chunk boundary
+    shift = body["policy_shift"]
+    assert shift["steps"] == [8] and shift["kl"]["imagined"][0] >= 0
+    assert "policy shift" in result.output
     # An uncalibrated reward model falls back to the default threshold, and says so.
     assert body["threshold"] == 0.5 and body["threshold_source"].startswith("default")
     assert (out / "report.md").is_file() and "frames/s" in result.output
@@ -250,6 +272,10 @@ def test_cli_world_model_eval(store, models, tmp_path) -> None:
          "no such reward model"),
         (["--world-model", "{tmp}", "--reward-model", "{tmp}", "--data", "{tmp}"],
          "not an episode store"),
+        (["--world-model", "{tmp}", "--reward-model", "{tmp}", "--data", "{store}",
+          "--policy", "expert"], "needs a learned policy"),
+        (["--world-model", "{tmp}", "--reward-model", "{tmp}", "--data", "{store}",
+          "--policy", "{tmp}/nope", "--horizon", "4"], "at least one chunk"),
     ],
 )  # fmt: skip
 def test_cli_one_line_errors(args, message, store, tmp_path) -> None:

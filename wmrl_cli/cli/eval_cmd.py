@@ -37,7 +37,8 @@ WorldModelOpt = Annotated[
         "--world-model",
         help="Evaluate this world model (a train-wm run, a model directory or an RLinf "
         "Wan/OpenSora directory) instead of a "
-        "policy: open-loop PSNR/SSIM, imagined vs real frames/s, imagined vs real success.",
+        "policy: open-loop PSNR/SSIM, controllability, imagined vs real frames/s, imagined vs "
+        "real success; with --policy also how differently that policy acts on imagined frames.",
     ),
 ]
 RewardModelOpt = Annotated[
@@ -181,7 +182,7 @@ def eval_command(
         output_dir=out,
     )
     if world_model is not None:
-        _eval_world_model(cfg, data)
+        _eval_world_model(cfg, data, with_policy=policy is not None)
         return
     if reward_model is not None:
         _eval_reward_model(cfg, data)
@@ -250,8 +251,9 @@ def baseline_table(comparison: dict):
     return table
 
 
-def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
-    """`wmrl eval --world-model`: checks the paths, loads, and hands over to the library."""
+def _eval_world_model(cfg: RunConfig, data: Path | None, with_policy: bool = False) -> None:
+    """`wmrl eval --world-model`: checks the paths, loads, and hands over to the library. With
+    `with_policy` (--policy given), cfg.policy's shift between real and imagined frames too."""
     import torch
 
     from wmrl_cli.data.episodes import EpisodeStore
@@ -260,6 +262,7 @@ def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
         evaluate_world_model,
         load_reward_model_from,
     )
+    from wmrl_cli.policies.registry import SCRIPTED, load_learned_policy
     from wmrl_cli.rl.setup import load_imagining_world_model
 
     wm_path, rm_path = cfg.world_model.path, cfg.reward_model.path
@@ -272,13 +275,29 @@ def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
             f"{wm_path}: no such world model (expected a train-wm run, a model directory or an "
             "RLinf Wan/OpenSora directory)"
         )
+    if with_policy and cfg.policy.name in SCRIPTED:
+        raise WmrlError(
+            f"--policy {cfg.policy.name} with --world-model: the policy shift needs a learned "
+            "policy's action distribution (a policy checkpoint or asset name)"
+        )
     store = EpisodeStore.open(data)
     ids = episodes_per_task(store, cfg.eval.episodes_per_task)
     if not ids:
         raise WmrlError(f"{data}: the episode store holds no episodes")
+    chunk = store.load(ids[0]).chunk_size
+    if with_policy and cfg.world_model.val_horizon < chunk:
+        raise WmrlError(
+            f"--policy with --world-model reads the policy at chunk boundaries: --horizon must "
+            f"be at least one chunk ({chunk} steps), got {cfg.world_model.val_horizon}"
+        )
     configure_threads(cfg.num_threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rm = load_reward_model_from(rm_path).to(device)
+    policy = None
+    if with_policy:
+        policy = load_learned_policy(
+            cfg.policy.name, top_k=cfg.policy.top_k, device=device, assets_dir=cfg.assets_dir
+        ).model
     height, width = store.load(ids[0]).frames.shape[1:3]  # a published model's frame size
     wm = load_imagining_world_model(Path(wm_path), height, width, cfg, device)
     run_dir = prepare_run_dir(cfg, "eval-wm")  # only once the inputs are known to be good
@@ -296,6 +315,8 @@ def _eval_world_model(cfg: RunConfig, data: Path | None) -> None:
         seed=cfg.simulator.seed,
         world_model_name=str(wm_path),
         reward_model_name=str(rm_path),
+        policy=policy,
+        policy_temperature=cfg.policy.temperature,
     )
     report.save(run_dir, save_video=cfg.eval.save_video, fps=cfg.eval.video_fps)
     console.print(report.table())

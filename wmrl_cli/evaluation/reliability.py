@@ -18,7 +18,9 @@ Three measurements on held-out episodes, in one run:
    calibrated on real frames often scores a world model's blurrier frames lower.
 
 The fidelity table also measures action sensitivity: the same open-loop rollouts driven by
-another episode's actions (`open_loop_eval(action_check=True)`).
+another episode's actions (`open_loop_eval(action_check=True)`). Given a learned policy, the
+report adds how differently it acts on the imagined frames than on the real ones
+(`policy_shift_eval`).
 
 Both worlds see the same actions over the same steps: the horizon rounded up to whole chunks,
 cut at the end of the recording (later steps are masked on both sides).
@@ -47,6 +49,11 @@ from wmrl_cli.data.reset_set import ResetEntry, reset_set_from_store, rest_actio
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.hand_tracking import HandTrackingReport, hand_tracking_eval
+from wmrl_cli.evaluation.policy_shift import (
+    ActionDistribution,
+    PolicyShiftReport,
+    policy_shift_eval,
+)
 from wmrl_cli.evaluation.world_model_eval import ALTERNATIVES, OpenLoopReport, open_loop_eval
 from wmrl_cli.logging import progress_task
 from wmrl_cli.rewards.base import RewardModel
@@ -166,6 +173,8 @@ class ReliabilityReport:
     reward_on_real: SuccessAgreement | None = None
     # Where the imagined hand is against the simulator's under the same actions (cm).
     hand_tracking: HandTrackingReport | None = None
+    # How differently a policy acts on the imagined frames than on the real ones.
+    policy_shift: PolicyShiftReport | None = None
     # Real simulator steps the evaluation took (replays and the speed test; at most).
     simulator_steps: int = 0
 
@@ -225,6 +234,7 @@ class ReliabilityReport:
                 self.imagined_calibration_cv.to_dict() if self.imagined_calibration_cv else None
             ),
             "hand_tracking": asdict(self.hand_tracking) if self.hand_tracking else None,
+            "policy_shift": asdict(self.policy_shift) if self.policy_shift else None,
             "simulator_steps": self.simulator_steps,
             "starts": [asdict(s) for s in self.starts],
         }
@@ -362,6 +372,9 @@ class ReliabilityReport:
                     ],
                 ),
             )
+        if self.policy_shift is not None:
+            at = 3 if hand is not None else 2  # after the other controllability tables
+            sections[at:at] = _policy_shift_sections(self.policy_shift)
         return sections
 
     def table(self) -> Group:
@@ -407,6 +420,34 @@ class ReliabilityReport:
 
             grid = tile([upscale(v) for v in self.videos])
             write_mp4(run_dir / "videos" / "open_loop_truth_vs_model.mp4", grid, fps)
+
+
+def _policy_shift_sections(
+    shift: PolicyShiftReport,
+) -> list[tuple[str, list[str], list[list[str]]]]:
+    columns = ["imagined", "other episode", "first frame", "imagined / other"]
+
+    def row(name: str, kl: dict[str, float]) -> list[str]:
+        ratio = kl["imagined"] / kl["other"] if kl["other"] > 0 else None
+        return [name, *(_fmt(kl[k], 3) for k in ("imagined", "other", "first")), _fmt(ratio, 1)]
+
+    by_step = [
+        row(str(t), {k: v[i] for k, v in shift.kl.items()}) for i, t in enumerate(shift.steps)
+    ]
+    return [
+        (
+            "policy shift: mean per-token KL of the policy's action distribution, real frame "
+            "against the imagined one (same actions, open loop); against another episode's "
+            "real frame of the same task and against the first frame for scale",
+            ["step", *columns],
+            by_step,
+        ),
+        (
+            f"policy shift per task (steps {shift.steps[0]}-{shift.steps[-1]})",
+            ["task", *columns],
+            [row(task, kl) for task, kl in shift.by_task.items()],
+        ),
+    ]
 
 
 def _agreement_row(name: str, a: SuccessAgreement) -> list[str]:
@@ -849,12 +890,16 @@ def evaluate_world_model(
     world_model_name: str | None = None,
     reward_model_name: str | None = None,
     hand_tracking: bool = True,
+    policy: ActionDistribution | None = None,
+    policy_temperature: float = 1.0,
 ) -> ReliabilityReport:
     """Fidelity, speed and success agreement of a world model on `episode_ids` of `store`.
 
     sim_cfg.num_envs is the batch size of both worlds; suite, image size and seeds come from
     the episodes (see `replay_sim_config`). chunk_starts: chunk indices from which success is
     compared in every episode (0: the episode start); keyframes adds the KIR rule's points.
+    policy: a learned policy whose action distribution on imagined frames is compared with the
+    one on real frames (`policy_shift_eval`), at `policy_temperature`.
     """
     from wmrl_cli.sims.backends import resolve_simulator, simulator_suite
 
@@ -891,6 +936,11 @@ def evaluate_world_model(
         )
     finally:
         replay.close()
+    shift = (
+        policy_shift_eval(world_model, policy, ordered, horizon, b, seed, policy_temperature)
+        if policy is not None
+        else None
+    )
 
     starts = start_points(episodes, chunk_starts, keyframes)
     if not starts:
@@ -966,6 +1016,7 @@ def evaluate_world_model(
         agreement_by_kind=by_kind if len(kinds) > 1 else {},
         starts=results,
         hand_tracking=hand,
+        policy_shift=shift,
         simulator_steps=replay.steps + replay_steps,
         # A start with no compared step scores -inf: any finite floor below every score does.
         imagined_calibration=(

@@ -103,12 +103,9 @@ def alternative_actions(
     a_dim = episodes[0].actions.shape[1]
     rng = np.random.default_rng([seed, ALTERNATIVES.index(kind)])
     if kind == "other":
-        out = []
-        for i, episode in enumerate(episodes):
-            order = [(i + j) % len(episodes) for j in range(1, len(episodes))]
-            same = [j for j in order if episodes[j].task_id == episode.task_id]
-            out.append(padded_actions(episodes[(same or order)[0]].actions, steps, a_dim))
-        return out
+        return [
+            padded_actions(episodes[j].actions, steps, a_dim) for j in same_task_partners(episodes)
+        ]
     if kind == "shuffled":
         return [
             padded_actions(e.actions[rng.permutation(len(e.actions))], steps, a_dim)
@@ -121,6 +118,17 @@ def alternative_actions(
             padded_actions(rng.uniform(low, high, (steps, a_dim)), steps, a_dim) for _ in episodes
         ]
     raise ValueError(f"unknown alternative {kind!r}; expected one of {ALTERNATIVES}")
+
+
+def same_task_partners(episodes: Sequence[Episode]) -> list[int]:
+    """Per episode, the index of the next other episode in the list of the same task (of any
+    task where it is the only one; itself when it is alone)."""
+    out = []
+    for i, episode in enumerate(episodes):
+        order = [(i + j) % len(episodes) for j in range(1, len(episodes))]
+        same = [j for j in order if episodes[j].task_id == episode.task_id]
+        out.append((same or order or [i])[0])
+    return out
 
 
 def _moving_mse(pred: torch.Tensor, truth: torch.Tensor, first: torch.Tensor) -> np.ndarray:
