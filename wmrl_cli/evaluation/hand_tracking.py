@@ -36,6 +36,7 @@ from wmrl_cli.evaluation.world_model_eval import (
     open_loop_rollout,
     padded_actions,
 )
+from wmrl_cli.logging import track
 from wmrl_cli.world_models.interface import WorldModel
 
 # state_replay(episodes, actions [B, T, A]) -> (frames [B, T + 1, H, W, 3] uint8,
@@ -136,6 +137,7 @@ def hand_tracking_eval(
     seed: int = 0,
     units_to_cm: float = 100.0,
     fit_steps: int = 600,
+    progress: bool = False,
 ) -> HandTrackingReport:
     """The hand-tracking error of `world_model` on `episodes` (see the module doc). The world
     model runs with the same seeds as `open_loop_eval`, so its frames are those that metric saw."""
@@ -145,7 +147,8 @@ def hand_tracking_eval(
     steps = -(-horizon // c) * c
     other = alternative_actions("other", episodes, steps, seed)
     sim, sim_other, hands, hands_other, model, model_other, valid = ([] for _ in range(7))
-    for start in range(0, len(episodes), batch_size):
+    batches = range(0, len(episodes), batch_size)
+    for start in track(batches, "hand-tracking replays", len(batches), progress):
         batch = episodes[start : start + batch_size]
         a_dim = batch[0].actions.shape[1]
         first = np.stack([e.frames[0] for e in batch])

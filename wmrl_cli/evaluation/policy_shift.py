@@ -33,6 +33,7 @@ from wmrl_cli.evaluation.world_model_eval import (
     padded_actions,
     same_task_partners,
 )
+from wmrl_cli.logging import track
 from wmrl_cli.world_models.interface import WorldModel
 
 REFERENCES = ("imagined", "other", "first")
@@ -80,6 +81,7 @@ def policy_shift_eval(
     batch_size: int = 8,
     seed: int = 0,
     temperature: float = 1.0,
+    progress: bool = False,
 ) -> PolicyShiftReport:
     """The policy's KL between real and imagined frames on `episodes` (see the module doc),
     per chunk boundary and per task; episodes count at a step while they last."""
@@ -93,7 +95,8 @@ def policy_shift_eval(
     n_steps = steps[-1]
     partners = same_task_partners(episodes)
     kl = {kind: np.full((len(episodes), len(steps)), np.nan) for kind in REFERENCES}
-    for start in range(0, len(episodes), batch_size):
+    batches = range(0, len(episodes), batch_size)
+    for start in track(batches, "policy shift", len(batches), progress):
         batch = episodes[start : start + batch_size]
         a_dim = batch[0].actions.shape[1]
         first = np.stack([e.frames[0] for e in batch])

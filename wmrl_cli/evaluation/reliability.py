@@ -928,16 +928,21 @@ def evaluate_world_model(
             keep_videos=keep_videos,
             alternatives=ALTERNATIVES,
             replay=replay,
+            progress=progress,
         )
         hand = (
-            hand_tracking_eval(world_model, ordered, replay.states, horizon, b, seed)
+            hand_tracking_eval(
+                world_model, ordered, replay.states, horizon, b, seed, progress=progress
+            )
             if hand_tracking and len(ordered) >= 2
             else None
         )
     finally:
         replay.close()
     shift = (
-        policy_shift_eval(world_model, policy, ordered, horizon, b, seed, policy_temperature)
+        policy_shift_eval(
+            world_model, policy, ordered, horizon, b, seed, policy_temperature, progress=progress
+        )
         if policy is not None
         else None
     )

@@ -32,6 +32,7 @@ import torch
 from wmrl_cli.data.episodes import Episode
 from wmrl_cli.data.reset_set import rest_action
 from wmrl_cli.evaluation.video_metrics import psnr, ssim
+from wmrl_cli.logging import track
 from wmrl_cli.world_models.interface import WorldModel
 
 ALTERNATIVES = ("other", "shuffled", "random")
@@ -161,6 +162,7 @@ def open_loop_eval(
     action_check: bool = False,
     alternatives: Sequence[str] | None = None,
     replay: Replay | None = None,
+    progress: bool = False,
 ) -> OpenLoopReport:
     """Open-loop fidelity and, with `action_check` (the "other" kind) or `alternatives`,
     controllability; `replay` adds the response ratio (see the module doc)."""
@@ -179,7 +181,8 @@ def open_loop_eval(
         counts[name] = counts.get(name, 0) + ok.sum(0)
 
     videos = []
-    for start in range(0, len(episodes), batch_size):
+    batches = range(0, len(episodes), batch_size)
+    for start in track(batches, "open-loop rollouts", len(batches), progress):
         batch = episodes[start : start + batch_size]
         a_dim = batch[0].actions.shape[1]
         first = np.stack([e.frames[0] for e in batch])
