@@ -443,6 +443,18 @@ def test_rerun_with_another_config_stops_unless_resume_or_overwrite(demo_store, 
     assert again.exit_code == 0 and "resuming behaviour cloning from step 1" in again.output
 
 
+def test_a_setting_added_since_the_run_differs_only_off_its_default() -> None:
+    from wmrl_cli.config import RunConfig
+    from wmrl_cli.runtime import record_differences, run_record
+
+    new = run_record(RunConfig(), "co-evolve")
+    old = json.loads(json.dumps(new))
+    del old["config"]["coevolve"]["reward_real_rollouts_per_task"]  # a run older than the option
+    assert record_differences(old, new) == []
+    new["config"]["coevolve"]["reward_real_rollouts_per_task"] = 20
+    assert record_differences(old, new) == ["coevolve.reward_real_rollouts_per_task None -> 20"]
+
+
 def test_changed_input_files_are_a_different_run(tmp_path) -> None:
     from tests.test_train_reward import visible_success_episode
 

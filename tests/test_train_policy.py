@@ -195,7 +195,14 @@ def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, 
     killed = runner.invoke(app, [*run_args(assets, tmp_path / "b", 3), *extra])
     assert killed.exit_code == 130
     monkeypatch.setattr(trainer, "save_checkpoint", real_save)
-    resumed = runner.invoke(app, [*run_args(assets, tmp_path / "b", 3), *extra])
+    # the imagined full run resumes from `--out RUN --resume` alone: the recorded config names
+    # the inputs; the others with the command that started them
+    again = (
+        ["train-policy", "--out", str(tmp_path / "b"), "--resume"]
+        if where == "imagined" and not extra
+        else [*run_args(assets, tmp_path / "b", 3), *extra]
+    )
+    resumed = runner.invoke(app, again)
     assert resumed.exit_code == 0 and "resuming policy training from step_000001" in resumed.output
     a, b = _metrics(tmp_path / "a" / "metrics.jsonl"), _metrics(tmp_path / "b" / "metrics.jsonl")
     assert [r["step"] for r in b] == [1, 2, 3]

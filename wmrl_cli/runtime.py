@@ -288,14 +288,24 @@ def _read_record(run_dir: Path) -> dict | None:
 
 
 def record_differences(old: dict, new: dict) -> list[str]:
-    """What differs between two run records, one short phrase per key."""
+    """What differs between two run records, one short phrase per key. A setting the old record
+    lacks (added to wmrl after the run was made) differs only where the new value is not the
+    setting's default: a new option's default keeps what runs did before it existed."""
+    import yaml
+
     out = []
     if old.get("command", new["command"]) != new["command"]:
         out.append(f"command {old['command']} -> {new['command']}")
     before, after = _flatten(old.get("config") or {}), _flatten(new["config"])
+    defaults = None
     for key in sorted(set(before) | set(after)):
-        if not _free(key, new["command"]) and before.get(key) != after.get(key):
-            out.append(f"{key} {before.get(key)!r} -> {after.get(key)!r}")
+        if _free(key, new["command"]) or before.get(key) == after.get(key):
+            continue
+        if key not in before and old.get("config"):
+            defaults = defaults or _flatten(yaml.safe_load(dump_config(RunConfig())))
+            if key in defaults and defaults[key] == after.get(key):
+                continue
+        out.append(f"{key} {before.get(key)!r} -> {after.get(key)!r}")
     old_inputs = old.get("inputs") or {}
     for key, item in new["inputs"].items():
         prior = old_inputs.get(key)
@@ -306,6 +316,27 @@ def record_differences(old: dict, new: dict) -> list[str]:
         elif prior.get("sha256") != item["sha256"]:
             out.append(f"{key} (the files in {item['path']} changed)")
     return out
+
+
+def adopt_recorded_config(config: RunConfig, default: Path) -> bool:
+    """--resume: copy the config recorded in the run directory (`config.output_dir`, else
+    `default`) into `config`, so that inputs are checked as the run named them; False when
+    there is no recorded run."""
+    run_dir = Path(config.output_dir or default)
+    old = _read_record(run_dir) if run_dir.is_dir() else None
+    if old is None or not old.get("config"):
+        return False
+    _adopt(config, old["config"])
+    config.output_dir = run_dir
+    return True
+
+
+def _adopt(config: RunConfig, recorded: dict) -> None:
+    """Copy a recorded config into `config`, all but its output directory."""
+    kept = type(config).model_validate(recorded)
+    for field in type(config).model_fields:
+        if field != "output_dir":
+            setattr(config, field, getattr(kept, field))
 
 
 def default_run_dir(command: str, preset: str | None = None) -> Path:
@@ -348,10 +379,7 @@ def claim_run_dir(
         if differ and overwrite:
             wipe = True
         elif differ and resume:
-            kept = type(config).model_validate(old["config"])
-            for field in type(config).model_fields:
-                if field != "output_dir":
-                    setattr(config, field, getattr(kept, field))
+            _adopt(config, old["config"])
             console.print(
                 f"notice: resuming {run_dir} with its recorded configuration; ignored: "
                 + "; ".join(differ)

@@ -86,7 +86,13 @@ def train_policy_command(
     )
     from wmrl_cli.rl.schedule import check_world_size
     from wmrl_cli.rl.setup import check_inputs
-    from wmrl_cli.runtime import claim_run_dir, default_run_dir
+    from wmrl_cli.runtime import adopt_recorded_config, claim_run_dir, default_run_dir
+
+    # What the run will use: with --resume, the recorded config (so that `--out RUN --resume`
+    # alone continues RUN); claim_run_dir below adopts it into cfg and says what it ignored.
+    effective = cfg.model_copy(deep=True)
+    if resume:
+        adopt_recorded_config(effective, default_run_dir("train-policy", preset))
 
     def _claim(inputs) -> dict:
         """The run-directory rule's arguments: the inputs fingerprinted by their paths."""
@@ -100,13 +106,16 @@ def train_policy_command(
         return dict(default=default, inputs=paths, resume=resume, overwrite=overwrite)
 
     if "LOCAL_RANK" not in os.environ:  # checked before any rank starts
-        check_world_size(cfg.algorithm.num_envs, cfg.algorithm.group_size, num_processes)
+        check_world_size(
+            effective.algorithm.num_envs, effective.algorithm.group_size, num_processes
+        )
     if num_processes > 1 and "LOCAL_RANK" not in os.environ:
         if cfg.output_dir is None:
             raise ConfigError("--num-processes needs --out so that every rank writes one run")
         claim_run_dir(  # the rule, checked only: the ranks apply it
-            cfg.model_copy(deep=True), "train-policy", **_claim(check_inputs(cfg)), write=False
-        )
+            cfg.model_copy(deep=True), "train-policy", **_claim(check_inputs(effective)),
+            write=False,
+        )  # fmt: skip
         relaunch_ranks(num_processes)
 
     import torch
@@ -116,17 +125,16 @@ def train_policy_command(
     from wmrl_cli.rl.trainer import PolicyTrainer
     from wmrl_cli.runtime import configure_threads, seed_everything
 
-    inputs = check_inputs(cfg)
+    inputs = check_inputs(effective)
     accelerator = Accelerator(
-        cpu=not torch.cuda.is_available(), mixed_precision="bf16" if cfg.training.bf16 else "no"
+        cpu=not torch.cuda.is_available(),
+        mixed_precision="bf16" if effective.training.bf16 else "no",
     )
     if accelerator.num_processes > 1 and cfg.output_dir is None:
         raise WmrlError("several ranks need --out so that every rank writes to the same run")
     # every rank applies the run-directory rule (with --resume, each adopts the recorded
     # config); the main process writes
     claim_run_dir(cfg, "train-policy", **_claim(inputs), write=accelerator.is_main_process)
-    if resume:  # the recorded config may name other inputs
-        inputs = check_inputs(cfg)
     accelerator.wait_for_everyone()
     run_dir = Path(cfg.output_dir)
     configure_threads(cfg.num_threads)
