@@ -67,6 +67,12 @@ def test_other_frames_come_from_the_same_task_and_short_episodes_drop_out() -> N
     report = policy_shift_eval(ShiftModel(1.0), BrightnessPolicy(), [*long, short], horizon=12)
     assert report.steps == [4, 8]
     assert all(np.isfinite(v) for kind in report.kl.values() for v in kind)
+    # the short episode has ended by step 8: the long ones alone count there
+    alone = policy_shift_eval(ShiftModel(1.0), BrightnessPolicy(), long, horizon=12)
+    assert report.kl["imagined"][1] == pytest.approx(alone.kl["imagined"][1])
+    # nor does an ended episode stand in as the other episode with its last frame
+    pair = policy_shift_eval(ShiftModel(1.0), BrightnessPolicy(), [long[0], short], horizon=12)
+    assert np.isfinite(pair.kl["imagined"][1]) and np.isnan(pair.kl["other"][1])
     assert set(report.by_task) == {"toy0", "toy1"}
     with pytest.raises(WmrlError, match="at least one chunk"):
         policy_shift_eval(ShiftModel(1.0), BrightnessPolicy(), long, horizon=3)

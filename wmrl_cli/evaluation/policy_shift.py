@@ -116,12 +116,15 @@ def policy_shift_eval(
             real = logits(np.stack([_frame(e, t) for e in batch]))
             others = [episodes[partners[start + i]] for i in range(len(batch))]
             other = logits(np.stack([_frame(o, t) for o in others]))
-            for kind, value in (
-                ("imagined", token_kl(real, logits(imagined[:, t - 1]))),
-                ("other", token_kl(real, other)),
-                ("first", token_kl(real, first_logits)),
+            # the other episode's frame counts only while that episode lasts too
+            both_last = lasting & np.array([t < o.length for o in others])
+            for kind, value, valid in (
+                ("imagined", token_kl(real, logits(imagined[:, t - 1])), lasting),
+                ("other", token_kl(real, other), both_last),
+                ("first", token_kl(real, first_logits), lasting),
             ):
-                kl[kind][start : start + len(batch), j] = np.where(lasting, value.numpy(), np.nan)
+                rows = slice(start, start + len(batch))
+                kl[kind][rows, j] = np.where(valid, value.cpu().numpy(), np.nan)
 
     def mean(values: np.ndarray) -> float:
         return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
