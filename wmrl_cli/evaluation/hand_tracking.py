@@ -34,7 +34,7 @@ from wmrl_cli.data.episodes import Episode
 from wmrl_cli.evaluation.world_model_eval import (
     alternative_actions,
     open_loop_rollout,
-    padded_actions,
+    recorded_starts,
 )
 from wmrl_cli.logging import track
 from wmrl_cli.world_models.interface import WorldModel
@@ -150,9 +150,7 @@ def hand_tracking_eval(
     batches = range(0, len(episodes), batch_size)
     for start in track(batches, "hand-tracking replays", len(batches), progress):
         batch = episodes[start : start + batch_size]
-        a_dim = batch[0].actions.shape[1]
-        first = np.stack([e.frames[0] for e in batch])
-        actions = np.stack([padded_actions(e.actions, steps, a_dim) for e in batch])
+        first, actions = recorded_starts(batch, steps)
         alt = np.stack(other[start : start + len(batch)])
         for acts, frames_out, hands_out, model_out in (
             (actions, sim, hands, model),

@@ -30,7 +30,7 @@ from wmrl_cli.data.episodes import Episode
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.world_model_eval import (
     open_loop_rollout,
-    padded_actions,
+    recorded_starts,
     same_task_partners,
 )
 from wmrl_cli.logging import track
@@ -98,9 +98,7 @@ def policy_shift_eval(
     batches = range(0, len(episodes), batch_size)
     for start in track(batches, "policy shift", len(batches), progress):
         batch = episodes[start : start + batch_size]
-        a_dim = batch[0].actions.shape[1]
-        first = np.stack([e.frames[0] for e in batch])
-        actions = np.stack([padded_actions(e.actions, n_steps, a_dim) for e in batch])
+        first, actions = recorded_starts(batch, n_steps)
         imagined = open_loop_rollout(world_model, first, actions, c, n_steps, seed + start)
         prompts = [e.instruction for e in batch]
 

@@ -184,9 +184,7 @@ def open_loop_eval(
     batches = range(0, len(episodes), batch_size)
     for start in track(batches, "open-loop rollouts", len(batches), progress):
         batch = episodes[start : start + batch_size]
-        a_dim = batch[0].actions.shape[1]
-        first = np.stack([e.frames[0] for e in batch])
-        actions = np.stack([padded_actions(e.actions, steps, a_dim) for e in batch])
+        first, actions = recorded_starts(batch, steps)
         preds = open_loop_rollout(world_model, first, actions, c, horizon, seed + start)
         truth = torch.from_numpy(np.stack([_padded_frames(e.frames, horizon) for e in batch]))
         first_t = torch.from_numpy(first)
@@ -251,6 +249,14 @@ def open_loop_rollout(
         for i in range(0, actions.shape[1], chunk)
     ]
     return torch.cat(chunks, dim=1)[:, :horizon]
+
+
+def recorded_starts(batch: Sequence[Episode], steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """The batch's first frames [B,H,W,3] and recorded actions [B, steps, A] (padded with the
+    rest action): what an open-loop rollout of the recorded episodes starts from."""
+    a_dim = batch[0].actions.shape[1]
+    first = np.stack([e.frames[0] for e in batch])
+    return first, np.stack([padded_actions(e.actions, steps, a_dim) for e in batch])
 
 
 def padded_actions(actions: np.ndarray, steps: int, a_dim: int) -> np.ndarray:
