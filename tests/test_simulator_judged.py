@@ -138,6 +138,8 @@ def test_train_policy_judged_by_the_simulator_counts_real_steps(assets, tmp_path
     row = _rows(tmp_path / "with-rm")[-1]
     parts = row["env/model_false_success"] + row["env/model_missed_success"]
     assert row["env/model_agreement"] == pytest.approx(1.0 - parts)
+    assert (tmp_path / "with-rm" / "judge_audit.json").is_file()
+    assert not (tmp_path / "judged" / "judge_audit.json").exists()  # one verdict: no audit
 
 
 def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) -> None:  # noqa: F811
@@ -152,6 +154,15 @@ def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) 
     assert row["env/model_agreement"] == pytest.approx(1.0 - parts)
     assert row["env/real_steps"] > 0  # the audit's replays are real steps
     assert "grpo in imagination" in result.output  # the policy sees imagined frames
+    # Per task over the whole run: the tally holds every training episode once, and its rates
+    # are the per-step metrics' means (every step has the same number of episodes).
+    rows = _rows(tmp_path / "audited")
+    overall = json.loads((tmp_path / "audited" / "judge_audit.json").read_text())["overall"]
+    assert overall["episodes"] == 2 * 4
+    assert overall["judged_rate"] == pytest.approx(np.mean([r["env/success_once"] for r in rows]))
+    real = np.mean([r["env/real_success_once"] for r in rows])
+    assert overall["real_rate"] == pytest.approx(real)
+    assert "the judge on the policy's own training episodes" in result.output
 
 
 def test_co_evolve_rl_stage_is_audited_like_train_policy(assets, tmp_path) -> None:  # noqa: F811

@@ -22,6 +22,7 @@ class Rollout:
     (envs/simulator_judged.py), the reward model's verdict on the same episodes; else None.
     real_success [B]: where the reward model judges and the simulator audits it
     (`reward_model.audit_with_simulator`), the simulator's verdict on the same actions.
+    task_ids [B]: each trajectory's task (an index into the env's task_names).
     """
 
     images: np.ndarray
@@ -37,6 +38,7 @@ class Rollout:
     last_value: torch.Tensor  # [B] bootstrap value after the last step (0 when done)
     model_success: torch.Tensor | None = None
     real_success: torch.Tensor | None = None
+    task_ids: torch.Tensor | None = None
 
 
 @torch.no_grad()
@@ -51,6 +53,7 @@ def collect_rollout(
 ) -> Rollout:
     """Policy and env alternate chunk by chunk until every env is done or `max_chunks`."""
     obs = env.reset(init_ids)
+    task_ids = torch.as_tensor(np.asarray(obs.task_ids, dtype=np.int64))
     b = len(init_ids)
     images, tokens, logprobs, values, rewards, dones = [], [], [], [], [], []
     success = np.zeros(b, dtype=bool)
@@ -105,4 +108,5 @@ def collect_rollout(
         last_value=torch.zeros(b),
         model_success=None if model_success is None else torch.as_tensor(model_success),
         real_success=None if real_success is None else torch.as_tensor(real_success),
+        task_ids=task_ids,
     )

@@ -49,6 +49,7 @@ from wmrl_cli.rl import (
 )
 from wmrl_cli.rl.aggregation import LossAggregation, loss_scale
 from wmrl_cli.rl.buffer import Rollout, collect_rollout
+from wmrl_cli.rl.judge_audit import JudgeAudit
 from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_batches
 from wmrl_cli.runtime import write_rank_summary
 from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -141,11 +142,15 @@ class PolicyTrainer:
         self.real_steps = real_steps
         self._resumed_from = None
         self.last_eval: tuple[int, float] | None = None  # (step, real success) of the last eval
+        # per task, the judge against the simulator on training episodes (when both judge)
+        self.audit = JudgeAudit(list(getattr(env, "task_names", [])))
         if checkpoint is not None:
             info = load_checkpoint(checkpoint, [self.optimizer])
             self.step = info["step"]
             self.sampler.load_state_dict(info["extra"]["sampler"])
             self.real_steps = int(info["extra"].get("real_steps", real_steps))
+            if "judge_audit" in info["extra"]:
+                self.audit.load_state_dict(info["extra"]["judge_audit"])
             self._resumed_from = checkpoint.name
         self.wrapped, self.optimizer = accelerator.prepare(model, self.optimizer)
         self.unwrapped = accelerator.unwrap_model(self.wrapped)
@@ -274,6 +279,7 @@ class PolicyTrainer:
 
         metrics = {k: float(np.mean(v)) for k, v in stats.items()}
         metrics.update(self._rollout_metrics(ro, adv, keep))
+        self._audit(ro)
         metrics["rollout/epochs"] = float(len(rollouts))  # > rollout_epochs: dynamic sampling
         metrics["env/real_steps"] = float(self.real_steps)  # equal on every rank
         metrics["train/actor/lr"] = self.cfg.training.lr
@@ -389,6 +395,21 @@ class PolicyTrainer:
             metrics["env/model_missed_success"] = float((~model & real).float().mean())
         return metrics
 
+    def _audit(self, ro: Rollout) -> None:
+        """Add every rank's episodes with two verdicts to the per-task audit (the same tally on
+        every rank, so that any rank's checkpoint carries the whole of it)."""
+        if ro.task_ids is None or not self.audit.task_names:
+            return
+        if ro.model_success is not None:
+            judged, real = ro.model_success, ro.success
+        elif ro.real_success is not None:
+            judged, real = ro.success, ro.real_success
+        else:
+            return
+        local = torch.stack([ro.task_ids, judged.long(), real.long()], 1)
+        rows = self.accelerator.gather(local.to(self.accelerator.device)).cpu().numpy()
+        self.audit.add(rows[:, 0], rows[:, 1].astype(bool), rows[:, 2].astype(bool))
+
     def _observe_outcomes(self, global_ids: list[list[int]], ro: Rollout) -> None:
         """Feed every rank's training outcomes, in global order, to the reset sampler."""
         if self.alg.reset_sampling == "uniform":
@@ -468,7 +489,11 @@ class PolicyTrainer:
                             self.step,
                             self._save_policy,
                             [self.optimizer],
-                            {"sampler": self.sampler.state_dict(), "real_steps": self.real_steps},
+                            {
+                                "sampler": self.sampler.state_dict(),
+                                "real_steps": self.real_steps,
+                                "judge_audit": self.audit.state_dict(),
+                            },
                         )
                 advance()
         self.logger.close()
@@ -477,4 +502,7 @@ class PolicyTrainer:
         acc.wait_for_everyone()
         if acc.is_main_process:
             self._save_policy(out)
+            if self.audit.episodes:
+                self.audit.write(self.run_dir)
+                console.print(self.audit.table())
         return out

@@ -1,0 +1,108 @@
+"""Per-task audit of the learned judge on the policy's own RL rollouts.
+
+With `reward_model.audit_with_simulator` (the judge gives the reward, the simulator replays the
+same actions) or `reward_model.source=simulator` beside a reward model (the simulator gives the
+reward, the judge only watches), every training episode has two verdicts. The per-step metrics
+`env/model_*` average them over all tasks; this tally keeps them per task over the whole run,
+which is where reward hacking shows: a task whose judged successes climb while its real ones
+do not (docs/results.md, session 21: button-press-topdown, judged 8 of 10, real 0 of 10).
+
+Written to `RUN/judge_audit.json` at the end of training and carried in checkpoints, so that
+a resumed run counts every step once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# columns of the tally: judge and simulator agree on success / the judge alone calls success /
+# the simulator alone sees it / neither
+COUNTS = ("tp", "fp", "fn", "tn")
+
+
+class JudgeAudit:
+    """Counts [num_tasks, 4] of (judge verdict, real verdict) per training episode."""
+
+    def __init__(self, task_names: list[str]) -> None:
+        self.task_names = list(task_names)
+        self.counts = np.zeros((len(self.task_names), len(COUNTS)), dtype=np.int64)
+
+    def add(self, task_ids: np.ndarray, judged: np.ndarray, real: np.ndarray) -> None:
+        """One rollout's episodes: task ids [B], the judge's and the simulator's success [B]."""
+        task_ids = np.asarray(task_ids, dtype=np.int64)
+        judged, real = np.asarray(judged, dtype=bool), np.asarray(real, dtype=bool)
+        if task_ids.size and task_ids.max() >= len(self.task_names):  # an env without names
+            extra = range(len(self.task_names), int(task_ids.max()) + 1)
+            self.task_names += [f"task {i}" for i in extra]
+            self.counts = np.pad(self.counts, ((0, len(extra)), (0, 0)))
+        column = np.where(judged, np.where(real, 0, 1), np.where(real, 2, 3))
+        np.add.at(self.counts, (task_ids, column), 1)
+
+    @property
+    def episodes(self) -> int:
+        return int(self.counts.sum())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"task_names": self.task_names, "counts": self.counts.tolist()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if list(state["task_names"]) != self.task_names:
+            return  # another suite's tally (a changed reset set): start counting afresh
+        self.counts = np.asarray(state["counts"], dtype=np.int64).reshape(self.counts.shape)
+
+    def summary(self) -> dict[str, Any]:
+        """Per task and overall: the counts, the judge's precision and recall on these
+        episodes, and the judged and real success rates."""
+        rows = {name: _rates(self.counts[i]) for i, name in enumerate(self.task_names)}
+        return {"tasks": rows, "overall": _rates(self.counts.sum(0))}
+
+    def write(self, run_dir: str | Path) -> Path:
+        """RUN/judge_audit.json, through a temporary file."""
+        path = Path(run_dir) / "judge_audit.json"
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(self.summary(), indent=1))
+        tmp.replace(path)
+        return path
+
+    def table(self):
+        """A rich table: per task, episodes, judged vs real success, precision, recall."""
+        from rich.table import Table
+
+        table = Table(title="the judge on the policy's own training episodes (simulator replay)")
+        for col in ("task", "episodes", "judged", "real", "TP/FP/FN/TN", "precision", "recall"):
+            table.add_column(col, justify="left" if col == "task" else "right")
+        summary = self.summary()
+        for name, row in [*summary["tasks"].items(), ("overall", summary["overall"])]:
+            if not row["episodes"]:
+                continue
+            table.add_row(
+                name,
+                str(row["episodes"]),
+                f"{row['judged_rate']:.1%}",
+                f"{row['real_rate']:.1%}",
+                "/".join(str(row[k]) for k in COUNTS),
+                _fmt(row["precision"]),
+                _fmt(row["recall"]),
+            )
+        return table
+
+
+def _rates(counts: np.ndarray) -> dict[str, Any]:
+    tp, fp, fn, tn = (int(c) for c in counts)
+    n = tp + fp + fn + tn
+    return {
+        **dict(zip(COUNTS, (tp, fp, fn, tn))),
+        "episodes": n,
+        "precision": tp / (tp + fp) if tp + fp else None,
+        "recall": tp / (tp + fn) if tp + fn else None,
+        "judged_rate": (tp + fp) / n if n else 0.0,
+        "real_rate": (tp + fn) / n if n else 0.0,
+    }
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
