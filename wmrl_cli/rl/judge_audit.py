@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from wmrl_cli.data.episodes import atomic_write_text
+
 # columns of the tally: judge and simulator agree on success / the judge alone calls success /
 # the simulator alone sees it / neither
 COUNTS = ("tp", "fp", "fn", "tn")
@@ -63,9 +65,7 @@ class JudgeAudit:
     def write(self, run_dir: str | Path) -> Path:
         """RUN/judge_audit.json, through a temporary file."""
         path = Path(run_dir) / "judge_audit.json"
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(self.summary(), indent=1))
-        tmp.replace(path)
+        atomic_write_text(path, json.dumps(self.summary(), indent=1))
         return path
 
     def table(self):

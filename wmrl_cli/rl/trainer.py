@@ -57,6 +57,16 @@ from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, sa
 POLICY_DIR = "policy"
 
 
+def _judge_and_truth(ro: Rollout) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(the reward model's verdict, the simulator's) on each episode, where a run has both;
+    else None."""
+    if ro.model_success is not None:  # the reward model judged beside the simulator
+        return ro.model_success, ro.success
+    if ro.real_success is not None:  # the simulator audited the reward model's verdict
+        return ro.success, ro.real_success
+    return None
+
+
 def ensure_value_head(model) -> None:
     """PPO needs a critic: add a fresh value head to a policy saved without one."""
     from wmrl_cli.policies.openvla_oft import ValueHead
@@ -381,11 +391,7 @@ class PolicyTrainer:
             "env/reward": float(masked_mean(ro.rewards, mask)),
             "env/success_once": float(ro.success.float().mean()),
         }
-        verdicts = None
-        if ro.model_success is not None:  # the reward model judged beside the simulator
-            verdicts = ro.model_success, ro.success
-        elif ro.real_success is not None:  # the simulator audited the reward model's verdict
-            verdicts = ro.success, ro.real_success
+        verdicts = _judge_and_truth(ro)
         if verdicts is not None:
             model, real = verdicts
             metrics["env/real_success_once"] = float(real.float().mean())
@@ -398,14 +404,10 @@ class PolicyTrainer:
     def _audit(self, ro: Rollout) -> None:
         """Add every rank's episodes with two verdicts to the per-task audit (the same tally on
         every rank, so that any rank's checkpoint carries the whole of it)."""
-        if ro.task_ids is None or not self.audit.task_names:
+        verdicts = _judge_and_truth(ro)
+        if ro.task_ids is None or verdicts is None:
             return
-        if ro.model_success is not None:
-            judged, real = ro.model_success, ro.success
-        elif ro.real_success is not None:
-            judged, real = ro.success, ro.real_success
-        else:
-            return
+        judged, real = verdicts
         local = torch.stack([ro.task_ids, judged.long(), real.long()], 1)
         rows = self.accelerator.gather(local.to(self.accelerator.device)).cpu().numpy()
         self.audit.add(rows[:, 0], rows[:, 1].astype(bool), rows[:, 2].astype(bool))
