@@ -131,6 +131,7 @@ def test_train_policy_judged_by_the_simulator_counts_real_steps(assets, tmp_path
     lengths = [4 * r["env/episode_len"] for r in rows]
     assert [r["env/real_steps"] for r in rows] == list(np.cumsum(lengths))
     assert "time/simulator" in rows[0] and "env/model_agreement" not in rows[0]
+    assert "success judged by the simulator replaying each episode's actions" in result.output
 
     # With a reward model too, its verdict on the same episodes is logged beside the truth.
     result = runner.invoke(app, [*with_rm, *judged])
@@ -154,6 +155,7 @@ def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) 
     assert row["env/model_agreement"] == pytest.approx(1.0 - parts)
     assert row["env/real_steps"] > 0  # the audit's replays are real steps
     assert "grpo in imagination" in result.output  # the policy sees imagined frames
+    assert "audited by the simulator replaying" in result.output
     # Per task over the whole run: the tally holds every training episode once, and its rates
     # are the per-step metrics' means (every step has the same number of episodes).
     rows = _rows(tmp_path / "audited")

@@ -307,6 +307,7 @@ def test_imagined_runs_count_no_real_steps(assets, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (tmp_path / "img" / "metrics.jsonl").open()]
     assert [r["env/real_steps"] for r in rows] == [0.0, 0.0]
+    assert "success judged by" in result.output and "audited" not in result.output
 
 
 def test_simulator_groups_start_identically_and_earn_the_success_reward() -> None:

@@ -121,7 +121,7 @@ def train_policy_command(
     import torch
     from accelerate import Accelerator
 
-    from wmrl_cli.rl.setup import build_env, load_policy, real_eval_callback
+    from wmrl_cli.rl.setup import build_env, load_policy, real_eval_callback, verdict_line
     from wmrl_cli.rl.trainer import PolicyTrainer
     from wmrl_cli.runtime import configure_threads, seed_everything
 
@@ -143,6 +143,8 @@ def train_policy_command(
     device = str(accelerator.device)
     model = load_policy(inputs, device)
     rl_env = build_env(cfg, cfg.algorithm.num_envs // accelerator.num_processes, device, inputs)
+    if accelerator.is_main_process and (line := verdict_line(rl_env, inputs)):
+        console.print(line, markup=False)
     try:
         evaluate = real_eval_callback(cfg, run_dir) if accelerator.is_main_process else None
         trainer = PolicyTrainer(cfg, run_dir, model, rl_env, accelerator, evaluate)

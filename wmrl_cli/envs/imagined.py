@@ -49,11 +49,13 @@ class ImaginedEnv:
         noise_seed: int | None = None,
         kir_step_reset: bool = False,
         reward_task_ids: list[int] | None = None,
+        threshold_source: str = "given",
     ) -> None:
         """`action_transform` maps the policy's actions into the convention the world model was
         trained in (RLinf's LIBERO world models: LIBERO's gripper sign, as the real env).
         Without a reward model every score is 0 (an env judged elsewhere: simulator_judged.py).
-        `reward_task_ids[t]` is the reward model's id of the env's task t (None: the same)."""
+        `reward_task_ids[t]` is the reward model's id of the env's task t (None: the same).
+        `threshold_source` says where `success_threshold` came from, for the run's log."""
         if not reset_set:
             raise WmrlError("the imagined env needs a non-empty reset set")
         self.world_model = world_model
@@ -65,6 +67,7 @@ class ImaginedEnv:
         self.action_dim = int(reset_set[0].context_actions.shape[-1])
         self.max_steps = max_steps
         self.threshold = success_threshold
+        self.threshold_source = threshold_source
         self.use_rel_reward = use_rel_reward
         self.reward_coef = reward_coef
         self.generator = torch.Generator().manual_seed(seed)

@@ -7,6 +7,7 @@ its files), or the name of a published asset (`wmrl download --list`), found in 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,6 +246,23 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
     return env
 
 
+def verdict_line(env: Env, inputs: Inputs) -> str | None:
+    """One line for the run's log: who judges success in `env` and at what threshold (None in
+    the real simulator, where success is the simulator's own)."""
+    judged = isinstance(env, SimulatorJudgedEnv)
+    imagined = env.imagined if judged else env
+    if not isinstance(imagined, ImaginedEnv):
+        return None
+    replay = "the simulator replaying each episode's actions (real steps)"
+    if judged and env.judge == "simulator":
+        return f"success judged by {replay}"
+    line = (
+        f"success judged by {inputs.reward_model} at threshold {imagined.threshold:.3f} "
+        f"({imagined.threshold_source})"
+    )
+    return f"{line}; audited by {replay}" if judged else line
+
+
 def evaluation_simulator(cfg: RunConfig) -> type:
     """The real simulator class of `cfg.simulator` (LIBERO: checked to be installed)."""
     try:
@@ -413,12 +431,11 @@ def build_imagined_env(
     if cfg.compile_world_model:  # imagination only: nothing here saves the world model
         world_model.transformer = torch.compile(world_model.transformer)
     reward_model = None
-    threshold = cfg.reward_model.success_threshold
     if inputs.reward_model is not None:  # None: reward_model.source=simulator judges alone
         reward_model = load_reward_model(inputs.reward_model).to(device)
-        if threshold is None and reward_model.threshold is not None:
-            threshold = reward_model.threshold
-    threshold = 0.9 if threshold is None else threshold
+    threshold, source = success_threshold(
+        cfg.reward_model.success_threshold, reward_model, inputs.reward_model
+    )
     return ImaginedEnv(
         world_model,
         reward_model,
@@ -438,7 +455,35 @@ def build_imagined_env(
         reward_task_ids=None
         if reward_model is None
         else reward_task_ids(cfg, reward_model.kind, inputs.reward_model),
+        threshold_source=source,
     )
+
+
+def success_threshold(
+    configured: float | None, reward_model: object | None, path: Path | None
+) -> tuple[float, str]:
+    """The judge's success threshold and where it came from: `reward_model.success_threshold`,
+    else the reward model's own (a wmrl model records in reward_metrics.json whether it was set
+    on frames or on a policy's imagined episodes labelled by the simulator), else 0.9.
+
+    The imagined env calls an episode a success at its first frame at the threshold, so a
+    threshold set on frames judges episodes at a lower precision than one set on episodes
+    (docs/results.md, "A judge of the policy's own imagined rollouts"); the run says which."""
+    if configured is not None:
+        return configured, "reward_model.success_threshold"
+    own = getattr(reward_model, "threshold", None)
+    if own is None:
+        return 0.9, "the default; the reward model records none"
+    metrics = path / "reward_metrics.json" if path is not None and path.is_dir() else None
+    try:
+        set_on = json.loads(metrics.read_text()).get("threshold_from") if metrics else None
+    except (OSError, json.JSONDecodeError):
+        set_on = None
+    where = {
+        "policy_episodes": "set on held-out imagined policy episodes",
+        "frames": "set on held-out frames, not on episodes",
+    }.get(set_on, "recorded in its config")
+    return float(own), f"the reward model's own, {where}"
 
 
 def reward_task_ids(cfg: RunConfig, kind: str, source: Path) -> list[int] | None:
