@@ -75,6 +75,25 @@ def test_success_terminates_with_sparse_or_relative_reward(parts) -> None:
     )
 
 
+def test_success_held_for_k_frames_counts_across_chunks(parts) -> None:
+    """With success_frames k, a success is the k-th of k consecutive frames at the threshold,
+    counted across chunks: no call in the first chunk of 8 at k=12, the call at the fourth
+    frame of the second; k=4 calls the fourth frame of the first chunk."""
+    zeros = np.zeros((4, 8, 4), np.float32)
+    env = make_env(parts, success_threshold=0.0, success_frames=12)
+    env.reset([0, 2, 0, 2])  # episode starts only: every env runs two chunks
+    first = env.chunk_step(zeros)
+    assert not first.success.any() and not first.terminated.any() and first.rewards.sum() == 0
+    second = env.chunk_step(zeros)
+    assert second.success[:, 3:].all() and not second.success[:, :3].any()
+    assert second.terminated[:, -1].all() and second.rewards[:, -1].tolist() == [5.0] * 4
+    short = make_env(parts, success_threshold=0.0, success_frames=4)
+    short.reset([0, 2, 0, 2])
+    result = short.chunk_step(zeros)
+    assert result.success[:, 3:].all() and not result.success[:, :3].any()
+    assert result.terminated[:, -1].all()
+
+
 def test_group_reset_sampler() -> None:
     sampler = GroupResetSampler(num_entries=5, num_envs=8, group_size=4, seed=3)
     first = sampler.sample()

@@ -200,6 +200,11 @@ def test_threshold_from_policy_episodes(tmp_path) -> None:
     best = policy_episode_metrics(store, val, scores)
     assert best is not None and 0.7 < best.threshold < 0.8
     assert (best.precision, best.recall) == (1.0, 1.0)
+    # Held for 2 frames (reward_model.success_frames), the failure at 0.7 throughout outranks
+    # both successes' single high frames: the threshold follows the rule RL will use.
+    held = policy_episode_metrics(store, val, scores, success_frames=2)
+    assert held is not None and 0.1 < held.threshold <= 0.2
+    assert held.precision == pytest.approx(2 / 3) and held.recall == 1.0
 
     real = EpisodeStore(tmp_path / "real")
     real.add([episode(i, 4) for i in range(4)])

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from wmrl_cli.errors import WmrlError
@@ -81,3 +82,28 @@ def test_cross_validated_threshold_counts_out_of_sample():
     assert cross_validated_threshold([0.9, 0.1], [1, 0], [0, 1]) is None  # a fold without success
     with pytest.raises(WmrlError):
         cross_validated_threshold([0.9, 0.1], [1, 0], [0])
+
+
+def test_held_success_counts_runs_across_chunks() -> None:
+    from wmrl_cli.rewards.calibration import held_success
+
+    scores = np.array([[0.9, 0.9, 0.2, 0.9], [0.9, 0.9, 0.9, 0.9]])
+    calls, run = held_success(scores, 0.5, 2, np.array([0, 1]))
+    # row 0 starts a run at its first frame; row 1 carries one frame in from the last chunk
+    assert calls.tolist() == [[False, True, False, False], [True, True, True, True]]
+    assert run.tolist() == [1, 5]
+    one, _ = held_success(scores, 0.5, 1, np.zeros(2, dtype=np.int64))
+    assert np.array_equal(one, scores >= 0.5)  # k=1: RLinf's rule
+
+
+def test_held_score_is_where_the_rule_switches() -> None:
+    from wmrl_cli.rewards.calibration import held_score, held_success
+
+    scores = np.array([0.2, 0.9, 0.7, 0.95, 0.1])
+    assert held_score(scores, 1) == 0.95 and held_score(scores, 2) == 0.7
+    assert held_score(scores, 6) == -np.inf  # shorter than k: never a success
+    for k in (1, 2, 3):
+        t = held_score(scores, k)
+        start = np.zeros(1, dtype=np.int64)
+        assert held_success(scores[None], t, k, start)[0].any()
+        assert not held_success(scores[None], np.nextafter(t, 2.0), k, start)[0].any()

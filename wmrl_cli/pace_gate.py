@@ -55,6 +55,7 @@ def check_world_model(
         cfg.simulator,
         horizon=cfg.world_model.val_horizon,
         threshold=cfg.reward_model.success_threshold,
+        success_frames=cfg.reward_model.success_frames,
         progress=cfg.logging.progress,
         seed=cfg.simulator.seed,
         world_model_name=world_model,

@@ -311,6 +311,7 @@ def _eval_world_model(cfg: RunConfig, data: Path | None, with_policy: bool = Fal
         cfg.simulator,
         horizon=cfg.world_model.val_horizon,
         threshold=cfg.reward_model.success_threshold,
+        success_frames=cfg.reward_model.success_frames,
         progress=cfg.logging.progress,
         seed=cfg.simulator.seed,
         world_model_name=str(wm_path),

@@ -160,6 +160,15 @@ class RewardModelConfig(Section):
     success_threshold: float | None = Field(
         None, ge=0.0, le=1.0, description="None: the threshold calibrated with the model (F1)"
     )
+    success_frames: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="a success is called when the score has reached the threshold on this "
+        "many consecutive frames (1: the first such frame, RLinf's rule). A one-frame call "
+        "often comes a chunk or more before the simulator's success (docs/results.md, "
+        "session 22); the threshold train-reward sets on policy episodes follows the same rule",
+    )
     use_rel_reward: bool = False
     reward_coef: float = Field(5.0, gt=0.0)
     round_scores: bool = Field(

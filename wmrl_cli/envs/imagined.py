@@ -2,7 +2,8 @@
 
 Per chunk the world model predicts C frames from C actions, the reward model scores every
 generated frame, and an env succeeds when the chunk's highest score reaches the threshold
-(RLinf's rule); it then terminates at the end of that chunk. Truncation at `max_steps`.
+(RLinf's rule), or, with `success_frames` k > 1, when k consecutive frames (across chunks) have
+reached it; it then terminates at the end of that chunk. Truncation at `max_steps`.
 
 Rewards: with `use_rel_reward` (RLinf), the step reward is the change of the scaled score,
 reward_coef * (r_t - r_{t-1}), so an episode's return is reward_coef * (r_end - r_0); without
@@ -27,6 +28,7 @@ from wmrl_cli.data.reset_set import ResetEntry
 from wmrl_cli.envs.interface import ChunkResult, Obs
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.rewards.base import RewardModel, round_scores
+from wmrl_cli.rewards.calibration import held_success
 from wmrl_cli.world_models.interface import WorldModel
 
 
@@ -50,12 +52,15 @@ class ImaginedEnv:
         kir_step_reset: bool = False,
         reward_task_ids: list[int] | None = None,
         threshold_source: str = "given",
+        success_frames: int = 1,
     ) -> None:
         """`action_transform` maps the policy's actions into the convention the world model was
         trained in (RLinf's LIBERO world models: LIBERO's gripper sign, as the real env).
         Without a reward model every score is 0 (an env judged elsewhere: simulator_judged.py).
         `reward_task_ids[t]` is the reward model's id of the env's task t (None: the same).
-        `threshold_source` says where `success_threshold` came from, for the run's log."""
+        `threshold_source` says where `success_threshold` came from, for the run's log.
+        `success_frames`: consecutive frames at the threshold that make a success (1: the first
+        such frame), counted across chunks from the reset."""
         if not reset_set:
             raise WmrlError("the imagined env needs a non-empty reset set")
         self.world_model = world_model
@@ -68,6 +73,7 @@ class ImaginedEnv:
         self.max_steps = max_steps
         self.threshold = success_threshold
         self.threshold_source = threshold_source
+        self.success_frames = success_frames
         self.use_rel_reward = use_rel_reward
         self.reward_coef = reward_coef
         self.generator = torch.Generator().manual_seed(seed)
@@ -98,6 +104,7 @@ class ImaginedEnv:
         self._entries = entries
         self._steps = np.array([0 if self.kir_step_reset else e.step for e in entries])
         self._done = np.zeros(self.num_envs, dtype=bool)
+        self._held = np.zeros(self.num_envs, dtype=np.int64)  # frames at the threshold in a row
         current = np.stack([e.context[-1] for e in entries])
         self._last_frames = current
         history = np.stack([e.context for e in entries])[:, -self._history_len :]
@@ -152,7 +159,8 @@ class ImaginedEnv:
             self._history = np.concatenate([self._history, frames], axis=1)[:, -self._history_len :]
 
         valid = np.repeat(~was_done[:, None], c, axis=1)
-        success = (scores >= self.threshold) & valid
+        held, self._held = held_success(scores, self.threshold, self.success_frames, self._held)
+        success = held & valid
         chunk_success = success.any(axis=1)
         steps_after = self._steps + c
         truncated_now = ~chunk_success & (steps_after >= self.max_steps) & ~was_done

@@ -29,6 +29,7 @@ import numpy as np
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.interface import ChunkResult, Obs
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.rewards.calibration import held_success
 
 
 class SimulatorJudgedEnv:
@@ -67,6 +68,7 @@ class SimulatorJudgedEnv:
         self.reward_coef = reward_coef
         self.judge = judge
         self.model_threshold: float | None = None  # set: the reward model's verdict is recorded
+        self._model_held = np.zeros(self.num_envs, dtype=np.int64)
         self._sim_time = 0.0
 
     @property
@@ -93,6 +95,7 @@ class SimulatorJudgedEnv:
         )
         self._sim_time += time.perf_counter() - t0
         self._done = np.zeros(self.num_envs, dtype=bool)
+        self._model_held = np.zeros(self.num_envs, dtype=np.int64)
         return obs
 
     def chunk_step(self, actions: np.ndarray) -> ChunkResult:
@@ -111,7 +114,13 @@ class SimulatorJudgedEnv:
         rewards = np.where(success, self.reward_coef, 0.0).astype(np.float32)
         info = {"valid": valid, "scores": imagined.info["scores"]}
         if self.model_threshold is not None:
-            info["model_success"] = (imagined.info["scores"] >= self.model_threshold) & valid
+            held, self._model_held = held_success(
+                imagined.info["scores"],
+                self.model_threshold,
+                self.imagined.success_frames,
+                self._model_held,
+            )
+            info["model_success"] = held & valid
         self._done = was_done | ends_now | truncated.any(axis=1)
         return ChunkResult(
             obs=imagined.obs,

@@ -58,6 +58,7 @@ from wmrl_cli.rewards.base import RewardModel
 from wmrl_cli.rewards.calibration import (
     best_f1_threshold,
     cross_validated_threshold,
+    held_score,
 )
 from wmrl_cli.world_models.interface import WorldModel
 
@@ -286,7 +287,8 @@ def measure_speed(
 def imagined_successes(
     env: ImaginedEnv, entry_ids: list[int], actions: np.ndarray, masks: np.ndarray, chunk: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Roll one batch through the imagined env: (success [B], max score [B]) over masked steps."""
+    """Roll one batch through the imagined env: (success [B], the highest threshold at which it
+    would call each a success [B]: `held_score` over the masked steps)."""
     env.reset(entry_ids)
     success, scores, valid = [], [], []
     done = np.zeros(len(entry_ids), dtype=bool)
@@ -300,7 +302,7 @@ def imagined_successes(
             break
     seen = np.concatenate(valid, axis=1)
     seen &= masks[:, : seen.shape[1]]
-    score = np.where(seen, np.concatenate(scores, axis=1), -np.inf).max(axis=1)
+    score = held_score(np.where(seen, np.concatenate(scores, axis=1), -np.inf), env.success_frames)
     return (np.concatenate(success, axis=1) & seen).any(axis=1), score
 
 
@@ -474,6 +476,7 @@ def evaluate_world_model(
     hand_tracking: bool = True,
     policy: ActionDistribution | None = None,
     policy_temperature: float = 1.0,
+    success_frames: int = 1,
 ) -> ReliabilityReport:
     """Fidelity, speed and success agreement of a world model on `episode_ids` of `store`.
 
@@ -481,7 +484,8 @@ def evaluate_world_model(
     the episodes (see `replay_sim_config`). chunk_starts: chunk indices from which success is
     compared in every episode (0: the episode start); keyframes adds the KIR rule's points.
     policy: a learned policy whose action distribution on imagined frames is compared with the
-    one on real frames (`policy_shift_eval`), at `policy_temperature`.
+    one on real frames (`policy_shift_eval`), at `policy_temperature`. success_frames: the
+    imagined env's rule (consecutive frames at the threshold), as RL uses it.
     """
     from wmrl_cli.sims.backends import resolve_simulator, simulator_suite
 
@@ -546,6 +550,7 @@ def evaluate_world_model(
         max_steps=cfg.max_steps,
         success_threshold=thr,
         seed=seed,
+        success_frames=success_frames,
     )
     imagined = np.zeros(len(starts), dtype=bool)
     max_score = np.zeros(len(starts))

@@ -2,7 +2,8 @@
 
 WMPO picks each task's VideoMAE threshold by the best F1 on held-out clips; RLinf thresholds the
 ResNet score at success_reward_threshold. A score counts as predicted success when
-score >= threshold.
+score >= threshold; an episode, when its scores have reached the threshold on `success_frames`
+consecutive frames (`held_success`, `held_score`; 1 frame: RLinf's rule).
 """
 
 from __future__ import annotations
@@ -132,3 +133,29 @@ def cross_validated_threshold(
         held = binary_metrics(s[test], y[test], best_f1_threshold(s[fit], y[fit]).threshold)
         counts += (held.tp, held.fp, held.fn, held.tn)
     return _metrics(best_f1_threshold(s, y).threshold, *(int(c) for c in counts))
+
+
+def held_success(
+    scores: np.ndarray, threshold: float, frames: int, run: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Frame-by-frame success calls [B,T] for scores [B,T]: a frame is a success when it and the
+    `frames - 1` frames before it all score >= threshold. `run` [B] holds how many consecutive
+    frames reached the threshold up to the first of these (the previous chunk's); returns the
+    calls and the runs after the last frame. frames=1: scores >= threshold."""
+    runs = np.empty(scores.shape, dtype=np.int64)
+    current = np.asarray(run, dtype=np.int64)
+    for t in range(scores.shape[1]):
+        current = np.where(scores[:, t] >= threshold, current + 1, 0)
+        runs[:, t] = current
+    return runs >= frames, current
+
+
+def held_score(scores: np.ndarray, frames: int) -> np.ndarray:
+    """The highest threshold at which an episode's scores [..., T] are called a success under
+    `held_success`: the best over windows of `frames` consecutive frames of the window's lowest
+    score (-inf where T < frames). frames=1: the highest score."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.shape[-1] < frames:
+        return np.full(scores.shape[:-1], -np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(scores, frames, axis=-1)
+    return windows.min(axis=-1).max(axis=-1)

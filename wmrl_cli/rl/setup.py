@@ -256,9 +256,10 @@ def verdict_line(env: Env, inputs: Inputs) -> str | None:
     replay = "the simulator replaying each episode's actions (real steps)"
     if judged and env.judge == "simulator":
         return f"success judged by {replay}"
+    held = imagined.success_frames
     line = (
         f"success judged by {inputs.reward_model} at threshold {imagined.threshold:.3f} "
-        f"({imagined.threshold_source})"
+        f"({imagined.threshold_source})" + (f", held {held} frames" if held > 1 else "")
     )
     return f"{line}; audited by {replay}" if judged else line
 
@@ -456,6 +457,7 @@ def build_imagined_env(
         if reward_model is None
         else reward_task_ids(cfg, reward_model.kind, inputs.reward_model),
         threshold_source=source,
+        success_frames=cfg.reward_model.success_frames,
     )
 
 

@@ -25,7 +25,12 @@ from wmrl_cli.data.episodes import SIMULATOR_LABELS, EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.reward_eval import LabelledFrames, labelled_frames, score_frames
 from wmrl_cli.logging import MetricsLogger, progress_task
-from wmrl_cli.rewards.calibration import BinaryMetrics, best_f1_threshold, binary_metrics
+from wmrl_cli.rewards.calibration import (
+    BinaryMetrics,
+    best_f1_threshold,
+    binary_metrics,
+    held_score,
+)
 
 if TYPE_CHECKING:
     from wmrl_cli.rewards.loading import AnyRewardModel
@@ -119,7 +124,7 @@ def train_reward_model(
     scores = score_frames(model, val)
     best = best_f1_threshold(scores, val.labels)
     at_half = binary_metrics(scores, val.labels, 0.5)
-    episodes = policy_episode_metrics(store, val, scores)
+    episodes = policy_episode_metrics(store, val, scores, rc.success_frames)
     chosen = best if episodes is None else episodes
     model.config.threshold = float(chosen.threshold)
     logger.log(
@@ -154,15 +159,16 @@ def train_reward_model(
 
 
 def policy_episode_metrics(
-    store: EpisodeStore, val: LabelledFrames, scores: np.ndarray
+    store: EpisodeStore, val: LabelledFrames, scores: np.ndarray, success_frames: int = 1
 ) -> BinaryMetrics | None:
     """The best-F1 threshold at the episode level on the held-out policy episodes labelled by
     the simulator (`wmrl rollout --world-model --policy --reset-set`), where they hold both
     outcomes; else None.
 
-    The imagined env calls an episode a success at its first frame that reaches the threshold,
-    so what RL relies on is the episode's highest score against its real outcome, not each
-    frame's score: on the default profile's held-out policy episodes the frame-level best-F1
+    The imagined env calls an episode a success at its first frame that reaches the threshold
+    (with `success_frames` k, at the k-th of k consecutive frames there), so what RL relies on
+    is the episode's highest score (`held_score`) against its real outcome, not each frame's
+    score: on the default profile's held-out policy episodes the frame-level best-F1
     threshold judged 41% of them successes at precision 0.33, the episode-level one 29% at
     precision 0.70 (docs/results.md, "A judge of the policy's own imagined rollouts")."""
     labelled = {
@@ -174,8 +180,9 @@ def policy_episode_metrics(
     for episode_id in np.unique(val.episode_ids):
         if int(episode_id) in labelled:
             rows = np.flatnonzero(val.episode_ids == episode_id)[1:]  # not the real start frame
-            highest.append(scores[rows].max())
+            highest.append(held_score(scores[rows], success_frames))
             outcome.append(val.labels[rows].any())
     if len(set(outcome)) < 2:
         return None
-    return best_f1_threshold(np.array(highest), np.array(outcome))
+    # An episode shorter than k frames is never called a success: any floor below 0 will do.
+    return best_f1_threshold(np.maximum(highest, -1.0), np.array(outcome))
