@@ -471,12 +471,14 @@ def success_threshold(
     The imagined env calls an episode a success at its first frame at the threshold, so a
     threshold set on frames judges episodes at a lower precision than one set on episodes
     (docs/results.md, "A judge of the policy's own imagined rollouts"); the run says which."""
+    from wmrl_cli.training.reward_trainer import METRICS_FILE
+
     if configured is not None:
         return configured, "reward_model.success_threshold"
     own = getattr(reward_model, "threshold", None)
     if own is None:
         return 0.9, "the default; the reward model records none"
-    metrics = path / "reward_metrics.json" if path is not None and path.is_dir() else None
+    metrics = path / METRICS_FILE if path is not None and path.is_dir() else None
     try:
         set_on = json.loads(metrics.read_text()).get("threshold_from") if metrics else None
     except (OSError, json.JSONDecodeError):
