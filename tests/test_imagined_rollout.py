@@ -209,24 +209,3 @@ def test_threshold_from_policy_episodes(tmp_path) -> None:
     real = EpisodeStore(tmp_path / "real")
     real.add([episode(i, 4) for i in range(4)])
     assert policy_episode_metrics(real, labelled_frames(real, [0, 1, 2, 3]), scores) is None
-
-
-def test_success_threshold_says_where_it_came_from(tmp_path) -> None:
-    """The configured threshold wins; else the reward model's own, named by what it was set on
-    (reward_metrics.json); else 0.9."""
-    from types import SimpleNamespace
-
-    from wmrl_cli.rl.setup import success_threshold
-
-    model = SimpleNamespace(threshold=0.76)
-    assert success_threshold(0.5, model, tmp_path) == (0.5, "reward_model.success_threshold")
-    assert success_threshold(None, SimpleNamespace(threshold=None), tmp_path)[0] == 0.9
-    assert success_threshold(None, model, tmp_path) == (
-        0.76, "the reward model's own, recorded in its config"
-    )  # fmt: skip
-    for set_on, words in (("frames", "on held-out frames"), ("policy_episodes", "episodes")):
-        (tmp_path / "reward_metrics.json").write_text(json.dumps({"threshold_from": set_on}))
-        value, source = success_threshold(None, model, tmp_path)
-        assert value == 0.76 and words in source
-    (tmp_path / "reward_metrics.json").write_text("{not json")
-    assert "recorded in its config" in success_threshold(None, model, tmp_path)[1]

@@ -1,15 +1,20 @@
 """Thresholds by best F1, and precision / recall / F1 at a threshold, on hand-made scores."""
 
+import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.rewards.base import round_scores
 from wmrl_cli.rewards.calibration import (
     best_f1_threshold,
     binary_metrics,
     cross_validated_threshold,
+    judge_threshold,
+    raw_score_threshold,
 )
 
 SCORES = [0.9, 0.8, 0.4, 0.3, 0.2]
@@ -107,3 +112,51 @@ def test_held_score_is_where_the_rule_switches() -> None:
         start = np.zeros(1, dtype=np.int64)
         assert held_success(scores[None], t, k, start)[0].any()
         assert not held_success(scores[None], np.nextafter(t, 2.0), k, start)[0].any()
+
+
+def test_judge_threshold_says_where_it_came_from(tmp_path) -> None:
+    """The configured threshold wins; else the reward model's own, named by what it was set on
+    (reward_metrics.json); else RLinf's 0.9."""
+    model = SimpleNamespace(threshold=0.76)
+    assert judge_threshold(0.5, model, tmp_path) == (0.5, "reward_model.success_threshold")
+    assert judge_threshold(None, SimpleNamespace(threshold=None), tmp_path)[0] == 0.9
+    assert judge_threshold(None, model, tmp_path) == (
+        0.76, "the reward model's own, recorded in its config"
+    )  # fmt: skip
+    for set_on, words in (("frames", "on held-out frames"), ("policy_episodes", "episodes")):
+        (tmp_path / "reward_metrics.json").write_text(json.dumps({"threshold_from": set_on}))
+        value, source = judge_threshold(None, model, tmp_path)
+        assert value == 0.76 and words in source
+    for broken in ("{not json", "[1, 2]"):
+        (tmp_path / "reward_metrics.json").write_text(broken)
+        assert "recorded in its config" in judge_threshold(None, model, tmp_path)[1]
+
+
+@pytest.mark.parametrize("threshold", [0.9, 0.5, 0.3, 1.0, 0.0, 1.5])
+def test_raw_score_threshold_gives_the_rounded_verdict(threshold) -> None:
+    """On raw probabilities, the returned threshold calls exactly the frames that the judge
+    calls on RLinf's rounded scores at `threshold`; without rounding it is `threshold`."""
+    p = np.array([0.0, 0.2, 0.4999, 0.5, np.nextafter(np.float32(0.5), np.float32(1)), 0.7, 1.0])
+    p = p.astype(np.float32)
+    raw = raw_score_threshold(threshold, round_scores=True)
+    np.testing.assert_array_equal(p >= raw, round_scores(p) >= threshold)
+    assert raw_score_threshold(threshold, round_scores=False) == threshold
+
+
+def test_verdict_threshold_is_the_runs_own(tmp_path) -> None:
+    """Reports measure RL's verdict: a train-reward run directory's model records where its
+    threshold came from; with `round_scores` the threshold on raw scores is p > 0.5."""
+    from wmrl_cli.config.schema import RewardModelConfig
+    from wmrl_cli.evaluation.reliability import verdict_threshold
+
+    model_dir = tmp_path / "reward_model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    (model_dir / "reward_metrics.json").write_text('{"threshold_from": "policy_episodes"}')
+    model = SimpleNamespace(threshold=0.76)
+    value, source = verdict_threshold(RewardModelConfig(), model, tmp_path)
+    assert value == 0.76 and "policy episodes" in source
+    value, source = verdict_threshold(RewardModelConfig(round_scores=True), model, tmp_path)
+    assert 0.5 < value < 0.5001 and source.endswith("on scores rounded to 0/1")
+    cfg = RewardModelConfig(success_threshold=0.3)
+    assert verdict_threshold(cfg, model, None) == (0.3, "reward_model.success_threshold")

@@ -249,8 +249,8 @@ def test_cli_world_model_eval(store, models, tmp_path) -> None:
     shift = body["policy_shift"]
     assert shift["steps"] == [8] and shift["kl"]["imagined"][0] >= 0
     assert "policy shift" in result.output
-    # An uncalibrated reward model falls back to the default threshold, and says so.
-    assert body["threshold"] == 0.5 and body["threshold_source"].startswith("default")
+    # An uncalibrated reward model: RL's default threshold (RLinf's), and the report says so.
+    assert body["threshold"] == 0.9 and body["threshold_source"].startswith("RLinf's default")
     assert (out / "report.md").is_file() and "frames/s" in result.output
     # Per task, the starts are those of the task, counted at the threshold RL would use.
     by_task = body["agreement_by_task"]

@@ -34,7 +34,11 @@ def check_world_model(
     import torch
 
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.evaluation.reliability import evaluate_world_model, load_reward_model_from
+    from wmrl_cli.evaluation.reliability import (
+        evaluate_world_model,
+        load_reward_model_from,
+        verdict_threshold,
+    )
     from wmrl_cli.rl.setup import load_imagining_world_model
     from wmrl_cli.training.world_model_trainer import split_episodes
 
@@ -47,6 +51,7 @@ def check_world_model(
     rm = load_reward_model_from(reward_model).to(device)
     height, width = store.load(ids[0]).frames.shape[1:3]
     wm = load_imagining_world_model(Path(world_model), height, width, cfg, device)
+    threshold, source = verdict_threshold(cfg.reward_model, rm, reward_model)
     report = evaluate_world_model(
         wm,
         rm,
@@ -54,7 +59,8 @@ def check_world_model(
         ids,
         cfg.simulator,
         horizon=cfg.world_model.val_horizon,
-        threshold=cfg.reward_model.success_threshold,
+        threshold=threshold,
+        threshold_source=source,
         success_frames=cfg.reward_model.success_frames,
         progress=cfg.logging.progress,
         seed=cfg.simulator.seed,

@@ -261,6 +261,7 @@ def _eval_world_model(cfg: RunConfig, data: Path | None, with_policy: bool = Fal
         episodes_per_task,
         evaluate_world_model,
         load_reward_model_from,
+        verdict_threshold,
     )
     from wmrl_cli.policies.registry import SCRIPTED, load_learned_policy
     from wmrl_cli.rl.setup import load_imagining_world_model
@@ -303,6 +304,7 @@ def _eval_world_model(cfg: RunConfig, data: Path | None, with_policy: bool = Fal
     run_dir = prepare_run_dir(cfg, "eval-wm")  # only once the inputs are known to be good
     clear_eval_outputs(run_dir)
     seed_everything(cfg.simulator.seed)
+    threshold, source = verdict_threshold(cfg.reward_model, rm, rm_path)
     report = evaluate_world_model(
         wm,
         rm,
@@ -310,7 +312,8 @@ def _eval_world_model(cfg: RunConfig, data: Path | None, with_policy: bool = Fal
         ids,
         cfg.simulator,
         horizon=cfg.world_model.val_horizon,
-        threshold=cfg.reward_model.success_threshold,
+        threshold=threshold,
+        threshold_source=source,
         success_frames=cfg.reward_model.success_frames,
         progress=cfg.logging.progress,
         seed=cfg.simulator.seed,
@@ -331,7 +334,7 @@ def _eval_reward_model(cfg: RunConfig, data: Path | None) -> None:
     from wmrl_cli.evaluation.reliability import (
         episodes_per_task,
         load_reward_model_from,
-        resolve_threshold,
+        verdict_threshold,
     )
     from wmrl_cli.evaluation.reward_eval import evaluate_reward_model
 
@@ -344,7 +347,7 @@ def _eval_reward_model(cfg: RunConfig, data: Path | None) -> None:
         raise WmrlError(f"{data}: the episode store holds no episodes")
     configure_threads(cfg.num_threads)
     rm = load_reward_model_from(rm_path)
-    threshold, source = resolve_threshold(cfg.reward_model.success_threshold, rm)
+    threshold, source = verdict_threshold(cfg.reward_model, rm, rm_path)
     run_dir = prepare_run_dir(cfg, "eval-rm")  # only once the inputs are known to be good
     clear_eval_outputs(run_dir)
     report = evaluate_reward_model(rm, store, ids, threshold, source, str(rm_path))

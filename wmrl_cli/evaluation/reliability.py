@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import yaml
 
-from wmrl_cli.config.schema import KirConfig, SimulatorConfig
+from wmrl_cli.config.schema import KirConfig, RewardModelConfig, SimulatorConfig
 from wmrl_cli.data.episodes import Episode, EpisodeStore
 from wmrl_cli.data.kir import Keyframe, select_keyframes
 from wmrl_cli.data.reset_set import ResetEntry, reset_set_from_store, rest_action
@@ -59,10 +59,11 @@ from wmrl_cli.rewards.calibration import (
     best_f1_threshold,
     cross_validated_threshold,
     held_score,
+    judge_threshold,
+    raw_score_threshold,
 )
 from wmrl_cli.world_models.interface import WorldModel
 
-DEFAULT_THRESHOLD = 0.5  # for a reward model saved without a calibrated threshold
 REWARD_MODEL_DIR = "reward_model"  # what `wmrl train-reward` writes into its run directory
 
 
@@ -80,9 +81,14 @@ def load_reward_model_from(path: str | Path) -> Any:
             f"{path}: no such reward model (expected a train-reward run directory, a model "
             "directory or a .pth file)"
         )
+    return load_reward_model(_model_dir(path))
+
+
+def _model_dir(path: Path) -> Path:
+    """A train-reward run's reward_model/, else `path` itself."""
     if (path / REWARD_MODEL_DIR / "config.json").is_file():
-        path = path / REWARD_MODEL_DIR
-    return load_reward_model(path)
+        return path / REWARD_MODEL_DIR
+    return path
 
 
 def episodes_per_task(store: EpisodeStore, per_task: int | None) -> list[int]:
@@ -97,12 +103,17 @@ def episodes_per_task(store: EpisodeStore, per_task: int | None) -> list[int]:
     return ids
 
 
-def resolve_threshold(threshold: float | None, reward_model: RewardModel) -> tuple[float, str]:
-    if threshold is not None:
-        return float(threshold), "given"
-    if reward_model.threshold is not None:
-        return float(reward_model.threshold), "calibrated with the reward model"
-    return DEFAULT_THRESHOLD, "default: the reward model has no calibrated threshold"
+def verdict_threshold(
+    rm_cfg: RewardModelConfig, reward_model: RewardModel, path: str | Path | None
+) -> tuple[float, str]:
+    """The threshold on raw scores at which a report measures the verdict RL would use with
+    the same `reward_model` settings (`judge_threshold`; RLinf's rounding, `round_scores`,
+    turns any threshold in (0, 1] into p > 0.5), and where it came from."""
+    model_dir = None if path is None else _model_dir(Path(path))
+    threshold, source = judge_threshold(rm_cfg.success_threshold, reward_model, model_dir)
+    if rm_cfg.round_scores:
+        return raw_score_threshold(threshold, True), f"{source}, on scores rounded to 0/1"
+    return threshold, source
 
 
 def replay_sim_config(
@@ -477,6 +488,7 @@ def evaluate_world_model(
     policy: ActionDistribution | None = None,
     policy_temperature: float = 1.0,
     success_frames: int = 1,
+    threshold_source: str = "given",
 ) -> ReliabilityReport:
     """Fidelity, speed and success agreement of a world model on `episode_ids` of `store`.
 
@@ -485,7 +497,9 @@ def evaluate_world_model(
     compared in every episode (0: the episode start); keyframes adds the KIR rule's points.
     policy: a learned policy whose action distribution on imagined frames is compared with the
     one on real frames (`policy_shift_eval`), at `policy_temperature`. success_frames: the
-    imagined env's rule (consecutive frames at the threshold), as RL uses it.
+    imagined env's rule (consecutive frames at the threshold), as RL uses it. threshold: on
+    raw scores (`verdict_threshold`), with `threshold_source` for the report; None: the reward
+    model's own, else RLinf's.
     """
     from wmrl_cli.sims.backends import resolve_simulator, simulator_suite
 
@@ -498,7 +512,10 @@ def evaluate_world_model(
     _check_inputs(world_model, ordered)
     chunk = ordered[0].chunk_size
     length = -(-horizon // chunk) * chunk
-    thr, thr_source = resolve_threshold(threshold, reward_model)
+    if threshold is None:
+        thr, thr_source = judge_threshold(None, reward_model)
+    else:
+        thr, thr_source = float(threshold), threshold_source
     cfg = replay_sim_config(store, ordered, sim_cfg)
     b = cfg.num_envs
 

@@ -8,7 +8,10 @@ consecutive frames (`held_success`, `held_score`; 1 frame: RLinf's rule).
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -159,3 +162,51 @@ def held_score(scores: np.ndarray, frames: int) -> np.ndarray:
         return np.full(scores.shape[:-1], -np.inf)
     windows = np.lib.stride_tricks.sliding_window_view(scores, frames, axis=-1)
     return windows.min(axis=-1).max(axis=-1)
+
+
+# -- which threshold judges --------------------------------------------------------------------
+
+RLINF_THRESHOLD = 0.9  # RLinf's success_reward_threshold, for a model that records none
+METRICS_FILE = "reward_metrics.json"  # what `wmrl train-reward` writes beside the model
+
+
+def judge_threshold(
+    configured: float | None, reward_model: object | None, model_dir: Path | None = None
+) -> tuple[float, str]:
+    """The judge's success threshold and where it came from: `reward_model.success_threshold`,
+    else the reward model's own (a wmrl model records in reward_metrics.json whether it was set
+    on frames or on a policy's imagined episodes labelled by the simulator), else RLinf's 0.9.
+
+    RL, `eval --world-model`, `eval --reward-model` and co-evolve's check all resolve it here,
+    so a report measures the verdict a run with the same configuration would use. A threshold
+    set on frames judges episodes at a lower precision than one set on episodes
+    (docs/results.md, "A judge of the policy's own imagined rollouts"); the source says which."""
+    if configured is not None:
+        return float(configured), "reward_model.success_threshold"
+    own = getattr(reward_model, "threshold", None)
+    if own is None:
+        return RLINF_THRESHOLD, "RLinf's default; the reward model records none"
+    metrics = model_dir / METRICS_FILE if model_dir is not None and model_dir.is_dir() else None
+    try:
+        set_on = json.loads(metrics.read_text()).get("threshold_from") if metrics else None
+    except (OSError, json.JSONDecodeError, AttributeError):
+        set_on = None
+    where = {
+        "policy_episodes": "set on held-out imagined policy episodes",
+        "frames": "set on held-out frames, not on episodes",
+    }.get(set_on, "recorded in its config")
+    return float(own), f"the reward model's own, {where}"
+
+
+def raw_score_threshold(threshold: float, round_scores: bool) -> float:
+    """The threshold on the raw success probability p that gives the verdict `threshold` gives
+    on the scores the judge sees. With RLinf's rounding (`round_scores`: p -> 1 where p > 0.5)
+    any threshold in (0, 1] means p > 0.5, i.e. p >= the float32 just above 0.5 (the scores'
+    precision: a float64 one would round to 0.5 in a comparison with float32 scores)."""
+    if not round_scores:
+        return threshold
+    if threshold <= 0.0:
+        return -math.inf
+    if threshold > 1.0:
+        return math.inf
+    return float(np.nextafter(np.float32(0.5), np.float32(1.0)))

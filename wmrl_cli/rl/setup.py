@@ -7,7 +7,6 @@ its files), or the name of a published asset (`wmrl download --list`), found in 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
 from wmrl_cli.envs.simulator_rl import SimulatorRLEnv, StoredStartsSimulatorEnv
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.policies.registry import resolve_policy_dir
+from wmrl_cli.rewards.calibration import judge_threshold
 from wmrl_cli.runtime import resolve_precision
 from wmrl_cli.sims.backends import resolve_simulator, simulator_class, simulator_suite
 from wmrl_cli.sims.libero_suites import get_libero_suite
@@ -259,7 +259,9 @@ def verdict_line(env: Env, inputs: Inputs) -> str | None:
     held = imagined.success_frames
     line = (
         f"success judged by {inputs.reward_model} at threshold {imagined.threshold:.3f} "
-        f"({imagined.threshold_source})" + (f", held {held} frames" if held > 1 else "")
+        f"({imagined.threshold_source})"
+        + (", on scores rounded to 0/1 (p > 0.5)" if imagined.round_scores else "")
+        + (f", held {held} frames" if held > 1 else "")
     )
     return f"{line}; audited by {replay}" if judged else line
 
@@ -434,7 +436,7 @@ def build_imagined_env(
     reward_model = None
     if inputs.reward_model is not None:  # None: reward_model.source=simulator judges alone
         reward_model = load_reward_model(inputs.reward_model).to(device)
-    threshold, source = success_threshold(
+    threshold, source = judge_threshold(
         cfg.reward_model.success_threshold, reward_model, inputs.reward_model
     )
     return ImaginedEnv(
@@ -459,35 +461,6 @@ def build_imagined_env(
         threshold_source=source,
         success_frames=cfg.reward_model.success_frames,
     )
-
-
-def success_threshold(
-    configured: float | None, reward_model: object | None, path: Path | None
-) -> tuple[float, str]:
-    """The judge's success threshold and where it came from: `reward_model.success_threshold`,
-    else the reward model's own (a wmrl model records in reward_metrics.json whether it was set
-    on frames or on a policy's imagined episodes labelled by the simulator), else 0.9.
-
-    The imagined env calls an episode a success at its first frame at the threshold, so a
-    threshold set on frames judges episodes at a lower precision than one set on episodes
-    (docs/results.md, "A judge of the policy's own imagined rollouts"); the run says which."""
-    from wmrl_cli.training.reward_trainer import METRICS_FILE
-
-    if configured is not None:
-        return configured, "reward_model.success_threshold"
-    own = getattr(reward_model, "threshold", None)
-    if own is None:
-        return 0.9, "the default; the reward model records none"
-    metrics = path / METRICS_FILE if path is not None and path.is_dir() else None
-    try:
-        set_on = json.loads(metrics.read_text()).get("threshold_from") if metrics else None
-    except (OSError, json.JSONDecodeError):
-        set_on = None
-    where = {
-        "policy_episodes": "set on held-out imagined policy episodes",
-        "frames": "set on held-out frames, not on episodes",
-    }.get(set_on, "recorded in its config")
-    return float(own), f"the reward model's own, {where}"
 
 
 def reward_task_ids(cfg: RunConfig, kind: str, source: Path) -> list[int] | None:

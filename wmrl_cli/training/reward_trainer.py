@@ -26,6 +26,7 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.reward_eval import LabelledFrames, labelled_frames, score_frames
 from wmrl_cli.logging import MetricsLogger, progress_task
 from wmrl_cli.rewards.calibration import (
+    METRICS_FILE,
     BinaryMetrics,
     best_f1_threshold,
     binary_metrics,
@@ -35,7 +36,7 @@ from wmrl_cli.rewards.calibration import (
 if TYPE_CHECKING:
     from wmrl_cli.rewards.loading import AnyRewardModel
 
-METRICS_FILE = "reward_metrics.json"
+__all__ = ["METRICS_FILE"]  # the file name, re-exported where train-reward's outputs are read
 
 
 class NoSuccessfulFrames(WmrlError):
