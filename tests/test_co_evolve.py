@@ -44,6 +44,7 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     for stage in before:
         assert f"stage {stage}: done, skipped" in done.stdout
     assert "resuming policy training from step_000001" in done.stdout
+    assert "success judged by" in done.stdout  # each RL stage names its judge, as train-policy
     after = json.loads((out / "stages.json").read_text())
     assert all(after[name] == before[name] for name in before)  # finished stages untouched
 

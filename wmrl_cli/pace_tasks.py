@@ -260,7 +260,8 @@ def rl(
     import torch
     from accelerate import Accelerator
 
-    from wmrl_cli.rl.setup import build_env, load_policy, resolve_inputs
+    from wmrl_cli.logging import console
+    from wmrl_cli.rl.setup import build_env, load_policy, resolve_inputs, verdict_line
     from wmrl_cli.rl.trainer import PolicyTrainer
 
     sub = sub_config(
@@ -289,6 +290,8 @@ def rl(
     # As `train-policy` builds it: the imagined env, with the simulator beside it where the
     # config asks (the reward audit, or the simulator-judged control).
     env = build_env(sub, sub.algorithm.num_envs, device, inputs)
+    if line := verdict_line(env, inputs):  # who judges this stage, as train-policy says it
+        console.print(line, markup=False)
     try:
         trainer = PolicyTrainer(sub, out, model, env, accelerator, None, real_steps=real_steps)
         return str(trainer.train())
