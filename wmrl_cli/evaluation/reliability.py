@@ -111,9 +111,8 @@ def verdict_threshold(
     turns any threshold in (0, 1] into p > 0.5), and where it came from."""
     model_dir = None if path is None else _model_dir(Path(path))
     threshold, source = judge_threshold(rm_cfg.success_threshold, reward_model, model_dir)
-    if rm_cfg.round_scores:
-        return raw_score_threshold(threshold, True), f"{source}, on scores rounded to 0/1"
-    return threshold, source
+    rounded = ", on scores rounded to 0/1" if rm_cfg.round_scores else ""
+    return raw_score_threshold(threshold, rm_cfg.round_scores), source + rounded
 
 
 def replay_sim_config(

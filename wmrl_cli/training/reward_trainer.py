@@ -36,8 +36,6 @@ from wmrl_cli.rewards.calibration import (
 if TYPE_CHECKING:
     from wmrl_cli.rewards.loading import AnyRewardModel
 
-__all__ = ["METRICS_FILE"]  # the file name, re-exported where train-reward's outputs are read
-
 
 class NoSuccessfulFrames(WmrlError):
     """The training or held-out episodes hold no successful frame: nothing to learn or
