@@ -45,3 +45,27 @@ def test_task_ids_beyond_the_names_get_their_own_rows() -> None:
     audit.add(np.array([2]), np.array([False]), np.array([True]))
     assert audit.task_names == ["task 0", "task 1", "task 2"]
     assert audit.summary()["tasks"]["task 2"]["fn"] == 1
+
+
+def test_false_calls_split_by_whether_the_real_frame_passes_too(tmp_path) -> None:
+    audit = JudgeAudit(["press", "open"])
+    # press: a true call, two false calls (one whose real frame the judge passes too); open:
+    # a false call whose real frame does not pass; the real-frame flag of a true call is ignored
+    audit.add(
+        np.array([0, 0, 0, 1]),
+        np.array([1, 1, 1, 1]),
+        np.array([1, 0, 0, 0]),
+        np.array([1, 1, 0, 0]),
+    )
+    s = audit.summary()
+    press, opened = s["tasks"]["press"], s["tasks"]["open"]
+    assert (press["fp_on_real_frame"], press["fp_imagined_only"]) == (1, 1)
+    assert (opened["fp_on_real_frame"], opened["fp_imagined_only"]) == (0, 1)
+    assert (s["overall"]["fp_on_real_frame"], s["overall"]["fp_imagined_only"]) == (1, 2)
+    resumed = JudgeAudit(["press", "open"])
+    resumed.load_state_dict(json.loads(json.dumps(audit.state_dict())))
+    assert resumed.summary() == s
+    unsplit = JudgeAudit(["press"])  # a clip judge: nothing recorded, no split reported
+    unsplit.add(np.array([0]), np.array([1]), np.array([0]))
+    assert "fp_on_real_frame" not in unsplit.summary()["overall"]
+    assert "fp_on_real_frame" not in unsplit.state_dict()

@@ -107,6 +107,48 @@ def test_the_audit_keeps_the_models_verdict_and_records_the_simulators(
         env.close()
 
 
+class _ConstantJudge:
+    """A single-frame judge that gives every frame `score` and keeps what it was shown."""
+
+    kind = "constant"
+
+    def __init__(self, score: float) -> None:
+        self.score, self.seen = score, []
+
+    def to(self, device):
+        return self
+
+    def predict(self, frames, task_ids=None):
+        self.seen.append(np.asarray(frames))
+        return torch.full(np.asarray(frames).shape[:2], self.score)
+
+
+@pytest.mark.parametrize("score", [1.0, 0.0])
+def test_the_audit_scores_the_simulators_frame_where_the_judge_calls(
+    judged_parts, expert_episodes, score
+) -> None:
+    """A false call is the judge's error when it passes the real frame too, the world model's
+    when it does not: the audit scores the simulator's chunk-end frame, not the imagined one."""
+    world_model, entries = judged_parts
+    judge = _ConstantJudge(score)
+    imagined = ImaginedEnv(world_model, judge, entries, ["a", "b", "c"], 3, 120,
+                           success_threshold=0.5)  # fmt: skip
+    sim = MetaWorldSim(small_sim_config(max_steps=121, terminate_on_success=True))
+    env = SimulatorJudgedEnv(imagined, sim, judge="model")
+    try:
+        env.reset([0, 1, 2])
+        first = np.stack([e.actions[:8] for e in expert_episodes])
+        result = env.chunk_step(first)
+        real_frame = judge.seen[-1]
+        assert real_frame.shape == (3, 1, 32, 32, 3)
+        assert not np.array_equal(real_frame[:, 0], result.frames[:, -1])  # not imagined
+        assert result.info["real_frame_passes"].tolist() == [score >= 0.5] * 3
+        assert result.success.any(1).tolist() == [score >= 0.5] * 3
+        assert not result.info["real_success"].any()  # no expert succeeds in 8 steps
+    finally:
+        env.close()
+
+
 def test_entries_without_simulator_state_are_refused(judged_parts) -> None:
     world_model, entries = judged_parts
     stateless = [entries[0].__class__(**{**entries[0].__dict__, "sim_state": None})]
@@ -153,6 +195,10 @@ def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) 
     assert 0.0 <= row["env/real_success_once"] <= 1.0
     parts = row["env/model_false_success"] + row["env/model_missed_success"]
     assert row["env/model_agreement"] == pytest.approx(1.0 - parts)
+    # A single-frame judge: each false call is split by the judge's verdict on the real frame.
+    split = row["env/model_false_success_on_real_frame"]
+    split += row["env/model_false_success_imagined_only"]
+    assert split == pytest.approx(row["env/model_false_success"])
     assert row["env/real_steps"] > 0  # the audit's replays are real steps
     assert "grpo in imagination" in result.output  # the policy sees imagined frames
     assert "audited by the simulator replaying" in result.output
@@ -164,6 +210,7 @@ def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) 
     assert overall["judged_rate"] == pytest.approx(np.mean([r["env/success_once"] for r in rows]))
     real = np.mean([r["env/real_success_once"] for r in rows])
     assert overall["real_rate"] == pytest.approx(real)
+    assert overall["fp_on_real_frame"] + overall["fp_imagined_only"] == overall["fp"]
     assert "the judge on the policy's own training episodes" in result.output
 
 

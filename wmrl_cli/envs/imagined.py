@@ -136,6 +136,17 @@ class ImaginedEnv:
         scores = scores.float().cpu().numpy()
         return round_scores(scores) if self.round_scores else scores
 
+    def judges_single_frames(self) -> bool:
+        """Whether the reward model scores a frame on its own (not a clip of its history)."""
+        return self.reward_model is not None and not self._history_len
+
+    def frame_passes(self, frames: np.ndarray) -> np.ndarray:
+        """Whether the judge's score of one frame per env [B,H,W,3] (say, the real simulator's
+        at a chunk's end) reaches the threshold [B]; single-frame judges only."""
+        if not self.judges_single_frames():
+            raise ValueError("frame_passes needs a reward model that scores single frames")
+        return self._score(frames[:, None])[:, 0] >= self.threshold
+
     def chunk_step(self, actions: np.ndarray) -> ChunkResult:
         if self.action_transform is not None:
             actions = self.action_transform(actions)

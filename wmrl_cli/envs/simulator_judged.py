@@ -17,6 +17,10 @@ policy changes.
 The audit (`reward_model.audit_with_simulator`, `judge="model"`) turns the roles round: the
 reward model judges, exactly as in RL in imagination, and the simulator's verdict on the same
 actions is only recorded (`info["real_success"]`): how much of the signal RL trains on is true.
+With a single-frame judge it also scores the simulator's own frame at each chunk's end
+(`info["real_frame_passes"]`), which tells a false call's two causes apart: the judge passing a
+real frame that is not a success, or the world model drawing a success the simulator does not
+reach (docs/results.md, session 24: the second, 27 of 31 false calls after 15 steps of RL).
 """
 
 from __future__ import annotations
@@ -140,6 +144,11 @@ class SimulatorJudgedEnv:
         self._done = was_done | ends.any(axis=1)
         info = dict(imagined.info, valid=valid)
         info["real_success"] = real.success & real.info["valid"] & valid
+        if self.imagined.judges_single_frames():
+            # The judge on the simulator's frame at the chunk's end: where it calls a success
+            # the replay does not confirm, a real frame that passes too means the judge errs;
+            # one that does not, that the world model drew what the judge saw.
+            info["real_frame_passes"] = self.imagined.frame_passes(real.obs.images)
         return ChunkResult(
             obs=imagined.obs,
             frames=imagined.frames,

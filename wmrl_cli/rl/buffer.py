@@ -22,6 +22,9 @@ class Rollout:
     (envs/simulator_judged.py), the reward model's verdict on the same episodes; else None.
     real_success [B]: where the reward model judges and the simulator audits it
     (`reward_model.audit_with_simulator`), the simulator's verdict on the same actions.
+    real_frame_passes [B]: with the audit and a single-frame judge, whether the judge also
+    passes the simulator's frame at the end of the chunk where it called success (False where
+    it called none): a false call with it is the judge's error, without it the world model's.
     task_ids [B]: each trajectory's task (an index into the env's task_names).
     """
 
@@ -38,6 +41,7 @@ class Rollout:
     last_value: torch.Tensor  # [B] bootstrap value after the last step (0 when done)
     model_success: torch.Tensor | None = None
     real_success: torch.Tensor | None = None
+    real_frame_passes: torch.Tensor | None = None
     task_ids: torch.Tensor | None = None
 
 
@@ -59,6 +63,7 @@ def collect_rollout(
     success = np.zeros(b, dtype=bool)
     model_success: np.ndarray | None = None
     real_success: np.ndarray | None = None
+    real_frame_passes: np.ndarray | None = None
     done = np.zeros(b, dtype=bool)
     steps = np.zeros(b, dtype=np.int64)
     for t in range(max_chunks):
@@ -80,13 +85,17 @@ def collect_rollout(
         ended = (result.terminated | result.truncated).any(1)
         if t == max_chunks - 1:
             ended = np.ones(b, dtype=bool)  # the step limit truncates whatever is still running
-        success |= (result.success & valid).any(1)
+        called = (result.success & valid).any(1) & ~success
+        success |= called
         if "model_success" in result.info:
             verdict = (result.info["model_success"] & valid).any(1)
             model_success = verdict if model_success is None else model_success | verdict
         if "real_success" in result.info:
             truth = (result.info["real_success"] & valid).any(1)
             real_success = truth if real_success is None else real_success | truth
+        if "real_frame_passes" in result.info:  # read at the chunk of the call
+            passes = called & result.info["real_frame_passes"]
+            real_frame_passes = passes if real_frame_passes is None else real_frame_passes | passes
         rewards.append(torch.as_tensor(result.rewards.sum(1), dtype=torch.float32))
         dones.append(torch.as_tensor(ended | done))
         done |= ended
@@ -108,5 +117,6 @@ def collect_rollout(
         last_value=torch.zeros(b),
         model_success=None if model_success is None else torch.as_tensor(model_success),
         real_success=None if real_success is None else torch.as_tensor(real_success),
+        real_frame_passes=None if real_frame_passes is None else torch.as_tensor(real_frame_passes),
         task_ids=task_ids,
     )

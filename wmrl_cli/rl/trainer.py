@@ -399,6 +399,12 @@ class PolicyTrainer:
             metrics["env/model_agreement"] = float((model == real).float().mean())
             metrics["env/model_false_success"] = float((model & ~real).float().mean())
             metrics["env/model_missed_success"] = float((~model & real).float().mean())
+            if ro.real_frame_passes is not None:  # a false call: the judge's error or the WM's
+                false = model & ~real
+                on_real = (false & ro.real_frame_passes).float().mean()
+                metrics["env/model_false_success_on_real_frame"] = float(on_real)
+                imagined_only = (false & ~ro.real_frame_passes).float().mean()
+                metrics["env/model_false_success_imagined_only"] = float(imagined_only)
         return metrics
 
     def _audit(self, ro: Rollout) -> None:
@@ -408,9 +414,18 @@ class PolicyTrainer:
         if ro.task_ids is None or verdicts is None:
             return
         judged, real = verdicts
-        local = torch.stack([ro.task_ids, judged.long(), real.long()], 1)
+        seen = ro.real_frame_passes
+        columns = [ro.task_ids, judged.long(), real.long()]
+        if seen is not None:
+            columns.append(seen.long())
+        local = torch.stack(columns, 1)
         rows = self.accelerator.gather(local.to(self.accelerator.device)).cpu().numpy()
-        self.audit.add(rows[:, 0], rows[:, 1].astype(bool), rows[:, 2].astype(bool))
+        self.audit.add(
+            rows[:, 0],
+            rows[:, 1].astype(bool),
+            rows[:, 2].astype(bool),
+            None if seen is None else rows[:, 3].astype(bool),
+        )
 
     def _observe_outcomes(self, global_ids: list[list[int]], ro: Rollout) -> None:
         """Feed every rank's training outcomes, in global order, to the reset sampler."""
