@@ -14,7 +14,7 @@ from wmrl_cli.data.kir import Keyframe
 from wmrl_cli.data.reset_set import reset_set_from_store
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.reset_sampler import GroupResetSampler
-from wmrl_cli.errors import ConfigError
+from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
 from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
 
@@ -172,3 +172,64 @@ def test_ended_episodes_skip_the_world_model(parts, monkeypatch) -> None:
     assert batches == [4, 3]
     assert np.array_equal(second.frames[1], np.repeat(first.frames[1, -1:], 8, axis=0))
     assert np.array_equal(second.obs.images[1], first.frames[1, -1])
+
+
+class _CoinWorld:
+    """A world model whose every chunk is all white or all black by a fair coin of its noise
+    stream; its context counts the white chunks of each episode (what a draw must keep apart)."""
+
+    context_state_names = ("_whites",)
+
+    def reset_context(self, reference, context, actions, reference_actions=None) -> None:
+        self._whites = torch.zeros(len(reference))
+
+    def predict_active(self, actions, active, generator=None):
+        b, c = actions.shape[:2]
+        white = (torch.rand(b, generator=generator) < 0.5) & torch.as_tensor(active)
+        self._whites = self._whites + white
+        return (white.view(b, 1, 1, 1, 1) * 255).to(torch.uint8).expand(b, c, 64, 64, 3).clone()
+
+
+class _WhiteJudge:
+    """Scores a frame 1 when it is white, 0 when black."""
+
+    def predict(self, frames, task_ids=None):
+        return torch.as_tensor(np.asarray(frames)).float().mean(dim=(2, 3, 4)) / 255.0
+
+
+def test_a_call_counts_once_another_draw_of_the_world_model_repeats_it(parts) -> None:
+    """confirm_draws=1: a white chunk (the judge's call) counts only when the other draw has
+    drawn a white chunk too, by then; the policy sees the first draw, whose context the other
+    draw leaves alone."""
+    resets = parts[2]
+    world = _CoinWorld()
+    env = ImaginedEnv(world, _WhiteJudge(), resets, ["a", "b"], 64, 24,
+                      success_threshold=0.5, confirm_draws=1)  # fmt: skip
+    env.reset([0, 2] * 32)
+    zeros = np.zeros((64, 8, 4), np.float32)
+    first = env.chunk_step(zeros)
+    white = first.frames[:, 0, 0, 0, 0] == 255
+    assert world._whites.bool().tolist() == white.tolist()  # the first draw's own context
+    other = env._draws[0]["called"].copy()
+    assert first.success.any(1).tolist() == (white & other).tolist()
+    assert (white & ~other).any() and (white & other).any()  # the coins disagree, and agree
+    # A call the other draw has not yet made counts in a later chunk once it has.
+    second = env.chunk_step(zeros)
+    running = ~first.terminated.any(1)
+    white2 = second.frames[:, 0, 0, 0, 0] == 255
+    expected = running & white2 & env._draws[0]["called"]
+    assert second.success.any(1).tolist() == expected.tolist()
+    assert (expected & white & ~other).any()  # refused in the first chunk, counted now
+    # Without the draw, every white chunk is a call.
+    alone = ImaginedEnv(_CoinWorld(), _WhiteJudge(), resets, ["a", "b"], 64, 24,
+                        success_threshold=0.5)  # fmt: skip
+    alone.reset([0, 2] * 32)
+    result = alone.chunk_step(zeros)
+    assert result.success.any(1).tolist() == (result.frames[:, 0, 0, 0, 0] == 255).tolist()
+
+
+def test_confirming_draws_need_a_single_frame_judge(parts) -> None:
+    clip_judge = _WhiteJudge()
+    clip_judge.clip_length = 4
+    with pytest.raises(WmrlError, match="single frames"):
+        ImaginedEnv(_CoinWorld(), clip_judge, parts[2], ["a", "b"], 4, 16, confirm_draws=1)

@@ -10,6 +10,13 @@ reward_coef * (r_t - r_{t-1}), so an episode's return is reward_coef * (r_end - 
 it, the reward is reward_coef on the step that ends the episode with success and 0 elsewhere.
 Either way a successful episode returns about reward_coef and a failed one about 0.
 
+A call can be required to repeat in other draws of the world model (`confirm_draws` n): the
+env imagines every episode n more times from the same start with the same actions and other
+noise, and a call counts only once each of those draws has called success too. The policy sees
+the first draw only. Most of the successes RL learns to fool a judge with are drawn by the
+world model and do not repeat under other noise (docs/results.md, session 24); each draw costs
+one more pass of the world model.
+
 RLinf's variants, each an option (docs/parity.md): scores rounded to 0/1 (`round_scores`),
 r_0 = 0 rather than the reset frame's score (`zero_first_baseline`), the same sampling noise on
 every call (`noise_seed`), keyframe episodes counting steps from 0 (`kir_step_reset`), and the
@@ -53,6 +60,7 @@ class ImaginedEnv:
         reward_task_ids: list[int] | None = None,
         threshold_source: str = "given",
         success_frames: int = 1,
+        confirm_draws: int = 0,
     ) -> None:
         """`action_transform` maps the policy's actions into the convention the world model was
         trained in (RLinf's LIBERO world models: LIBERO's gripper sign, as the real env).
@@ -60,9 +68,20 @@ class ImaginedEnv:
         `reward_task_ids[t]` is the reward model's id of the env's task t (None: the same).
         `threshold_source` says where `success_threshold` came from, for the run's log.
         `success_frames`: consecutive frames at the threshold that make a success (1: the first
-        such frame), counted across chunks from the reset."""
+        such frame), counted across chunks from the reset. `confirm_draws`: further draws of
+        the world model that must each call success too (single-frame judges only)."""
         if not reset_set:
             raise WmrlError("the imagined env needs a non-empty reset set")
+        if confirm_draws and int(getattr(reward_model, "clip_length", 1)) > 1:
+            raise WmrlError(
+                "reward_model.confirm_draws needs a reward model that scores single frames; "
+                f"this one scores clips of {reward_model.clip_length} frames"
+            )
+        if confirm_draws and not world_model.context_state_names:
+            raise WmrlError(
+                "reward_model.confirm_draws needs a world model whose context can be held apart "
+                f"per draw; {type(world_model).__name__} names none"
+            )
         self.world_model = world_model
         self.reward_model = reward_model
         self.reset_set = reset_set
@@ -85,6 +104,9 @@ class ImaginedEnv:
         self.reward_task_ids = None if reward_task_ids is None else np.asarray(reward_task_ids)
         # VideoMAE-style reward models score a clip ending at each frame: keep its history.
         self._history_len = max(int(getattr(reward_model, "clip_length", 1)) - 1, 0)
+        self.confirm_draws = confirm_draws
+        # per confirming draw: its own context in the world model, held run, whether it called
+        self._draws: list[dict] = []
         self.timings = {"world_model": 0.0, "reward": 0.0}
 
     def pop_timings(self) -> dict[str, float]:
@@ -102,6 +124,12 @@ class ImaginedEnv:
             np.stack([e.context_actions for e in entries]).astype(np.float32),
         )
         self._entries = entries
+        context = self._context_state()
+        self._draws = [
+            {"context": context, "held": np.zeros(self.num_envs, dtype=np.int64),
+             "called": np.zeros(self.num_envs, dtype=bool)}
+            for _ in range(self.confirm_draws)
+        ]  # fmt: skip
         self._steps = np.array([0 if self.kir_step_reset else e.step for e in entries])
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._held = np.zeros(self.num_envs, dtype=np.int64)  # frames at the threshold in a row
@@ -135,6 +163,42 @@ class ImaginedEnv:
             scores = self.reward_model.predict(frames, task_ids)
         scores = scores.float().cpu().numpy()
         return round_scores(scores) if self.round_scores else scores
+
+    def _context_state(self) -> dict[str, torch.Tensor | None]:
+        """The world model's per-episode context (the tensors `predict` rolls on)."""
+        return {
+            name: getattr(self.world_model, name) for name in self.world_model.context_state_names
+        }
+
+    def _set_context_state(self, state: dict[str, torch.Tensor | None]) -> None:
+        for name, value in state.items():
+            setattr(self.world_model, name, value)
+
+    def _confirmed(
+        self, actions: torch.Tensor, active: np.ndarray, valid: np.ndarray
+    ) -> np.ndarray:
+        """Imagine the chunk once more in each confirming draw (its own context, the next noise
+        of the stream); whether every draw has called success by the chunk's end [B]."""
+        own = self._context_state()
+        confirmed = np.ones(self.num_envs, dtype=bool)
+        try:
+            for j, draw in enumerate(self._draws):
+                self._set_context_state(draw["context"])
+                if self.noise_seed is not None:  # a fixed noise: each draw a fixed other one
+                    self.generator.manual_seed(self.noise_seed + 1 + j)
+                frames = self.world_model.predict_active(
+                    actions, torch.from_numpy(active), generator=self.generator
+                )
+                draw["context"] = self._context_state()
+                scores = self._score(frames.cpu().numpy())
+                held, draw["held"] = held_success(
+                    scores, self.threshold, self.success_frames, draw["held"]
+                )
+                draw["called"] |= (held & valid).any(axis=1)
+                confirmed &= draw["called"]
+        finally:
+            self._set_context_state(own)
+        return confirmed
 
     def judges_single_frames(self) -> bool:
         """Whether the reward model scores a frame on its own (not a clip of its history)."""
@@ -171,6 +235,10 @@ class ImaginedEnv:
 
         valid = np.repeat(~was_done[:, None], c, axis=1)
         held, self._held = held_success(scores, self.threshold, self.success_frames, self._held)
+        if self._draws:  # a call counts once every other draw has made it too
+            t2 = time.perf_counter()
+            held &= self._confirmed(torch.from_numpy(actions), ~was_done, valid)[:, None]
+            self.timings["world_model"] += time.perf_counter() - t2
         success = held & valid
         chunk_success = success.any(axis=1)
         steps_after = self._steps + c

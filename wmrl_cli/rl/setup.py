@@ -262,6 +262,11 @@ def verdict_line(env: Env, inputs: Inputs) -> str | None:
         f"({imagined.threshold_source})"
         + (", on scores rounded to 0/1 (p > 0.5)" if imagined.round_scores else "")
         + (f", held {held} frames" if held > 1 else "")
+        + (
+            f", repeated by {imagined.confirm_draws} other world-model draw(s)"
+            if imagined.confirm_draws
+            else ""
+        )
     )
     return f"{line}; audited by {replay}" if judged else line
 
@@ -460,6 +465,8 @@ def build_imagined_env(
         else reward_task_ids(cfg, reward_model.kind, inputs.reward_model),
         threshold_source=source,
         success_frames=cfg.reward_model.success_frames,
+        # only where the reward model decides (not where the simulator judges or labels)
+        confirm_draws=cfg.reward_model.confirm_draws if cfg.reward_model.source == "model" else 0,
     )
 
 
