@@ -124,7 +124,7 @@ class ImaginedEnv:
             np.stack([e.context_actions for e in entries]).astype(np.float32),
         )
         self._entries = entries
-        context = self._context_state()
+        context = self._context_state() if self.confirm_draws else {}
         self._draws = [
             {"context": context, "held": np.zeros(self.num_envs, dtype=np.int64),
              "called": np.zeros(self.num_envs, dtype=bool)}
