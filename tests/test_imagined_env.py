@@ -183,6 +183,12 @@ class _CoinWorld:
     def reset_context(self, reference, context, actions, reference_actions=None) -> None:
         self._whites = torch.zeros(len(reference))
 
+    def context_state(self) -> dict[str, torch.Tensor]:
+        return {"_whites": self._whites}
+
+    def set_context_state(self, state: dict[str, torch.Tensor]) -> None:
+        self._whites = state["_whites"]
+
     def predict_active(self, actions, active, generator=None):
         b, c = actions.shape[:2]
         white = (torch.rand(b, generator=generator) < 0.5) & torch.as_tensor(active)

@@ -124,7 +124,7 @@ class ImaginedEnv:
             np.stack([e.context_actions for e in entries]).astype(np.float32),
         )
         self._entries = entries
-        context = self._context_state() if self.confirm_draws else {}
+        context = self.world_model.context_state() if self.confirm_draws else {}
         self._draws = [
             {"context": context, "held": np.zeros(self.num_envs, dtype=np.int64),
              "called": np.zeros(self.num_envs, dtype=bool)}
@@ -164,32 +164,22 @@ class ImaginedEnv:
         scores = scores.float().cpu().numpy()
         return round_scores(scores) if self.round_scores else scores
 
-    def _context_state(self) -> dict[str, torch.Tensor | None]:
-        """The world model's per-episode context (the tensors `predict` rolls on)."""
-        return {
-            name: getattr(self.world_model, name) for name in self.world_model.context_state_names
-        }
-
-    def _set_context_state(self, state: dict[str, torch.Tensor | None]) -> None:
-        for name, value in state.items():
-            setattr(self.world_model, name, value)
-
     def _confirmed(
         self, actions: torch.Tensor, active: np.ndarray, valid: np.ndarray
     ) -> np.ndarray:
         """Imagine the chunk once more in each confirming draw (its own context, the next noise
         of the stream); whether every draw has called success by the chunk's end [B]."""
-        own = self._context_state()
+        own = self.world_model.context_state()
         confirmed = np.ones(self.num_envs, dtype=bool)
         try:
             for j, draw in enumerate(self._draws):
-                self._set_context_state(draw["context"])
+                self.world_model.set_context_state(draw["context"])
                 if self.noise_seed is not None:  # a fixed noise: each draw a fixed other one
                     self.generator.manual_seed(self.noise_seed + 1 + j)
                 frames = self.world_model.predict_active(
                     actions, torch.from_numpy(active), generator=self.generator
                 )
-                draw["context"] = self._context_state()
+                draw["context"] = self.world_model.context_state()
                 scores = self._score(frames.cpu().numpy())
                 held, draw["held"] = held_success(
                     scores, self.threshold, self.success_frames, draw["held"]
@@ -197,7 +187,7 @@ class ImaginedEnv:
                 draw["called"] |= (held & valid).any(axis=1)
                 confirmed &= draw["called"]
         finally:
-            self._set_context_state(own)
+            self.world_model.set_context_state(own)
         return confirmed
 
     def judges_single_frames(self) -> bool:

@@ -222,10 +222,18 @@ class WorldModel(nn.Module, ABC):
     def onload(self, device: torch.device | str) -> None:
         """Move weights and the held context to `device`."""
         self.to(device)
-        for name in self.context_state_names:
-            value = getattr(self, name, None)
-            if value is not None:
-                setattr(self, name, value.to(device))
+        held = self.context_state()
+        self.set_context_state({n: v.to(device) for n, v in held.items() if v is not None})
+
+    def context_state(self) -> dict[str, torch.Tensor | None]:
+        """The per-env context that `predict` reads and rolls, by name (`context_state_names`;
+        None before `reset_context`): hold it to imagine the same episodes again from here."""
+        return {name: getattr(self, name, None) for name in self.context_state_names}
+
+    def set_context_state(self, state: Mapping[str, torch.Tensor | None]) -> None:
+        """Put back a context taken with `context_state` (the tensors themselves, not copies)."""
+        for name, value in state.items():
+            setattr(self, name, value)
 
     @torch.no_grad()
     def predict_active(
@@ -251,21 +259,19 @@ class WorldModel(nn.Module, ABC):
         if not bool(active.any()):
             return torch.zeros(*actions.shape[:2], self.height, self.width, 3, dtype=torch.uint8)
         index = active.nonzero().squeeze(1)
-        held = {name: getattr(self, name) for name in self.context_state_names}
-        for name, value in held.items():
-            if value is not None:
-                setattr(self, name, value[index.to(value.device)])
+        held = self.context_state()
+        self.set_context_state({n: v[index.to(v.device)] for n, v in held.items() if v is not None})
         try:
             some = self.predict(actions[index], generator)
-            rolled = {name: getattr(self, name) for name in self.context_state_names}
+            rolled = self.context_state()
         finally:
-            for name, value in held.items():
-                setattr(self, name, value)
+            self.set_context_state(held)
+        merged = {}
         for name, value in rolled.items():
             if value is not None:
-                merged = held[name].clone()
-                merged[index.to(merged.device)] = value.to(merged.dtype)
-                setattr(self, name, merged)
+                merged[name] = held[name].clone()
+                merged[name][index.to(merged[name].device)] = value.to(merged[name].dtype)
+        self.set_context_state(merged)
         frames = torch.zeros((actions.shape[0], *some.shape[1:]), dtype=some.dtype)
         frames[index] = some.cpu()
         return frames
