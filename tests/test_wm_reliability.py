@@ -4,6 +4,7 @@ episodes with tiny untrained models, and `wmrl eval --world-model`."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,11 +21,12 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.reliability import (
     episodes_per_task,
     evaluate_world_model,
+    imagined_successes,
     replay_sim_config,
     start_points,
     success_agreement,
 )
-from wmrl_cli.rewards.calibration import binary_metrics
+from wmrl_cli.rewards.calibration import binary_metrics, held_success
 from wmrl_cli.rewards.loading import save_reward_model
 from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
 from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
@@ -96,6 +98,44 @@ def test_success_agreement_arithmetic() -> None:
     assert empty.recall is None and empty.accuracy == 1.0
     with pytest.raises(ValueError):
         success_agreement([True], [True, False])
+
+
+class _ScriptedEnv:
+    """An imagined env whose judge scores frame t of env b as `scores[b, t]`, calling success
+    under the held rule and ending the episode at its call, as ImaginedEnv does."""
+
+    def __init__(self, scores: np.ndarray, success_frames: int) -> None:
+        self.scores, self.success_frames = scores, success_frames
+
+    def reset(self, entry_ids) -> None:
+        self.t, self.run = 0, np.zeros(len(self.scores), dtype=np.int64)
+        self.ended = np.zeros(len(self.scores), dtype=bool)
+
+    def chunk_step(self, actions: np.ndarray):
+        chunk = actions.shape[1]
+        scores = self.scores[:, self.t : self.t + chunk]
+        calls, self.run = held_success(scores, 0.5, self.success_frames, self.run)
+        valid = ~self.ended[:, None] & (np.cumsum(calls, axis=1) - calls == 0)
+        self.ended |= calls.any(axis=1)
+        self.t += chunk
+        ended = np.broadcast_to(self.ended[:, None], calls.shape)
+        return SimpleNamespace(success=calls & valid, terminated=ended, truncated=ended & False,
+                               info={"scores": scores, "valid": valid})  # fmt: skip
+
+
+def test_a_held_call_begun_in_the_compared_span_may_end_after_it() -> None:
+    """success_frames=4 over a one-chunk span: a run that begins at step 6 of 8 (a recording
+    that ends at the real success) is called, at step 9; one that begins at step 8 is not."""
+    scores = np.zeros((2, 16))
+    scores[0, 6:] = 1.0
+    scores[1, 8:] = 1.0
+    env = _ScriptedEnv(scores, success_frames=4)
+    masks = np.arange(16)[None].repeat(2, 0) < 8
+    called, score = imagined_successes(env, [0, 1], np.zeros((2, 16, 4)), masks, 8)
+    assert called.tolist() == [True, False] and score.tolist() == [1.0, 0.0]
+    # One chunk of actions only (the span itself): no frame left to hold the run.
+    called, _ = imagined_successes(env, [0, 1], np.zeros((2, 8, 4)), masks[:, :8], 8)
+    assert called.tolist() == [False, False]
 
 
 def test_start_points_follow_chunks_and_kir(store) -> None:

@@ -298,22 +298,29 @@ def imagined_successes(
     env: ImaginedEnv, entry_ids: list[int], actions: np.ndarray, masks: np.ndarray, chunk: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Roll one batch through the imagined env: (success [B], the highest threshold at which it
-    would call each a success [B]: `held_score` over the masked steps)."""
+    would call each a success [B]: `held_score`). A success counts when its held run begins at
+    a masked step; the run may go on past them (under `success_frames` > 1 a recording that
+    ends at the real success would otherwise leave it no frames to hold): `actions` [B,T] run
+    `success_frames - 1` steps, rounded up to chunks, past the last masked one."""
     env.reset(entry_ids)
-    success, scores, valid = [], [], []
+    calls, scores, valid = [], [], []
     done = np.zeros(len(entry_ids), dtype=bool)
     for i in range(actions.shape[1] // chunk):
         result = env.chunk_step(actions[:, i * chunk : (i + 1) * chunk])
-        success.append(result.success)
+        calls.append(result.success)
         scores.append(result.info["scores"])
         valid.append(result.info["valid"])
         done |= (result.terminated | result.truncated).any(axis=1)
         if done.all():  # every env has its outcome: later chunks would change nothing
             break
     seen = np.concatenate(valid, axis=1)
-    seen &= masks[:, : seen.shape[1]]
-    score = held_score(np.where(seen, np.concatenate(scores, axis=1), -np.inf), env.success_frames)
-    return (np.concatenate(success, axis=1) & seen).any(axis=1), score
+    starts = masks[:, : seen.shape[1]]
+    run = env.success_frames - 1  # a call at frame t is a run that began at t - run
+    begun = np.zeros_like(starts)
+    begun[:, run:] = starts[:, : starts.shape[1] - run]
+    called = (np.concatenate(calls, axis=1) & seen & begun).any(axis=1)
+    score = held_score(np.where(seen, np.concatenate(scores, axis=1), -np.inf), run + 1, starts)
+    return called, score
 
 
 def real_successes(
@@ -553,9 +560,14 @@ def evaluate_world_model(
     if not starts:
         raise WmrlError("no start point has a stored simulator state (chunk boundaries do)")
     _attach_entries(store, starts, world_model.num_context_frames)
-    plans = [_chunk_actions(episodes[s.episode_id], s.step, length) for s in starts]
-    actions = np.stack([p[0] for p in plans])
-    masks = np.arange(length)[None] < np.array([p[1] for p in plans])[:, None]
+    # The imagined side runs `success_frames - 1` steps past the compared span: a held call
+    # that begins inside it (as the simulator's instant success would) may end after it.
+    held_length = -(-(length + success_frames - 1) // chunk) * chunk
+    plans = [_chunk_actions(episodes[s.episode_id], s.step, held_length) for s in starts]
+    held_actions = np.stack([p[0] for p in plans])
+    recorded = np.minimum([p[1] for p in plans], length)
+    held_masks = np.arange(held_length)[None] < recorded[:, None]
+    actions, masks = held_actions[:, :length], held_masks[:, :length]
 
     env = ImaginedEnv(
         world_model,
@@ -573,7 +585,7 @@ def evaluate_world_model(
     batches = _batches(len(starts), b)
     with progress_task("imagined rollouts", len(batches), progress) as advance:
         for idx in batches:
-            success, score = imagined_successes(env, idx, actions[idx], masks[idx], chunk)
+            success, score = imagined_successes(env, idx, held_actions[idx], held_masks[idx], chunk)
             imagined[idx], max_score[idx] = success, score
             advance()
     real, real_score, speed, replay_steps = _replay_and_time(

@@ -153,15 +153,19 @@ def held_success(
     return runs >= frames, current
 
 
-def held_score(scores: np.ndarray, frames: int) -> np.ndarray:
+def held_score(scores: np.ndarray, frames: int, starts: np.ndarray | None = None) -> np.ndarray:
     """The highest threshold at which an episode's scores [..., T] are called a success under
     `held_success`: the best over windows of `frames` consecutive frames of the window's lowest
-    score (-inf where T < frames). frames=1: the highest score."""
+    score (-inf where T < frames). frames=1: the highest score. `starts` [..., T] (bool): only
+    the windows that begin at a true frame count (a run begun inside a compared span may end
+    after it)."""
     scores = np.asarray(scores, dtype=np.float64)
     if scores.shape[-1] < frames:
         return np.full(scores.shape[:-1], -np.inf)
-    windows = np.lib.stride_tricks.sliding_window_view(scores, frames, axis=-1)
-    return windows.min(axis=-1).max(axis=-1)
+    lowest = np.lib.stride_tricks.sliding_window_view(scores, frames, axis=-1).min(axis=-1)
+    if starts is not None:
+        lowest = np.where(np.asarray(starts, dtype=bool)[..., : lowest.shape[-1]], lowest, -np.inf)
+    return lowest.max(axis=-1)
 
 
 # -- which threshold judges --------------------------------------------------------------------
