@@ -234,6 +234,52 @@ def test_a_call_counts_once_another_draw_of_the_world_model_repeats_it(parts) ->
     assert result.success.any(1).tolist() == (result.frames[:, 0, 0, 0, 0] == 255).tolist()
 
 
+class _CountWorld:
+    """A world model without noise: an env's chunk is white from its second chunk on when its
+    actions push (a[0] > 0), black otherwise; its context counts the env's chunks. It counts
+    the env-chunks it imagines (the cost)."""
+
+    context_state_names = ("_count",)
+
+    def __init__(self) -> None:
+        self.imagined = 0
+
+    def reset_context(self, reference, context, actions, reference_actions=None) -> None:
+        self._count = torch.zeros(len(reference))
+
+    def context_state(self) -> dict[str, torch.Tensor]:
+        return {"_count": self._count}
+
+    def set_context_state(self, state: dict[str, torch.Tensor]) -> None:
+        self._count = state["_count"]
+
+    def predict_active(self, actions, active, generator=None):
+        active = torch.as_tensor(active)
+        self.imagined += int(active.sum())
+        self._count = self._count + active
+        white = active & (self._count >= 2) & (torch.as_tensor(actions)[:, 0, 0] > 0)
+        b, c = actions.shape[:2]
+        return (white.view(b, 1, 1, 1, 1) * 255).to(torch.uint8).expand(b, c, 64, 64, 3).clone()
+
+
+def test_a_confirming_draw_catches_up_on_the_episode_when_first_asked(parts) -> None:
+    """The other draw imagines an episode only from the chunk the first draw calls it: it then
+    imagines every chunk since the reset (a call needing two chunks is repeated at once), and
+    an episode never called costs it nothing."""
+    world = _CountWorld()
+    env = ImaginedEnv(world, _WhiteJudge(), parts[2], ["a", "b"], 64, 24,
+                      success_threshold=0.5, confirm_draws=1)  # fmt: skip
+    env.reset([0, 2] * 32)
+    actions = np.zeros((64, 8, 4), np.float32)
+    actions[::2] = 1.0  # half the envs push
+    first = env.chunk_step(actions)
+    assert not first.success.any() and world.imagined == 64  # no call: the draw waits
+    second = env.chunk_step(actions)
+    assert second.success.any(1).tolist() == [True, False] * 32
+    assert world.imagined == 64 + 64 + 32 * 2  # the draw: two chunks of the 32 called envs
+    assert world._count.tolist() == [2.0] * 64  # the first draw's context, given back
+
+
 def test_confirming_draws_need_a_single_frame_judge(parts) -> None:
     clip_judge = _WhiteJudge()
     clip_judge.clip_length = 4

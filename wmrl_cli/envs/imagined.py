@@ -14,8 +14,10 @@ A call can be required to repeat in other draws of the world model (`confirm_dra
 env imagines every episode n more times from the same start with the same actions and other
 noise, and a call counts only once each of those draws has called success too. The policy sees
 the first draw only. Most of the successes RL learns to fool a judge with are drawn by the
-world model and do not repeat under other noise (docs/results.md, session 24); each draw costs
-one more pass of the world model.
+world model and do not repeat under other noise (docs/results.md, session 24). A draw imagines
+an episode only once the first draw calls it: it then catches up on the episode's chunks so far
+in one go and follows it from there, so an episode never called costs one pass of the world
+model, as without confirmation.
 
 RLinf's variants, each an option (docs/parity.md): scores rounded to 0/1 (`round_scores`),
 r_0 = 0 rather than the reset frame's score (`zero_first_baseline`), the same sampling noise on
@@ -105,8 +107,10 @@ class ImaginedEnv:
         # VideoMAE-style reward models score a clip ending at each frame: keep its history.
         self._history_len = max(int(getattr(reward_model, "clip_length", 1)) - 1, 0)
         self.confirm_draws = confirm_draws
-        # per confirming draw: its own context in the world model, held run, whether it called
+        # per confirming draw: its own context in the world model, held run, whether it called,
+        # which episodes it imagines (those the first draw has called)
         self._draws: list[dict] = []
+        self._chunks: list[tuple[torch.Tensor, np.ndarray, np.ndarray]] = []  # since the reset
         self.timings = {"world_model": 0.0, "reward": 0.0}
 
     def pop_timings(self) -> dict[str, float]:
@@ -127,9 +131,11 @@ class ImaginedEnv:
         context = self.world_model.context_state() if self.confirm_draws else {}
         self._draws = [
             {"context": context, "held": np.zeros(self.num_envs, dtype=np.int64),
-             "called": np.zeros(self.num_envs, dtype=bool)}
+             "called": np.zeros(self.num_envs, dtype=bool),
+             "started": np.zeros(self.num_envs, dtype=bool)}
             for _ in range(self.confirm_draws)
         ]  # fmt: skip
+        self._chunks = []
         self._steps = np.array([0 if self.kir_step_reset else e.step for e in entries])
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._held = np.zeros(self.num_envs, dtype=np.int64)  # frames at the threshold in a row
@@ -165,30 +171,46 @@ class ImaginedEnv:
         return round_scores(scores) if self.round_scores else scores
 
     def _confirmed(
-        self, actions: torch.Tensor, active: np.ndarray, valid: np.ndarray
+        self, actions: torch.Tensor, active: np.ndarray, valid: np.ndarray, called: np.ndarray
     ) -> np.ndarray:
-        """Imagine the chunk once more in each confirming draw (its own context, the next noise
-        of the stream); whether every draw has called success by the chunk's end [B]."""
+        """Whether every confirming draw has called success by this chunk's end [B]. Each draw
+        imagines the chunk in its own context with the next noise of the stream, for the
+        episodes it follows; an episode the first draw calls (`called`) for the first time it
+        starts following, imagining all of the episode's chunks since the reset (its context
+        has stayed at the reset's, as `predict_active` leaves inactive envs)."""
+        self._chunks.append((actions.clone(), active.copy(), valid.copy()))
         own = self.world_model.context_state()
         confirmed = np.ones(self.num_envs, dtype=bool)
         try:
             for j, draw in enumerate(self._draws):
                 self.world_model.set_context_state(draw["context"])
-                if self.noise_seed is not None:  # a fixed noise: each draw a fixed other one
-                    self.generator.manual_seed(self.noise_seed + 1 + j)
-                frames = self.world_model.predict_active(
-                    actions, torch.from_numpy(active), generator=self.generator
-                )
+                new = called & ~draw["started"]
+                for k, (chunk_actions, chunk_active, chunk_valid) in enumerate(self._chunks):
+                    this_chunk = k == len(self._chunks) - 1
+                    follow = draw["started"] | new if this_chunk else new
+                    imagine = follow & chunk_active
+                    if imagine.any():
+                        self._draw_chunk(draw, j, chunk_actions, imagine, chunk_valid)
+                draw["started"] |= new
                 draw["context"] = self.world_model.context_state()
-                scores = self._score(frames.cpu().numpy())
-                held, draw["held"] = held_success(
-                    scores, self.threshold, self.success_frames, draw["held"]
-                )
-                draw["called"] |= (held & valid).any(axis=1)
                 confirmed &= draw["called"]
         finally:
             self.world_model.set_context_state(own)
         return confirmed
+
+    def _draw_chunk(
+        self, draw: dict, j: int, actions: torch.Tensor, imagine: np.ndarray, valid: np.ndarray
+    ) -> None:
+        """One chunk of confirming draw j for the envs `imagine` [B]: its held runs and calls."""
+        if self.noise_seed is not None:  # a fixed noise: each draw a fixed other one
+            self.generator.manual_seed(self.noise_seed + 1 + j)
+        frames = self.world_model.predict_active(
+            actions, torch.from_numpy(imagine), generator=self.generator
+        )
+        scores = self._score(frames.cpu().numpy())
+        held, runs = held_success(scores, self.threshold, self.success_frames, draw["held"])
+        draw["held"] = np.where(imagine, runs, draw["held"])
+        draw["called"] |= (held & valid).any(axis=1) & imagine
 
     def judges_single_frames(self) -> bool:
         """Whether the reward model scores a frame on its own (not a clip of its history)."""
@@ -227,7 +249,9 @@ class ImaginedEnv:
         held, self._held = held_success(scores, self.threshold, self.success_frames, self._held)
         if self._draws:  # a call counts once every other draw has made it too
             t2 = time.perf_counter()
-            held &= self._confirmed(torch.from_numpy(actions), ~was_done, valid)[:, None]
+            called = (held & valid).any(axis=1)
+            confirmed = self._confirmed(torch.from_numpy(actions), ~was_done, valid, called)
+            held &= confirmed[:, None]
             self.timings["world_model"] += time.perf_counter() - t2
         success = held & valid
         chunk_success = success.any(axis=1)
