@@ -22,16 +22,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
+from rollout_timing import timed_rollout  # noqa: E402
 
 from wmrl_cli.config.loading import validate_config  # noqa: E402
 from wmrl_cli.envs.reset_sampler import GroupResetSampler  # noqa: E402
-from wmrl_cli.rl.buffer import collect_rollout  # noqa: E402
 from wmrl_cli.rl.setup import build_imagined_env, load_policy, resolve_inputs  # noqa: E402
 
 ARMS = ("one draw", "lazy", "every chunk")
@@ -78,21 +77,10 @@ def main() -> None:
         for arm in ARMS[repeat % 3 :] + ARMS[: repeat % 3]:
             env.confirm_draws = 0 if arm == "one draw" else 1
             env._confirmed = every_chunk if arm == "every chunk" else lazy
-            env.generator.manual_seed(repeat)
-            env.pop_timings()
             rows["n"] = 0
-            start = time.perf_counter()
-            rollout = collect_rollout(
-                env,
-                policy,
-                init_ids,
-                max_chunks,
-                cfg.policy.temperature,
-                cfg.policy.top_k,
-                torch.Generator().manual_seed(repeat),
+            wall, world_model, rollout = timed_rollout(
+                env, policy, init_ids, max_chunks, cfg, repeat
             )
-            wall = time.perf_counter() - start
-            world_model = env.pop_timings()["world_model"]
             calls = int(rollout.success.sum())
             results[arm].append((wall, world_model, rows["n"], calls))
             print(

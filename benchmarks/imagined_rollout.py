@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
+from rollout_timing import timed_rollout  # noqa: E402
 
 from wmrl_cli.config.loading import validate_config  # noqa: E402
 from wmrl_cli.envs.reset_sampler import GroupResetSampler  # noqa: E402
-from wmrl_cli.rl.buffer import collect_rollout  # noqa: E402
 from wmrl_cli.rl.setup import build_imagined_env, load_policy, resolve_inputs  # noqa: E402
 
 
@@ -57,20 +56,9 @@ def main() -> None:
         arms = list(results) if repeat % 2 == 0 else list(results)[::-1]
         for arm in arms:
             env.world_model.predict_active = skip_ended if arm == "skip ended" else predict_all
-            env.generator.manual_seed(repeat)
-            env.pop_timings()
-            start = time.perf_counter()
-            rollout = collect_rollout(
-                env,
-                policy,
-                init_ids,
-                max_chunks,
-                cfg.policy.temperature,
-                cfg.policy.top_k,
-                torch.Generator().manual_seed(repeat),
+            wall, world_model, rollout = timed_rollout(
+                env, policy, init_ids, max_chunks, cfg, repeat
             )
-            wall = time.perf_counter() - start
-            world_model = env.pop_timings()["world_model"]
             length = float(rollout.episode_len.float().mean())
             results[arm].append((wall, world_model, length))
             print(
