@@ -127,16 +127,20 @@ def options(out, steps, algo, envs, eval_trials):
     ]
 
 
+def model_args(root) -> list[str]:
+    """The tiny policy, world model and reward model of `assets`, as options."""
+    return [
+        *("--policy", str(root / "sft")),
+        *("--world-model", str(root / "wm")),
+        *("--reward-model", str(root / "rm")),
+    ]
+
+
 def args(root, out, steps, algo="ppo", envs=4):
     """train-policy in the tiny imagined env."""
     return [
         "train-policy",
-        "--policy",
-        str(root / "sft"),
-        "--world-model",
-        str(root / "wm"),
-        "--reward-model",
-        str(root / "rm"),
+        *model_args(root),
         "--reset-set",
         str(root / "demos"),
         *options(out, steps, algo, envs, eval_trials=1),

@@ -64,6 +64,18 @@ BaselineOpt = Annotated[
         "intervals."
     ),
 ]
+AuditOpt = Annotated[
+    bool,
+    typer.Option(
+        "--audit",
+        help="Run the policy in the RL config's imagined env instead of the simulator (world "
+        "model, reset set, reward model and verdict rule as RL has them; --world-model and "
+        "--reward-model replace the config's), every episode's actions replayed in the "
+        "simulator: per task, how often the judge's verdict on the policy's own imagined "
+        "episodes is true, and whether each false call is the judge's or the world model's. "
+        "No update is made.",
+    ),
+]
 HorizonOpt = Annotated[
     int | None, typer.Option(help="With --world-model: open-loop horizon in steps (default 32).")
 ]
@@ -84,7 +96,7 @@ OverwriteOpt = Annotated[
 
 # What an evaluation writes into its directory; an earlier evaluation's are removed with
 # --overwrite, so that a report never sits beside another run's videos.
-EVAL_OUTPUTS = ("report.json", "report.md", "videos")
+EVAL_OUTPUTS = ("report.json", "report.md", "videos", "judge_audit.json")
 
 
 def check_out_dir(out: Path | None, overwrite: bool) -> None:
@@ -134,8 +146,14 @@ def eval_command(
     horizon: HorizonOpt = None,
     overwrite: OverwriteOpt = False,
     baseline: BaselineOpt = None,
+    audit: AuditOpt = False,
 ) -> None:
     """Evaluate a policy on every task x trial of a suite with fixed seeds (success_once); with --world-model, evaluate a world model's reliability on stored episodes instead."""  # noqa: E501
+    if audit and (data is not None or horizon is not None or baseline is not None or save_video):
+        raise ConfigError(
+            "--audit runs the policy from the config's reset set: drop --data, --horizon, "
+            "--baseline and --save-video"
+        )
     if world_model is None and horizon is not None:
         raise WmrlError("--horizon applies only with --world-model")
     if world_model is None and reward_model is None and data is not None:
@@ -181,6 +199,9 @@ def eval_command(
         reward_model__path=None if reward_model is None else str(reward_model),
         output_dir=out,
     )
+    if audit:
+        _audit_policy(cfg)
+        return
     if world_model is not None:
         _eval_world_model(cfg, data, with_policy=policy is not None)
         return
@@ -249,6 +270,22 @@ def baseline_table(comparison: dict):
             f"{100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]",
         )
     return table
+
+
+def _audit_policy(cfg: RunConfig) -> None:
+    """`wmrl eval --audit`: the judge's verdict on the policy's imagined episodes against the
+    simulator's replay of them (rl/policy_audit.py)."""
+    from wmrl_cli.rl.policy_audit import audit_config, audit_policy
+
+    audit_config(cfg)  # a config that cannot be audited fails before the run folder exists
+    run_dir = prepare_run_dir(cfg, "eval")
+    clear_eval_outputs(run_dir)
+    configure_threads(cfg.num_threads)
+    seed_everything(cfg.simulator.seed)
+    tally = audit_policy(cfg, cfg.eval.episodes_per_task)
+    path = tally.write(run_dir)
+    console.print(tally.table("the judge on the policy's imagined episodes (simulator replay)"))
+    console.print(f"audit: {path}")
 
 
 def _eval_world_model(cfg: RunConfig, data: Path | None, with_policy: bool = False) -> None:

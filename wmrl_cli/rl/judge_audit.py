@@ -25,10 +25,12 @@ from typing import Any
 import numpy as np
 
 from wmrl_cli.data.episodes import atomic_write_text
+from wmrl_cli.evaluation.stats import wilson_interval
 
 # columns of the tally: judge and simulator agree on success / the judge alone calls success /
 # the simulator alone sees it / neither
 COUNTS = ("tp", "fp", "fn", "tn")
+TRAINING_TITLE = "the judge on the policy's own training episodes (simulator replay)"
 
 
 class JudgeAudit:
@@ -100,11 +102,11 @@ class JudgeAudit:
         atomic_write_text(path, json.dumps(self.summary(), indent=1))
         return path
 
-    def table(self):
+    def table(self, title: str = TRAINING_TITLE):
         """A rich table: per task, episodes, judged vs real success, precision, recall."""
         from rich.table import Table
 
-        table = Table(title="the judge on the policy's own training episodes (simulator replay)")
+        table = Table(title=title)
         split = self.fp_on_real_frame is not None
         columns = ["task", "episodes", "judged", "real", "TP/FP/FN/TN", "precision", "recall"]
         for col in columns + (["FP on real frame / imagined only"] if split else []):
@@ -119,7 +121,7 @@ class JudgeAudit:
                 f"{row['judged_rate']:.1%}",
                 f"{row['real_rate']:.1%}",
                 "/".join(str(row[k]) for k in COUNTS),
-                _fmt(row["precision"]),
+                _fmt(row["precision"], row["precision_interval"]),
                 _fmt(row["recall"]),
             ]
             if split:
@@ -135,6 +137,8 @@ def _rates(counts: np.ndarray, fp_on_real_frame: int | None = None) -> dict[str,
         **dict(zip(COUNTS, (tp, fp, fn, tn))),
         "episodes": n,
         "precision": tp / (tp + fp) if tp + fp else None,
+        # Wilson 95%: a few dozen calls leave precision uncertain by +-0.1 or more
+        "precision_interval": list(wilson_interval(tp, tp + fp)) if tp + fp else None,
         "recall": tp / (tp + fn) if tp + fn else None,
         "judged_rate": (tp + fp) / n if n else 0.0,
         "real_rate": (tp + fn) / n if n else 0.0,
@@ -145,5 +149,7 @@ def _rates(counts: np.ndarray, fp_on_real_frame: int | None = None) -> dict[str,
     return rates
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _fmt(value: float | None, interval: list[float] | None = None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" + ("" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]")

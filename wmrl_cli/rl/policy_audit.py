@@ -1,0 +1,88 @@
+"""The judge audited on a fixed policy's imagined episodes, with no update (`wmrl eval --audit`).
+
+RL's audit (`reward_model.audit_with_simulator`, rl/judge_audit.py) tallies the judge's verdict
+against the simulator's replay of the same actions while the policy trains. This runs the same
+env, the imagined env of RL (world model, reset set, reward model, verdict rule, confirming
+draws) with the simulator replaying every episode, for one policy from seeded starts and
+without a gradient step. Two world models, judges or verdict rules can then be compared on the
+episodes a policy would train on before any RL is spent on them: the false calls it would be
+rewarded for, and whether each is the judge's (it passes the real frame too) or the world
+model's (it drew a success the simulator does not reach). docs/results.md, session 26: PACE's
+refinements of the world model compared this way for the evolved policy.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from wmrl_cli.config import RunConfig
+from wmrl_cli.errors import ConfigError
+from wmrl_cli.rl.buffer import collect_rollout
+from wmrl_cli.rl.judge_audit import JudgeAudit
+from wmrl_cli.rl.setup import build_env, check_inputs, load_policy
+
+
+def audit_config(cfg: RunConfig) -> RunConfig:
+    """A copy of the RL config `cfg` whose imagined env the simulator audits."""
+    if cfg.algorithm.env != "imagined":
+        raise ConfigError(
+            f"invalid value for 'algorithm.env': {cfg.algorithm.env!r}; the audit runs the "
+            "policy in imagination (algorithm.env=imagined)"
+        )
+    if cfg.reward_model.source != "model" or not cfg.reward_model.path:
+        raise ConfigError(
+            "the audit checks a reward model's verdict: set reward_model.path (and "
+            "reward_model.source=model)"
+        )
+    cfg = cfg.model_copy(deep=True)
+    cfg.reward_model.audit_with_simulator = True
+    return cfg
+
+
+def audit_policy(cfg: RunConfig, per_task: int, device: str | None = None) -> JudgeAudit:
+    """`per_task` imagined episodes per task of `cfg.policy.name` from `world_model.reset_set`,
+    judged as RL judges them and replayed in the simulator, tallied per task. Starts, the
+    policy's sampling and the world model's noise are seeded by `simulator.seed`."""
+    from wmrl_cli.envs.imagined_policy import start_ids
+    from wmrl_cli.logging import progress_task
+
+    cfg = audit_config(cfg)
+    inputs = check_inputs(cfg)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    seed = cfg.simulator.seed
+    num_envs = cfg.algorithm.num_envs
+    env = build_env(cfg, num_envs, device, inputs)
+    try:
+        ids = start_ids(env.entry_task_ids, per_task, seed)
+        policy = load_policy(inputs, device)
+        policy.eval()
+        generator = torch.Generator().manual_seed(seed)  # the policy's sampling, as RL's
+        env.generator.manual_seed(seed + 1)
+        max_chunks = -(-cfg.algorithm.max_episode_steps // policy.chunk_size)
+        audit = JudgeAudit(list(env.task_names))
+        with progress_task("audit", len(ids), cfg.logging.progress) as advance:
+            for start in range(0, len(ids), num_envs):
+                batch = ids[start : start + num_envs]
+                # A short last batch is padded with its own starts; the padding is not counted.
+                padded = batch + [batch[i % len(batch)] for i in range(num_envs - len(batch))]
+                ro = collect_rollout(
+                    env,
+                    policy,
+                    padded,
+                    max_chunks,
+                    cfg.policy.temperature,
+                    cfg.policy.top_k,
+                    generator,
+                )
+                k = len(batch)
+                passes = ro.real_frame_passes
+                audit.add(
+                    ro.task_ids[:k].numpy(),
+                    ro.success[:k].numpy(),
+                    ro.real_success[:k].numpy(),
+                    None if passes is None else passes[:k].numpy(),
+                )
+                advance(k)
+    finally:
+        env.close()
+    return audit
