@@ -217,7 +217,10 @@ READ_BY = {
     "reward_model.audit_with_simulator": "rl",
     "coevolve.reward_policy_rollouts_per_task": "imagine_policy",
     "coevolve.reward_real_rollouts_per_task": "reward_rollouts",
+    "world_model.lr_schedule": "refine_wm",
 }
+# A value other than the default, where flipping the default's truth would not be one.
+OTHER_VALUE = {"world_model.lr_schedule": "cosine"}
 
 
 def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path) -> None:
@@ -232,6 +235,7 @@ def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path
         recorded_before = Pipeline(tmp_path, 0, cfg)  # a run recorded before the option existed
         recorded_before.values = {k: v for k, v in now.values.items() if k != key}
         assert now.fingerprint(kind, ()) == recorded_before.fingerprint(kind, ())
-        setattr(getattr(cfg, section), name, type(default)(not default))
+        other = OTHER_VALUE.get(key, type(default)(not default))
+        setattr(getattr(cfg, section), name, other)
         assert Pipeline(tmp_path, 0, cfg).fingerprint(kind, ()) != now.fingerprint(kind, ())
         setattr(getattr(cfg, section), name, default)

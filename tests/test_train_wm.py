@@ -202,3 +202,15 @@ def test_two_ranks_train_one_world_model(store, tmp_path) -> None:
 
 def _sets(args: list[str]) -> list[tuple[str, str]]:
     return [tuple(args[i + 1].split("=", 1)) for i, a in enumerate(args) if a == "--set"]
+
+
+def test_the_lr_schedule_warms_up_then_holds_or_decays_to_zero() -> None:
+    from wmrl_cli.training.world_model_trainer import lr_factor
+
+    warm = [lr_factor(s, 4, 20, "cosine") for s in range(4)]
+    assert warm == [0.25, 0.5, 0.75, 1.0] == [lr_factor(s, 4, 20, "constant") for s in range(4)]
+    assert [lr_factor(s, 4, 20, "constant") for s in (4, 12, 19, 40)] == [1.0] * 4
+    cosine = [lr_factor(s, 4, 20, "cosine") for s in range(4, 21)]
+    assert cosine[0] == 1.0 and cosine[8] == pytest.approx(0.5) and cosine[-1] == pytest.approx(0.0)
+    assert all(a > b for a, b in zip(cosine, cosine[1:]))
+    assert lr_factor(0, 0, 10, "cosine") == 1.0  # no warmup: the full lr from the first step

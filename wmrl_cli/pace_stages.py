@@ -87,6 +87,7 @@ ADDED_OPTIONS: dict[str, Any] = {
     "reward_model.audit_with_simulator": False,
     "coevolve.reward_policy_rollouts_per_task": 0,
     "coevolve.reward_real_rollouts_per_task": 0,
+    "world_model.lr_schedule": "constant",
 }
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records,
 # not how a reward model is trained or checked.

@@ -131,6 +131,12 @@ class WorldModelConfig(Section):
     batch_size: int = Field(16, ge=1)
     lr: float = Field(5e-4, gt=0.0, le=1.0)
     warmup_steps: int = Field(100, ge=0)
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant",
+        description="after the warmup: a constant lr, or a cosine decay to 0 at `steps`, so "
+        "that the model saved is not wherever a constant lr left it (a refinement's last steps "
+        "then move it less)",
+    )
     ema_decay: float = Field(0.99, ge=0.0, lt=1.0)
     grad_clip: float = Field(1.0, gt=0.0)
     window_stride: int = Field(2, ge=1, description="training windows start every N steps")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import time
 from contextlib import nullcontext
@@ -441,9 +442,9 @@ class WorldModelTrainer:
             lr=self.wm.lr,
             weight_decay=0.01,
         )
-        warm = max(1, self.wm.warmup_steps)
+        wm = self.wm
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: float(min(1.0, (s + 1) / warm))
+            optimizer, lambda s: lr_factor(s, wm.warmup_steps, wm.steps, wm.lr_schedule)
         )
         if checkpoint is not None:
             state = load_checkpoint(
@@ -503,6 +504,17 @@ class WorldModelTrainer:
 
 def _autoencoder_row(row: dict[str, Any]) -> bool:
     return "train/wm/autoencoder_loss" in row
+
+
+def lr_factor(step: int, warmup: int, total: int, schedule: str) -> float:
+    """The lr multiplier after `step` optimizer steps: a linear warmup over `warmup` steps, then
+    1 (`constant`) or a cosine from 1 at the warmup's end to 0 at `total` (`cosine`)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant" or total <= warmup:
+        return 1.0
+    progress = min(1.0, (step - warmup) / (total - warmup))
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class TensorState:
