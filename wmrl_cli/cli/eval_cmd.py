@@ -276,13 +276,15 @@ def _audit_policy(cfg: RunConfig) -> None:
     """`wmrl eval --audit`: the judge's verdict on the policy's imagined episodes against the
     simulator's replay of them (rl/policy_audit.py)."""
     from wmrl_cli.rl.policy_audit import audit_config, audit_policy
+    from wmrl_cli.rl.setup import check_inputs
 
-    audit_config(cfg)  # a config that cannot be audited fails before the run folder exists
+    # A config that cannot be audited, or a missing input, fails before the run folder exists.
+    inputs = check_inputs(audit_config(cfg))
     run_dir = prepare_run_dir(cfg, "eval")
     clear_eval_outputs(run_dir)
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
-    tally = audit_policy(cfg, cfg.eval.episodes_per_task)
+    tally = audit_policy(cfg, cfg.eval.episodes_per_task, inputs)
     path = tally.write(run_dir)
     console.print(tally.table("the judge on the policy's imagined episodes (simulator replay)"))
     console.print(f"audit: {path}")

@@ -19,7 +19,7 @@ from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.rl.buffer import collect_rollout
 from wmrl_cli.rl.judge_audit import JudgeAudit
-from wmrl_cli.rl.setup import build_env, check_inputs, load_policy
+from wmrl_cli.rl.setup import Inputs, build_env, check_inputs, load_policy
 
 
 def audit_config(cfg: RunConfig) -> RunConfig:
@@ -39,15 +39,18 @@ def audit_config(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
-def audit_policy(cfg: RunConfig, per_task: int, device: str | None = None) -> JudgeAudit:
+def audit_policy(
+    cfg: RunConfig, per_task: int, inputs: Inputs | None = None, device: str | None = None
+) -> JudgeAudit:
     """`per_task` imagined episodes per task of `cfg.policy.name` from `world_model.reset_set`,
     judged as RL judges them and replayed in the simulator, tallied per task. Starts, the
-    policy's sampling and the world model's noise are seeded by `simulator.seed`."""
+    policy's sampling and the world model's noise are seeded by `simulator.seed`. `inputs`:
+    `check_inputs` of `audit_config(cfg)` where the caller has checked them already."""
     from wmrl_cli.envs.imagined_policy import start_ids
     from wmrl_cli.logging import progress_task
 
     cfg = audit_config(cfg)
-    inputs = check_inputs(cfg)
+    inputs = inputs or check_inputs(cfg)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     seed = cfg.simulator.seed
     num_envs = cfg.algorithm.num_envs
@@ -63,8 +66,8 @@ def audit_policy(cfg: RunConfig, per_task: int, device: str | None = None) -> Ju
         with progress_task("audit", len(ids), cfg.logging.progress) as advance:
             for start in range(0, len(ids), num_envs):
                 batch = ids[start : start + num_envs]
-                # A short last batch is padded with its own starts; the padding is not counted.
-                padded = batch + [batch[i % len(batch)] for i in range(num_envs - len(batch))]
+                # A short last batch is padded (as envs/runner.py pads); the padding not counted.
+                padded = batch + [batch[-1]] * (num_envs - len(batch))
                 ro = collect_rollout(
                     env,
                     policy,
