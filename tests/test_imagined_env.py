@@ -285,3 +285,45 @@ def test_confirming_draws_need_a_single_frame_judge(parts) -> None:
     clip_judge.clip_length = 4
     with pytest.raises(WmrlError, match="single frames"):
         ImaginedEnv(_CoinWorld(), clip_judge, parts[2], ["a", "b"], 4, 16, confirm_draws=1)
+
+
+class _BlackWorld(_CountWorld):
+    """A _CountWorld that never draws a white chunk: a world model that does not see the
+    successes the other draws."""
+
+    def predict_active(self, actions, active, generator=None):
+        return torch.zeros_like(super().predict_active(actions, active, generator))
+
+
+def test_a_confirming_draw_may_come_from_another_world_model(parts) -> None:
+    """confirm_models: the draw imagines in its own world model (reset to the same entries),
+    which sees the call or not; the run's world model imagines the first draw only."""
+    world, other = _CountWorld(), _CountWorld()
+    env = ImaginedEnv(world, _WhiteJudge(), parts[2], ["a", "b"], 64, 24, success_threshold=0.5,
+                      confirm_draws=1, confirm_models=[other])  # fmt: skip
+    env.reset([0, 2] * 32)
+    actions = np.zeros((64, 8, 4), np.float32)
+    actions[::2] = 1.0
+    env.chunk_step(actions)
+    second = env.chunk_step(actions)
+    assert second.success.any(1).tolist() == [True, False] * 32
+    assert world.imagined == 128 and other.imagined == 64  # two chunks of the 32 called envs
+    sceptic = ImaginedEnv(_CountWorld(), _WhiteJudge(), parts[2], ["a", "b"], 64, 24,
+                          success_threshold=0.5, confirm_draws=1,
+                          confirm_models=[_BlackWorld()])  # fmt: skip
+    sceptic.reset([0, 2] * 32)
+    results = [sceptic.chunk_step(actions) for _ in range(3)]
+    assert (results[1].frames[::2] == 255).all()  # the first draw calls ...
+    assert not any(r.success.any() for r in results)  # ... and the other refuses every call
+
+
+def test_one_confirming_world_model_per_draw(parts) -> None:
+    with pytest.raises(WmrlError, match="1 confirming world model"):
+        ImaginedEnv(_CountWorld(), _WhiteJudge(), parts[2], ["a", "b"], 4, 16,
+                    confirm_draws=2, confirm_models=[_CountWorld()])  # fmt: skip
+    from wmrl_cli.config.schema import RunConfig
+    from wmrl_cli.rl.setup import resolve_inputs
+
+    cfg = RunConfig.model_validate({"reward_model": {"confirm_world_models": ["wm"]}})
+    with pytest.raises(ConfigError, match="one per confirming draw"):
+        resolve_inputs(cfg)

@@ -218,9 +218,17 @@ READ_BY = {
     "coevolve.reward_policy_rollouts_per_task": "imagine_policy",
     "coevolve.reward_real_rollouts_per_task": "reward_rollouts",
     "world_model.lr_schedule": "refine_wm",
+    "reward_model.confirm_world_models": "rl",
+    "coevolve.refine_candidates": "accept",
+    "coevolve.accept_audit_per_task": "accept",
 }
 # A value other than the default, where flipping the default's truth would not be one.
-OTHER_VALUE = {"world_model.lr_schedule": "cosine"}
+OTHER_VALUE = {
+    "world_model.lr_schedule": "cosine",
+    "reward_model.confirm_world_models": ["wm"],
+    "coevolve.refine_candidates": 2,
+    "coevolve.accept_audit_per_task": 10,
+}
 
 
 def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path) -> None:
@@ -235,7 +243,57 @@ def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path
         recorded_before = Pipeline(tmp_path, 0, cfg)  # a run recorded before the option existed
         recorded_before.values = {k: v for k, v in now.values.items() if k != key}
         assert now.fingerprint(kind, ()) == recorded_before.fingerprint(kind, ())
-        other = OTHER_VALUE.get(key, type(default)(not default))
+        other = OTHER_VALUE[key] if key in OTHER_VALUE else type(default)(not default)
         setattr(getattr(cfg, section), name, other)
         assert Pipeline(tmp_path, 0, cfg).fingerprint(kind, ()) != now.fingerprint(kind, ())
         setattr(getattr(cfg, section), name, default)
+
+
+@pytest.mark.parametrize("chosen", ["current", "wm_evo1_seed1"])
+def test_the_audit_chooses_the_world_model_of_stage_2(
+    tmp_path, recorded, monkeypatch, chosen
+) -> None:
+    """accept_audit_per_task with two refinement candidates: both are trained (training seeds
+    0 and 1), the evolved policy is audited in the current world model and in each, and stage 2
+    runs in the one chosen; the current one means stage 2 runs where stage 1 did."""
+    seeds, audited = [], []
+
+    def train_wm(cfg, data, out, init, steps):
+        seeds.append((Path(out).name, cfg.simulator.seed))
+        return str(Path(out) / "world_model")
+
+    def audit(cfg, out, policy, world_models, rm_path, reset_set, threshold):
+        audited.append((Path(policy).parent.name, {k: Path(v).parent.name
+                                                   for k, v in world_models.items()}))  # fmt: skip
+        return {"world_models": {}, "chosen": chosen, "real_steps": 0}
+
+    monkeypatch.setattr(pace, "train_wm", train_wm)
+    monkeypatch.setattr(pace, "audit_world_models", audit)
+    cfg = _config(refine_reward_model=False, refine_candidates=2, accept_audit_per_task=4)
+    pace.co_evolve(cfg, tmp_path)
+    seed = cfg.simulator.seed
+    assert seeds == [("wm_base", seed), ("wm_evo1", seed), ("wm_evo1_seed1", seed + 1)]
+    assert audited == [
+        ("stage1", {"current": "wm_base", "wm_evo1": "wm_evo1", "wm_evo1_seed1": "wm_evo1_seed1"})
+    ]
+    stage2 = "wm_base" if chosen == "current" else chosen
+    assert ("rl", "stage2", stage2, "rm_base") in recorded
+    stages = json.loads((tmp_path / STAGES_FILE).read_text())
+    assert "accept1" in stages and "refine_wm1_seed1" in stages
+
+
+def test_refinement_candidates_need_the_audit() -> None:
+    from wmrl_cli.errors import ConfigError
+
+    cfg = _config(refine_candidates=2)
+    with pytest.raises(ConfigError, match="needs coevolve.accept_audit_per_task"):
+        pace.prepare_co_evolve(cfg)
+
+
+def test_the_acceptance_prefers_the_current_world_model_on_a_tie() -> None:
+    from wmrl_cli.pace_tasks import choose_world_model
+
+    assert choose_world_model({"current": 0.7, "a": 0.7, "b": 0.6}) == "current"
+    assert choose_world_model({"current": 0.7, "a": 0.75, "b": 0.8}) == "b"
+    assert choose_world_model({"current": None, "a": 0.0}) == "current"  # no signal either way
+    assert choose_world_model({"current": None, "a": 0.1}) == "a"

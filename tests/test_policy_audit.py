@@ -46,6 +46,7 @@ def test_the_audit_counts_every_episode_once_per_task(assets, tmp_path) -> None:
     assert overall["tp"] + overall["fp"] + overall["fn"] + overall["tn"] == 9
     # A single-frame judge: every false call is the judge's or the world model's.
     assert overall["fp_on_real_frame"] + overall["fp_imagined_only"] == overall["fp"]
+    assert summary["real_steps"] >= 9  # every counted episode replayed, at least a step each
     assert "the judge on the policy's imagined episodes" in result.output
     # Seeded: the same starts, samples and noise give the same tally.
     again = runner.invoke(app, [*audit_args(assets, tmp_path / "a", 3), "--overwrite"])
@@ -91,3 +92,48 @@ def test_bad_audit_input_is_one_line_and_leaves_nothing(
     assert result.exit_code == 2, result.output
     assert needle in result.output and "Traceback" not in result.output
     assert not out.exists()
+
+
+def test_a_call_confirmed_by_another_world_model(assets, tmp_path) -> None:  # noqa: F811
+    """reward_model.confirm_world_models: the confirming draw comes from the world model named
+    (here the same one loaded again); a call counts only once it repeats there, so no more
+    episodes are called than without the confirmation."""
+    alone = runner.invoke(app, audit_args(assets, tmp_path / "alone", 2))
+    assert alone.exit_code == 0, alone.output
+    extra = ["--set", "reward_model.confirm_draws=1",
+             "--set", f"reward_model.confirm_world_models=[{assets / 'wm'}]"]  # fmt: skip
+    confirmed = runner.invoke(app, audit_args(assets, tmp_path / "confirmed", 2, *extra))
+    assert confirmed.exit_code == 0, confirmed.output
+    judged = [_summary(tmp_path / d)["overall"]["judged_rate"] for d in ("alone", "confirmed")]
+    assert judged[1] <= judged[0]
+    wrong = ["--set", f"reward_model.confirm_world_models=[{assets / 'wm'}]"]
+    refused = runner.invoke(app, audit_args(assets, tmp_path / "wrong", 2, *wrong))
+    assert refused.exit_code == 2 and "one per confirming draw" in refused.output
+    assert not (tmp_path / "wrong").exists()
+
+
+def test_pace_acceptance_audits_each_world_model_on_the_same_starts(
+    assets,  # noqa: F811
+    tmp_path,
+) -> None:
+    """co-evolve's acceptance (pace_tasks.audit_world_models): each world model runs the same
+    seeded episodes, so the same world model named twice gets the same tally, and the current
+    one (first) wins the tie."""
+    from wmrl_cli.config import resolve_config
+    from wmrl_cli.pace_tasks import audit_world_models
+
+    sets = options(tmp_path / "unused", 1, "grpo", 4, eval_trials=0)[4:]
+    cfg = resolve_config(overrides=sets[1::2])
+    cfg.coevolve.accept_audit_per_task = 2
+    wm = str(assets / "wm")
+    result = audit_world_models(
+        cfg, tmp_path / "accept", str(assets / "sft"), {"current": wm, "again": wm},
+        str(assets / "rm"), str(assets / "demos"), None,
+    )  # fmt: skip
+    current, again = result["world_models"]["current"], result["world_models"]["again"]
+    assert current == again and current["episodes"] == 6
+    assert result["chosen"] == "current"
+    assert result["real_steps"] >= 2 * 6
+    saved = json.loads((tmp_path / "accept" / "acceptance.json").read_text())
+    assert saved["chosen"] == "current"
+    assert (tmp_path / "accept" / "again" / "judge_audit.json").is_file()

@@ -87,7 +87,8 @@ def _note(name: str, delays: list[str], duration: float, log: Path) -> str:
     )
 
 
-@pytest.mark.parametrize("name", ["sft", "train-wm", "train-reward", "train-policy"])
+# sft and train-reward: in the slow variant below; test_exact_resume kills both at fixed points.
+@pytest.mark.parametrize("name", ["train-wm", "train-policy"])
 def test_a_kill_at_a_random_time_then_a_rerun_matches_uninterrupted(name, request, tmp_path):
     _killed_at_random_then_rerun(name, request, tmp_path, trials=1, kills=1)
 

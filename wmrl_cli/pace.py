@@ -46,6 +46,7 @@ from wmrl_cli.errors import ConfigError
 from wmrl_cli.pace_gate import check_world_model, enforce_gate
 from wmrl_cli.pace_stages import Pipeline
 from wmrl_cli.pace_tasks import (
+    audit_world_models,
     collect,
     eval_steps,
     evaluate,
@@ -70,6 +71,12 @@ def prepare_co_evolve(cfg: RunConfig) -> None:
     from wmrl_cli.sims.backends import resolve_simulator, simulator_class
 
     cfg.simulator = resolve_simulator(cfg.simulator)
+    ce = cfg.coevolve
+    if ce.refine_candidates > 1 and not ce.accept_audit_per_task:
+        raise ConfigError(
+            f"invalid value for 'coevolve.refine_candidates': {ce.refine_candidates} needs "
+            "coevolve.accept_audit_per_task > 0 (the audit chooses among the refinements)"
+        )
     if cfg.coevolve.start == "sft" and cfg.simulator.name == "libero":
         raise ConfigError(
             "invalid value for 'coevolve.start': 'sft' trains the base policy on scripted "
@@ -107,6 +114,7 @@ class _Run:
         self.checks: dict[str, dict[str, Any]] = {}
         self.reliability: dict[str, dict[str, Any]] = {}
         self.reward_metrics: dict[str, dict[str, Any]] = {}
+        self.acceptance: dict[str, dict[str, Any]] = {}  # per round: audit_world_models
         # The judge's real rollouts of the stage-1 policy (`real_reward_data`): store, stage.
         self.real_reward: tuple[str | None, str | None] = (None, None)
 
@@ -330,6 +338,55 @@ def _given_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     return _Evolved(policy, wm, {"path": rm_path}, None, stages), [], ()
 
 
+def _refine_world_model(
+    run: _Run, r: int, last: _Evolved, made: dict[str, str | None], merged: str, merge_stage: str
+) -> tuple[str, str | None]:
+    """Refinement r's world model and its stage: `last.wm` fine-tuned on the merged data, or,
+    with `coevolve.accept_audit_per_task`, the one of `last.wm` and its `refine_candidates`
+    fine-tunings (training seeds simulator.seed + c) that the evolved policy's audit chooses."""
+    cfg, ce, p = run.cfg, run.cfg.coevolve, run.p
+    candidates: dict[str, tuple[str, str]] = {}  # name -> (path, stage)
+    for c in range(ce.refine_candidates):
+        name = f"wm_evo{r}" if c == 0 else f"wm_evo{r}_seed{c}"
+        stage = f"refine_wm{r}" if c == 0 else f"refine_wm{r}_seed{c}"
+        trainer_cfg = sub_config(cfg, run.run_dir, simulator__seed=cfg.simulator.seed + c)
+        candidates[name] = (
+            p.run(
+                stage,
+                lambda t=trainer_cfg, n=name: train_wm(
+                    t, merged, run.run_dir / n, last.wm, ce.refine_steps
+                ),
+                reads="refine_wm",
+                after=_after(made["wm"], merge_stage),
+                outputs=(name,),
+            ),
+            stage,
+        )
+    if not ce.accept_audit_per_task:
+        return candidates[f"wm_evo{r}"]
+    options = {"current": (last.wm, made["wm"]), **candidates}
+    out = run.run_dir / "accept" / f"round{r}"
+    result = p.run(
+        f"accept{r}",
+        lambda: audit_world_models(
+            cfg,
+            out,
+            last.policy,
+            {name: path for name, (path, _) in options.items()},
+            last.rm["path"],
+            merged,
+            last.threshold,
+        ),
+        lambda result: int(result["real_steps"]),
+        reads="accept",
+        after=_after(made["policy"], made["rm"], made["check"], merge_stage,
+                     *(stage for _, stage in options.values())),
+        outputs=(f"accept/round{r}",),
+    )  # fmt: skip
+    run.acceptance[f"round{r}"] = result
+    return options[result["chosen"]]
+
+
 def _refine_reward_model(
     run: _Run,
     r: int,
@@ -338,17 +395,18 @@ def _refine_reward_model(
     merged: str,
     merge_stage: str,
     wm: str,
+    wm_stage: str | None,
 ) -> tuple[dict[str, Any], str]:
     """Refinement r's reward model and its stage: sft, a new one on all the data (and the
     refined world model's imagined rollouts of it); given, the given one fine-tuned."""
     cfg, ce = run.cfg, run.cfg.coevolve
     imagined, imagine_stage = run.imagined_reward_data(
-        f"imagined_evo{r}", wm, merged, (f"refine_wm{r}", merge_stage)
+        f"imagined_evo{r}", wm, merged, _after(wm_stage, merge_stage)
     )
     # The evolved policy in the refined world model, from the starts its next stage uses.
     labelled, label_stage = run.labelled_reward_data(
         f"labelled_evo{r}", last.policy, wm, merged, cfg.simulator.seed + 3_000_000 + 100_000 * r,
-        _after(made["policy"], f"refine_wm{r}", merge_stage),
+        _after(made["policy"], wm_stage, merge_stage),
     )  # fmt: skip
     rm_init = last.rm["path"] if ce.start == "given" else None
     real, real_stage = run.real_reward
@@ -416,21 +474,15 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         frozen_input = (last.policy, last.wm, last.rm["path"], merged)
         frozen_threshold = last.threshold
         frozen_after = _after(made["policy"], made["wm"], made["rm"], made["check"], merge_stage)
-        wm = p.run(
-            f"refine_wm{r}",
-            lambda r=r, w=last.wm, m=merged: train_wm(
-                cfg, m, run_dir / f"wm_evo{r}", w, ce.refine_steps
-            ),
-            reads="refine_wm",
-            after=_after(made["wm"], merge_stage),
-            outputs=(f"wm_evo{r}",),
-        )
+        wm, wm_stage = _refine_world_model(run, r, last, made, merged, merge_stage)
         if ce.refine_reward_model:
-            rm, rm_stage = _refine_reward_model(run, r, last, made, merged, merge_stage, wm)
+            rm, rm_stage = _refine_reward_model(
+                run, r, last, made, merged, merge_stage, wm, wm_stage
+            )
         else:  # the judge that gave the last stage its signal
             rm, rm_stage = last.rm, made["rm"]
         run.reliability[f"wm_evo{r}"] = wm_reliability(wm)
-        evo_inputs = _after(f"refine_wm{r}", rm_stage, merge_stage)
+        evo_inputs = _after(wm_stage, rm_stage, merge_stage)
         threshold = run.check(f"wm_evo{r}", wm, rm["path"], merged, evo_inputs)
         name = f"stage{r + 1}"
         policy = p.run(
@@ -443,7 +495,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             after=(made["policy"], *evo_inputs, f"eval_wm_evo{r}"),
             outputs=(name,),
         )
-        stages = {"policy": name, "wm": f"refine_wm{r}", "rm": rm_stage,
+        stages = {"policy": name, "wm": wm_stage, "rm": rm_stage,
                   "check": f"eval_wm_evo{r}"}  # fmt: skip
         evolved = _Evolved(policy, wm, rm, threshold, stages)
         run.evaluate(name, policy, (name,), ce.videos and r == ce.refinements)
@@ -481,4 +533,5 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         walls,
         real_steps,
         activity,
+        run.acceptance,
     )

@@ -68,6 +68,16 @@ READS: dict[str, tuple[str, ...]] = {
         "precision",
         "compile_world_model",
     ),  # fmt: skip
+    "accept": (
+        *_SIM,
+        "policy",
+        "algorithm",
+        "world_model",
+        "reward_model",
+        "precision",
+        "coevolve.accept_audit_per_task",
+        "coevolve.refine_candidates",
+    ),  # fmt: skip
     # Settings that add or gate stages without changing a finished one's result.
     "structure": (
         "coevolve.start",
@@ -88,6 +98,9 @@ ADDED_OPTIONS: dict[str, Any] = {
     "coevolve.reward_policy_rollouts_per_task": 0,
     "coevolve.reward_real_rollouts_per_task": 0,
     "world_model.lr_schedule": "constant",
+    "reward_model.confirm_world_models": [],
+    "coevolve.refine_candidates": 1,
+    "coevolve.accept_audit_per_task": 0,
 }
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records,
 # not how a reward model is trained or checked.

@@ -243,6 +243,30 @@ def train_rm(
     }
 
 
+def rl_config(
+    cfg: RunConfig,
+    out: Path,
+    policy: str,
+    world_model: str,
+    reward_model: str,
+    reset_set: str,
+    threshold: float | None,
+) -> RunConfig:
+    """The config of an RL stage in imagination on these inputs, judged at `threshold` (None:
+    the configured one)."""
+    sub = sub_config(
+        cfg,
+        out,
+        policy__name=policy,
+        world_model__path=world_model,
+        reward_model__path=reward_model,
+        world_model__reset_set=reset_set,
+    )
+    if threshold is not None:
+        sub.reward_model.success_threshold = threshold
+    return sub
+
+
 def rl(
     cfg: RunConfig,
     out: Path,
@@ -264,16 +288,7 @@ def rl(
     from wmrl_cli.rl.setup import build_env, load_policy, resolve_inputs, verdict_line
     from wmrl_cli.rl.trainer import PolicyTrainer
 
-    sub = sub_config(
-        cfg,
-        out,
-        policy__name=policy,
-        world_model__path=world_model,
-        reward_model__path=reward_model,
-        world_model__reset_set=reset_set,
-    )
-    if threshold is not None:
-        sub.reward_model.success_threshold = threshold
+    sub = rl_config(cfg, out, policy, world_model, reward_model, reset_set, threshold)
     sub.algorithm.eval_every = 0
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", dump_config(sub))  # what this stage ran with
@@ -297,6 +312,47 @@ def rl(
         return str(trainer.train())
     finally:
         env.close()
+
+
+def audit_world_models(
+    cfg: RunConfig,
+    out: Path,
+    policy: str,
+    world_models: dict[str, str],
+    reward_model: str,
+    reset_set: str,
+    threshold: float | None,
+) -> dict[str, Any]:
+    """PACE's acceptance: `policy`'s imagined episodes (`coevolve.accept_audit_per_task` per
+    task, the same seeded starts) in each of `world_models` (name -> path; the current one
+    first), judged by `reward_model` at `threshold` (None: its own) as the next RL stage would
+    judge them and replayed in the simulator (`eval --audit`). Returns each one's overall
+    tally, the name of the one chosen (`choose_world_model`) and the real steps the replays
+    took; out/<name>/judge_audit.json per world model, out/acceptance.json."""
+    from wmrl_cli.logging import console
+    from wmrl_cli.rl.policy_audit import audit_policy
+
+    tallies, real_steps = {}, 0
+    for name, path in world_models.items():
+        sub = rl_config(cfg, out / name, policy, path, reward_model, reset_set, threshold)
+        audit = audit_policy(sub, cfg.coevolve.accept_audit_per_task)
+        (out / name).mkdir(parents=True, exist_ok=True)
+        audit.write(out / name)
+        tallies[name] = {"path": path, **audit.summary()["overall"]}
+        real_steps += audit.real_steps or 0
+        console.print(audit.table(f"acceptance: the judge on {policy} in {name} ({path})"))
+    chosen = choose_world_model({name: t["f1"] for name, t in tallies.items()})
+    result = {"world_models": tallies, "chosen": chosen, "real_steps": real_steps}
+    atomic_write_text(out / "acceptance.json", json.dumps(result, indent=1))
+    console.print(f"acceptance: the next stage runs in {chosen} ({tallies[chosen]['path']})")
+    return result
+
+
+def choose_world_model(f1: dict[str, float | None]) -> str:
+    """The name with the highest F1 of the verdict against the replays, the first (the current
+    world model) on a tie. No F1 (no call and no real success: no signal) counts as 0."""
+    scores = {name: value or 0.0 for name, value in f1.items()}
+    return max(scores, key=lambda name: scores[name])  # max keeps the first of equals
 
 
 def wm_reliability(model_dir: str) -> dict[str, Any]:

@@ -184,6 +184,13 @@ class RewardModelConfig(Section):
         "world-model pass. Session 24: one draw lifted the judge's precision on an RL policy's "
         "own episodes from 0.56 to 0.74 at 70% of the true calls (docs/results.md)",
     )
+    confirm_world_models: list[str] = Field(
+        default_factory=list,
+        description="the world models that draw the confirming draws, one per draw (draw j in "
+        "the j-th; as many as confirm_draws); empty: the run's world model draws them. A world "
+        "model trained with another seed errs on other starts than the run's (docs/results.md, "
+        "session 27)",
+    )
     use_rel_reward: bool = False
     reward_coef: float = Field(5.0, gt=0.0)
     round_scores: bool = Field(
@@ -455,6 +462,24 @@ class CoEvolveConfig(Section):
     refinements: int = Field(1, ge=0, le=10, description="refine-then-RL rounds after stage 1")
     refine_steps: int = Field(500, ge=1, description="world-model fine-tuning steps")
     refine_reward_steps: int = Field(300, ge=1)
+    refine_candidates: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="world-model refinements per round, each with its own training seed (its "
+        "batches and train/val split); more than one needs accept_audit_per_task to choose. "
+        "The seed alone moves a 300-step refinement's precision 0.63 -> 0.70 and its "
+        "drawer-close misses 9 -> 3 of 12-16 (docs/results.md, session 26)",
+    )
+    accept_audit_per_task: int = Field(
+        0,
+        ge=0,
+        description="N > 0: before each refined stage, the evolved policy runs N imagined "
+        "episodes per task in the current world model and in every refinement, judged as RL "
+        "judges them (the last stage's judge and threshold) and replayed in the simulator "
+        "(`eval --audit`; real steps); the stage then runs in the world model whose verdicts "
+        "agree best with the replays (F1), the current one on a tie; 0: the refinement is used",
+    )
     refine_reward_model: bool = Field(
         True,
         description="each refinement also retrains (sft) or fine-tunes (given) the reward model "

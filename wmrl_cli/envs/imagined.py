@@ -17,7 +17,9 @@ the first draw only. Most of the successes RL learns to fool a judge with are dr
 world model and do not repeat under other noise (docs/results.md, session 24). A draw imagines
 an episode only once the first draw calls it: it then catches up on the episode's chunks so far
 in one go and follows it from there, so an episode never called costs one pass of the world
-model, as without confirmation.
+model, as without confirmation. The draws may come from other world models
+(`confirm_models`, one per draw): one trained with another seed errs on other starts, where a
+redraw of the same model repeats its error (docs/results.md, sessions 26 and 27).
 
 RLinf's variants, each an option (docs/parity.md): scores rounded to 0/1 (`round_scores`),
 r_0 = 0 rather than the reset frame's score (`zero_first_baseline`), the same sampling noise on
@@ -39,6 +41,14 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.rewards.base import RewardModel, round_scores
 from wmrl_cli.rewards.calibration import held_success
 from wmrl_cli.world_models.interface import WorldModel
+
+
+def _reset_model(model: WorldModel, entries: list[ResetEntry]) -> None:
+    model.reset_context(
+        np.stack([e.reference for e in entries]),
+        np.stack([e.context for e in entries]),
+        np.stack([e.context_actions for e in entries]).astype(np.float32),
+    )
 
 
 class ImaginedEnv:
@@ -63,6 +73,7 @@ class ImaginedEnv:
         threshold_source: str = "given",
         success_frames: int = 1,
         confirm_draws: int = 0,
+        confirm_models: list[WorldModel] | None = None,
     ) -> None:
         """`action_transform` maps the policy's actions into the convention the world model was
         trained in (RLinf's LIBERO world models: LIBERO's gripper sign, as the real env).
@@ -71,7 +82,8 @@ class ImaginedEnv:
         `threshold_source` says where `success_threshold` came from, for the run's log.
         `success_frames`: consecutive frames at the threshold that make a success (1: the first
         such frame), counted across chunks from the reset. `confirm_draws`: further draws of
-        the world model that must each call success too (single-frame judges only)."""
+        the world model that must each call success too (single-frame judges only), drawn
+        by `confirm_models[j]` (None: by `world_model`)."""
         if not reset_set:
             raise WmrlError("the imagined env needs a non-empty reset set")
         if confirm_draws and int(getattr(reward_model, "clip_length", 1)) > 1:
@@ -79,11 +91,17 @@ class ImaginedEnv:
                 "reward_model.confirm_draws needs a reward model that scores single frames; "
                 f"this one scores clips of {reward_model.clip_length} frames"
             )
-        if confirm_draws and not world_model.context_state_names:
+        confirm_models = list(confirm_models or [world_model] * confirm_draws)
+        if len(confirm_models) != confirm_draws:
             raise WmrlError(
-                "reward_model.confirm_draws needs a world model whose context can be held apart "
-                f"per draw; {type(world_model).__name__} names none"
+                f"{len(confirm_models)} confirming world model(s) for {confirm_draws} draw(s)"
             )
+        for model in confirm_models:
+            if not model.context_state_names:
+                raise WmrlError(
+                    "reward_model.confirm_draws needs a world model whose context can be held "
+                    f"apart per draw; {type(model).__name__} names none"
+                )
         self.world_model = world_model
         self.reward_model = reward_model
         self.reset_set = reset_set
@@ -107,6 +125,7 @@ class ImaginedEnv:
         # VideoMAE-style reward models score a clip ending at each frame: keep its history.
         self._history_len = max(int(getattr(reward_model, "clip_length", 1)) - 1, 0)
         self.confirm_draws = confirm_draws
+        self.confirm_models = confirm_models
         # per confirming draw: its own context in the world model, held run, whether it called,
         # which episodes it imagines (those the first draw has called)
         self._draws: list[dict] = []
@@ -122,18 +141,14 @@ class ImaginedEnv:
         if len(init_ids) != self.num_envs:
             raise ValueError(f"reset needs {self.num_envs} init ids, got {len(init_ids)}")
         entries = [self.reset_set[i] for i in init_ids]
-        self.world_model.reset_context(
-            np.stack([e.reference for e in entries]),
-            np.stack([e.context for e in entries]),
-            np.stack([e.context_actions for e in entries]).astype(np.float32),
-        )
+        _reset_model(self.world_model, entries)
         self._entries = entries
-        context = self.world_model.context_state() if self.confirm_draws else {}
         self._draws = [
-            {"context": context, "held": np.zeros(self.num_envs, dtype=np.int64),
+            {"model": model, "context": self._reset_context(model, entries),
+             "held": np.zeros(self.num_envs, dtype=np.int64),
              "called": np.zeros(self.num_envs, dtype=bool),
              "started": np.zeros(self.num_envs, dtype=bool)}
-            for _ in range(self.confirm_draws)
+            for model in self.confirm_models
         ]  # fmt: skip
         self._chunks = []
         self._steps = np.array([0 if self.kir_step_reset else e.step for e in entries])
@@ -147,6 +162,13 @@ class ImaginedEnv:
         if self.zero_first_baseline:
             self._prev_score = np.zeros_like(self._prev_score)
         return self._obs(current)
+
+    def _reset_context(self, model: WorldModel, entries: list[ResetEntry]) -> dict:
+        """A confirming draw's context at the reset: the run's world model's (already reset),
+        or another world model's, reset to the same entries."""
+        if model is not self.world_model:
+            _reset_model(model, entries)
+        return model.context_state()
 
     def _obs(self, images: np.ndarray) -> Obs:
         task_ids = np.array([e.task_id for e in self._entries], dtype=np.int64)
@@ -183,7 +205,7 @@ class ImaginedEnv:
         confirmed = np.ones(self.num_envs, dtype=bool)
         try:
             for j, draw in enumerate(self._draws):
-                self.world_model.set_context_state(draw["context"])
+                draw["model"].set_context_state(draw["context"])
                 new = called & ~draw["started"]
                 for k, (chunk_actions, chunk_active, chunk_valid) in enumerate(self._chunks):
                     this_chunk = k == len(self._chunks) - 1
@@ -192,7 +214,7 @@ class ImaginedEnv:
                     if imagine.any():
                         self._draw_chunk(draw, j, chunk_actions, imagine, chunk_valid)
                 draw["started"] |= new
-                draw["context"] = self.world_model.context_state()
+                draw["context"] = draw["model"].context_state()
                 confirmed &= draw["called"]
         finally:
             self.world_model.set_context_state(own)
@@ -204,7 +226,7 @@ class ImaginedEnv:
         """One chunk of confirming draw j for the envs `imagine` [B]: its held runs and calls."""
         if self.noise_seed is not None:  # a fixed noise: each draw a fixed other one
             self.generator.manual_seed(self.noise_seed + 1 + j)
-        frames = self.world_model.predict_active(
+        frames = draw["model"].predict_active(
             actions, torch.from_numpy(imagine), generator=self.generator
         )
         scores = self._score(frames.cpu().numpy())

@@ -58,11 +58,14 @@ def write_report(
     walls: dict[str, float],
     real_steps: dict[str, int | None],
     rl_activity: dict[str, dict[str, Any]] | None = None,
+    acceptance: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """`real_steps`: per stage, the real environment steps it consumed (None: not recorded,
     a stage finished before wmrl counted them). `rl_activity`: per RL stage, what
-    `rl_activity` (below) read from its metrics; a stage whose RL changed nothing is flagged."""
+    `rl_activity` (below) read from its metrics; a stage whose RL changed nothing is flagged.
+    `acceptance`: per refinement round, the audit that chose its world model."""
     rl_activity = rl_activity or {}
+    acceptance = acceptance or {}
     differences = stage_differences(evals)
     data_steps = [v or 0 for k, v in real_steps.items() if not k.startswith("eval")]
     report = {
@@ -78,6 +81,7 @@ def write_report(
         "total_real_steps": sum(v or 0 for v in real_steps.values()),
         "total_real_steps_without_evaluation": sum(data_steps),
         "rl_activity": rl_activity,
+        "acceptance": acceptance,
     }
     atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
     # An all-zero chart says nothing the table does not: none is drawn (an old one goes).
@@ -139,6 +143,7 @@ def write_report(
     lines += [""] if idle else []
     if rl_activity:
         lines += _rl_table(rl_activity)
+    lines += _acceptance_table(acceptance)
     lines += [
         "## World-model reliability (open loop, held-out episodes, PSNR dB)",
         "",
@@ -188,6 +193,34 @@ def write_report(
     ]
     atomic_write_text(run_dir / "report.md", "\n".join(lines))
     return report
+
+
+def _acceptance_table(acceptance: dict[str, dict[str, Any]]) -> list[str]:
+    """Per round: each world model's verdict on the evolved policy's imagined episodes against
+    the simulator's replays, and the one chosen."""
+    if not acceptance:
+        return []
+    lines = [
+        "## World-model acceptance (the evolved policy's imagined episodes, replayed)",
+        "",
+        "| round | world model | episodes | TP/FP/FN/TN | precision [95%] | recall | F1 | |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for round_name, result in acceptance.items():
+        for name, t in result["world_models"].items():
+            counts = "/".join(str(t[k]) for k in ("tp", "fp", "fn", "tn"))
+            interval = t["precision_interval"]
+            precision = "-" if t["precision"] is None else f"{t['precision']:.2f}"
+            if interval is not None:
+                precision += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+            recall = "-" if t["recall"] is None else f"{t['recall']:.2f}"
+            f1 = "-" if t["f1"] is None else f"{t['f1']:.2f}"
+            chosen = "**chosen**" if name == result["chosen"] else ""
+            lines.append(
+                f"| {round_name} | {name} | {t['episodes']} | {counts} | {precision} | "
+                f"{recall} | {f1} | {chosen} |"
+            )
+    return [*lines, ""]
 
 
 def _rate(result: dict[str, Any]) -> str:

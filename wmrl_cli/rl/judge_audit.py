@@ -41,6 +41,8 @@ class JudgeAudit:
         self.counts = np.zeros((len(self.task_names), len(COUNTS)), dtype=np.int64)
         # per task: false calls whose real frame the judge passes too (None: not recorded)
         self.fp_on_real_frame: np.ndarray | None = None
+        # the simulator steps its replays took, where the caller counts them (eval --audit)
+        self.real_steps: int | None = None
 
     def add(
         self,
@@ -48,9 +50,13 @@ class JudgeAudit:
         judged: np.ndarray,
         real: np.ndarray,
         real_frame_passes: np.ndarray | None = None,
+        real_steps: int | None = None,
     ) -> None:
         """One rollout's episodes: task ids [B], the judge's and the simulator's success [B],
-        and whether the judge passes the simulator's frame where it called success [B]."""
+        whether the judge passes the simulator's frame where it called success [B], and the
+        simulator steps their replays took."""
+        if real_steps is not None:
+            self.real_steps = (self.real_steps or 0) + int(real_steps)
         task_ids = np.asarray(task_ids, dtype=np.int64)
         judged, real = np.asarray(judged, dtype=bool), np.asarray(real, dtype=bool)
         if task_ids.size and task_ids.max() >= len(self.task_names):  # an env without names
@@ -94,7 +100,10 @@ class JudgeAudit:
             for i, name in enumerate(self.task_names)
         }
         total = None if on_real is None else int(on_real.sum())
-        return {"tasks": rows, "overall": _rates(self.counts.sum(0), total)}
+        summary = {"tasks": rows, "overall": _rates(self.counts.sum(0), total)}
+        if self.real_steps is not None:
+            summary["real_steps"] = self.real_steps
+        return summary
 
     def write(self, run_dir: str | Path) -> Path:
         """RUN/judge_audit.json, through a temporary file."""
@@ -140,6 +149,8 @@ def _rates(counts: np.ndarray, fp_on_real_frame: int | None = None) -> dict[str,
         # Wilson 95%: a few dozen calls leave precision uncertain by +-0.1 or more
         "precision_interval": list(wilson_interval(tp, tp + fp)) if tp + fp else None,
         "recall": tp / (tp + fn) if tp + fn else None,
+        # the verdict's agreement with the replays in one number (co-evolve's acceptance)
+        "f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None,
         "judged_rate": (tp + fp) / n if n else 0.0,
         "real_rate": (tp + fn) / n if n else 0.0,
     }

@@ -84,6 +84,7 @@ def audit_policy(
                     ro.success[:k].numpy(),
                     ro.real_success[:k].numpy(),
                     None if passes is None else passes[:k].numpy(),
+                    real_steps=int(ro.episode_len[:k].sum()),
                 )
                 advance(k)
     finally:

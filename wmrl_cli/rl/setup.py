@@ -8,7 +8,7 @@ its files), or the name of a published asset (`wmrl download --list`), found in 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +46,8 @@ _HINTS = {
 
 def _required(value: str | None, key: str) -> str:
     if not value:
-        raise WmrlError(f"'{key}' is not set: {_HINTS[key]}")
+        hint = _HINTS.get(key, "name a world model (a wmrl train-wm run or a model directory)")
+        raise WmrlError(f"'{key}' is not set: {hint}")
     return value
 
 
@@ -59,6 +60,7 @@ class Inputs:
     reward_model: Path | None
     reset_set: Path | None
     unnorm_key: str | None = None  # the policy asset's, when the policy is one
+    confirm_world_models: list[Path] = field(default_factory=list)  # one per confirming draw
 
 
 def _missing_assets(failures: list[tuple[str, WmrlError]], assets_dir: Path | None) -> WmrlError:
@@ -79,6 +81,13 @@ def resolve_inputs(cfg: RunConfig) -> Inputs:
     under `assets_dir`; assets that are missing or incomplete are reported together, with the
     one `wmrl download` command that fetches them. Anything else is a path.
     """
+    rm = cfg.reward_model
+    if rm.confirm_world_models and len(rm.confirm_world_models) != rm.confirm_draws:
+        raise ConfigError(
+            f"invalid value for 'reward_model.confirm_world_models': it names "
+            f"{len(rm.confirm_world_models)} world model(s) for confirm_draws={rm.confirm_draws}"
+            "; one per confirming draw"
+        )
     values = {key: _required(value, key) for key, value in _values(cfg).items()}
     failures: list[tuple[str, WmrlError]] = []
     assets: dict[str, Path] = {}
@@ -111,7 +120,11 @@ def resolve_inputs(cfg: RunConfig) -> Inputs:
         else None,
         reset_set=paths.get("world_model.reset_set"),
         unnorm_key=get_asset(policy_asset).unnorm_key if policy_asset else None,
+        confirm_world_models=[path for key, path in paths.items() if key.startswith(_CONFIRM)],
     )
+
+
+_CONFIRM = "reward_model.confirm_world_models"
 
 
 def _values(cfg: RunConfig) -> dict[str, str | None]:
@@ -128,6 +141,8 @@ def _values(cfg: RunConfig) -> dict[str, str | None]:
     }
     if cfg.reward_model.source == "simulator" and not cfg.reward_model.path:
         del values["reward_model.path"]  # optional: the simulator judges
+    for j, path in enumerate(cfg.reward_model.confirm_world_models):
+        values[f"{_CONFIRM}[{j}]"] = path
     return values
 
 
@@ -264,6 +279,11 @@ def verdict_line(env: Env, inputs: Inputs) -> str | None:
         + (f", held {held} frames" if held > 1 else "")
         + (
             f", repeated by {imagined.confirm_draws} other world-model draw(s)"
+            + (
+                f" of {', '.join(map(str, inputs.confirm_world_models))}"
+                if inputs.confirm_world_models
+                else ""
+            )
             if imagined.confirm_draws
             else ""
         )
@@ -444,6 +464,9 @@ def build_imagined_env(
     threshold, source = judge_threshold(
         cfg.reward_model.success_threshold, reward_model, inputs.reward_model
     )
+    # only where the reward model decides (not where the simulator judges or labels)
+    confirm_draws = cfg.reward_model.confirm_draws if cfg.reward_model.source == "model" else 0
+    confirm_paths = inputs.confirm_world_models if confirm_draws else []
     return ImaginedEnv(
         world_model,
         reward_model,
@@ -466,7 +489,10 @@ def build_imagined_env(
         threshold_source=source,
         success_frames=cfg.reward_model.success_frames,
         # only where the reward model decides (not where the simulator judges or labels)
-        confirm_draws=cfg.reward_model.confirm_draws if cfg.reward_model.source == "model" else 0,
+        confirm_draws=confirm_draws,
+        confirm_models=[
+            load_imagining_world_model(path, height, width, cfg, device) for path in confirm_paths
+        ],
     )
 
 
