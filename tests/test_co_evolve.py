@@ -61,6 +61,7 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
         "stage1/policy/model.safetensors",
         "data/evolved1/index.json",
         "wm_evo1/world_model/config.json",
+        "wm_evo1_seed1/world_model/config.json",
         "stage2/policy/config.json",
         "frozen_control/policy/config.json",
         "report.md",
@@ -134,5 +135,16 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     stage1_cfg = (out / "stage1" / "config.yaml").read_text()
     threshold = after["eval_wm_base"]["result"]["rl_threshold"]
     assert f"success_threshold: {threshold}" in stage1_cfg
+    # The refinement round trained two candidates; the evolved policy's audit in each and in
+    # the current world model chose where stage 2 ran (its replays: real steps).
+    accept = after["accept1"]["result"]
+    assert list(accept["world_models"]) == ["current", "wm_evo1", "wm_evo1_seed1"]
+    assert all(t["episodes"] == 2 for t in accept["world_models"].values())  # mw2, 1 per task
+    assert steps["accept1"] == accept["real_steps"] > 0
+    chosen = accept["world_models"][accept["chosen"]]["path"]
+    assert f"path: {chosen}" in (out / "stage2" / "config.yaml").read_text()
+    assert report["acceptance"]["round1"]["chosen"] == accept["chosen"]
+    assert "## World-model acceptance" in (out / "report.md").read_text()
+    assert (out / "accept" / "round1" / "acceptance.json").is_file()
     assert "stage2 - base" in report["differences"]
     assert "stage2 - frozen_control" in report["differences"]
