@@ -77,6 +77,8 @@ def _config(**coevolve: Any):
     cfg = resolve_config("mw-coevolve-smoke")
     cfg.coevolve.check_episodes = 10
     cfg.coevolve.reward_imagined_start_every = 16
+    # One refinement taken as it is (the smoke profile's acceptance: its own test below).
+    cfg.coevolve.refine_candidates, cfg.coevolve.accept_audit_per_task = 1, 0
     for key, value in coevolve.items():
         setattr(cfg.coevolve, key, value)
     return cfg
