@@ -12,7 +12,7 @@ import numpy as np
 
 from wmrl_cli.config import RunConfig, dump_config
 from wmrl_cli.data.episodes import atomic_write_bytes, atomic_write_text
-from wmrl_cli.evaluation.stats import pair_by_init_id, paired_difference
+from wmrl_cli.evaluation.stats import format_rate, pair_by_init_id, paired_difference
 
 PLOT_FILE = "success_per_stage.png"
 
@@ -209,16 +209,11 @@ def _acceptance_table(acceptance: dict[str, dict[str, Any]]) -> list[str]:
     for round_name, result in acceptance.items():
         for name, t in result["world_models"].items():
             counts = "/".join(str(t[k]) for k in ("tp", "fp", "fn", "tn"))
-            interval = t["precision_interval"]
-            precision = "-" if t["precision"] is None else f"{t['precision']:.2f}"
-            if interval is not None:
-                precision += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
-            recall = "-" if t["recall"] is None else f"{t['recall']:.2f}"
-            f1 = "-" if t["f1"] is None else f"{t['f1']:.2f}"
+            precision = format_rate(t["precision"], t["precision_interval"])
             chosen = "**chosen**" if name == result["chosen"] else ""
             lines.append(
                 f"| {round_name} | {name} | {t['episodes']} | {counts} | {precision} | "
-                f"{recall} | {f1} | {chosen} |"
+                f"{format_rate(t['recall'])} | {format_rate(t['f1'])} | {chosen} |"
             )
     return [*lines, ""]
 

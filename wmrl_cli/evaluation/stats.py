@@ -11,6 +11,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 
+def format_rate(value: float | None, interval: Sequence[float] | None = None) -> str:
+    """A rate to two decimals with its interval, "-" where there is none (tables)."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}" + ("" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]")
+
+
 def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
     """The Wilson score interval of a binomial rate (95% for z = 1.96), as fractions in [0, 1].
     Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from wmrl_cli.data.episodes import atomic_write_text
-from wmrl_cli.evaluation.stats import wilson_interval
+from wmrl_cli.evaluation.stats import format_rate, wilson_interval
 
 # columns of the tally: judge and simulator agree on success / the judge alone calls success /
 # the simulator alone sees it / neither
@@ -130,8 +130,8 @@ class JudgeAudit:
                 f"{row['judged_rate']:.1%}",
                 f"{row['real_rate']:.1%}",
                 "/".join(str(row[k]) for k in COUNTS),
-                _fmt(row["precision"], row["precision_interval"]),
-                _fmt(row["recall"]),
+                format_rate(row["precision"], row["precision_interval"]),
+                format_rate(row["recall"]),
             ]
             if split:
                 cells.append(f"{row['fp_on_real_frame']} / {row['fp_imagined_only']}")
@@ -158,9 +158,3 @@ def _rates(counts: np.ndarray, fp_on_real_frame: int | None = None) -> dict[str,
         rates["fp_on_real_frame"] = fp_on_real_frame
         rates["fp_imagined_only"] = fp - fp_on_real_frame
     return rates
-
-
-def _fmt(value: float | None, interval: list[float] | None = None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2f}" + ("" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]")
