@@ -65,6 +65,15 @@ CO_EVOLVE_MODELS = {
 }  # fmt: skip
 
 
+def co_evolve_models(run_dir: Path) -> dict[str, str]:
+    """CO_EVOLVE_MODELS as the finished run `run_dir` made them: without the frozen control
+    where its report says stage 2 was the control (acceptance kept the current world model)."""
+    report = json.loads((run_dir / "report.json").read_text())
+    if report.get("frozen_control_same_as"):
+        return {k: v for k, v in CO_EVOLVE_MODELS.items() if k != "frozen_control"}
+    return dict(CO_EVOLVE_MODELS)
+
+
 def run(args: list[str], *kill_points: str) -> subprocess.CompletedProcess:
     """`wmrl ARGS`, killed at `kill_points` ("MODULE:ATTR before|after N", see kill_at.py)."""
     points = [part for point in kill_points for part in point.split()]

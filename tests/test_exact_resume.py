@@ -18,9 +18,9 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.resume_check import (
-    CO_EVOLVE_MODELS,
     assert_same_run,
     co_evolve_args,
+    co_evolve_models,
     metrics,
     run,
     sft_args,
@@ -103,7 +103,7 @@ def test_co_evolve_killed_in_the_world_model_stage_then_rerun_matches_uninterrup
     killed = json.loads((b / "stages.json").read_text())
     assert "sft" in killed and "world_model" not in killed
     run(co_evolve_args(b))
-    for stage, model in CO_EVOLVE_MODELS.items():
+    for stage, model in co_evolve_models(a).items():
         assert_same_run(a / stage, b / stage, model)
     report_a, report_b = (json.loads((r / "report.json").read_text()) for r in (a, b))
     assert report_a["success"] == report_b["success"]

@@ -257,8 +257,11 @@ def test_the_audit_chooses_the_world_model_of_stage_2(
 ) -> None:
     """accept_audit_per_task with two refinement candidates: both are trained (training seeds
     0 and 1), the evolved policy is audited in the current world model and in each, and stage 2
-    runs in the one chosen; the current one means stage 2 runs where stage 1 did."""
-    seeds, audited = [], []
+    runs in the one chosen; the current one means stage 2 runs where stage 1 did, from the
+    frozen control's inputs, so the control is stage 2 and is not run apart."""
+    import wmrl_cli.evaluation.pace_report as pace_report
+
+    seeds, audited, reported = [], [], {}
 
     def train_wm(cfg, data, out, init, steps):
         seeds.append((Path(out).name, cfg.simulator.seed))
@@ -271,7 +274,11 @@ def test_the_audit_chooses_the_world_model_of_stage_2(
 
     monkeypatch.setattr(pace, "train_wm", train_wm)
     monkeypatch.setattr(pace, "audit_world_models", audit)
+    monkeypatch.setattr(
+        pace_report, "write_report", lambda *a, **k: reported.update(same_as=a[9]) or {}
+    )
     cfg = _config(refine_reward_model=False, refine_candidates=2, accept_audit_per_task=4)
+    cfg.coevolve.frozen_control = True
     pace.co_evolve(cfg, tmp_path)
     seed = cfg.simulator.seed
     assert seeds == [("wm_base", seed), ("wm_evo1", seed), ("wm_evo1_seed1", seed + 1)]
@@ -279,9 +286,35 @@ def test_the_audit_chooses_the_world_model_of_stage_2(
         ("stage1", {"current": "wm_base", "wm_evo1": "wm_evo1", "wm_evo1_seed1": "wm_evo1_seed1"})
     ]
     stage2 = "wm_base" if chosen == "current" else chosen
-    assert ("rl", "stage2", stage2, "rm_base") in recorded
+    control = [("rl", "frozen_control", "wm_base", "rm_base")] if chosen != "current" else []
+    assert [c for c in recorded if c[0] == "rl"] == [
+        ("rl", "stage1", "wm_base", "rm_base"),
+        ("rl", "stage2", stage2, "rm_base"),
+        *control,
+    ]
+    assert reported["same_as"] == ("stage2" if chosen == "current" else None)
     stages = json.loads((tmp_path / STAGES_FILE).read_text())
     assert "accept1" in stages and "refine_wm1_seed1" in stages
+    assert ("frozen_control" in stages) == (chosen != "current")
+
+
+def test_a_kept_world_model_with_a_new_judge_still_runs_the_control(
+    tmp_path, recorded, monkeypatch
+) -> None:
+    """Acceptance keeps the current world model, but stage 2 has a retrained judge: its inputs
+    are not the control's, so the control runs."""
+    monkeypatch.setattr(
+        pace,
+        "audit_world_models",
+        lambda *a: {"world_models": {}, "chosen": "current", "real_steps": 0},
+    )
+    cfg = _config(refine_reward_model=True, refine_candidates=2, accept_audit_per_task=4)
+    cfg.coevolve.frozen_control = True
+    pace.co_evolve(cfg, tmp_path)
+    assert [c for c in recorded if c[0] == "rl"][1:] == [
+        ("rl", "stage2", "wm_base", "rm_evo1"),
+        ("rl", "frozen_control", "wm_base", "rm_base"),
+    ]
 
 
 def test_refinement_candidates_need_the_audit() -> None:

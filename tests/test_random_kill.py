@@ -20,13 +20,14 @@ import random
 import secrets
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.resume_check import (
-    CO_EVOLVE_MODELS,
     assert_same_run,
     co_evolve_args,
+    co_evolve_models,
     run_for,
     sft_args,
     train_reward_args,
@@ -40,9 +41,10 @@ from wmrl_cli.data.episodes import EpisodeStore
 SEED = int(os.environ.get("WMRL_KILL_SEED") or secrets.randbits(32))
 
 
-def _command(name: str, request, tmp_path: Path) -> tuple[Callable[[Path], list[str]], dict]:
+def _command(name: str, request, tmp_path: Path) -> tuple[Callable[[Path], list[str]], Any]:
     """The tiny run of `name` (as tests/test_exact_resume.py runs it) as a function of its
-    output directory, and {folder of the run: model folder in it} to compare."""
+    output directory, and {folder of the run: model folder in it} to compare (co-evolve: a
+    function of the uninterrupted run's directory, which says whether it ran the control)."""
     if name == "sft":
         return sft_args, {".": "policy"}
     if name == "train-reward":
@@ -57,13 +59,15 @@ def _command(name: str, request, tmp_path: Path) -> tuple[Callable[[Path], list[
         root = request.getfixturevalue("assets")
         return lambda out: train_policy_args(root, out, 3), {".": "policy"}
     assert name == "co-evolve"
-    return co_evolve_args, CO_EVOLVE_MODELS
+    return co_evolve_args, co_evolve_models
 
 
 def _killed_at_random_then_rerun(name, request, tmp_path, trials: int, kills: int) -> None:
     command, models = _command(name, request, tmp_path)
     log = tmp_path / "log.txt"
     _, duration = run_for(command(tmp_path / "straight"), None, log)
+    if callable(models):
+        models = models(tmp_path / "straight")
     rng = random.Random(f"{SEED}:{name}")
     for trial in range(trials):
         out = tmp_path / f"killed{trial}"

@@ -440,7 +440,9 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     run = _Run(cfg, run_dir)
     p, seed = run.p, cfg.simulator.seed
     evolved, data, data_stages = (_sft_start if ce.start == "sft" else _given_start)(run)
-    frozen_input = frozen_threshold = None
+    # The frozen control's RL inputs (policy, world model, judge, starts, threshold) and the
+    # last refined stage's: equal when acceptance kept the current world model and judge.
+    frozen_input = last_input = None
     frozen_after: tuple[str, ...] = ()
     for r in range(1, ce.refinements + 1):
         made, last = evolved.stages, evolved
@@ -471,8 +473,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
                 outputs=(f"data/merged{r}",),
             )
             merge_stage = f"merge{r}"
-        frozen_input = (last.policy, last.wm, last.rm["path"], merged)
-        frozen_threshold = last.threshold
+        frozen_input = (last.policy, last.wm, last.rm["path"], merged, last.threshold)
         frozen_after = _after(made["policy"], made["wm"], made["rm"], made["check"], merge_stage)
         wm, wm_stage = _refine_world_model(run, r, last, made, merged, merge_stage)
         if ce.refine_reward_model:
@@ -485,6 +486,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         evo_inputs = _after(wm_stage, rm_stage, merge_stage)
         threshold = run.check(f"wm_evo{r}", wm, rm["path"], merged, evo_inputs)
         name = f"stage{r + 1}"
+        last_input = (last.policy, wm, rm["path"], merged, threshold)
         policy = p.run(
             name,
             lambda s=name, pol=last.policy, w=wm, rr=rm, m=merged, t=threshold: rl(
@@ -499,13 +501,16 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
                   "check": f"eval_wm_evo{r}"}  # fmt: skip
         evolved = _Evolved(policy, wm, rm, threshold, stages)
         run.evaluate(name, policy, (name,), ce.videos and r == ce.refinements)
-    if ce.frozen_control and frozen_input is not None:
-        pol, w, rpath, m = frozen_input
+    frozen_same_as = None
+    if ce.frozen_control and frozen_input is not None and frozen_input == last_input:
+        # Acceptance kept the current world model (and the judge is kept): the control would
+        # repeat the last stage's RL from the same inputs, differing only in its randomness.
+        frozen_same_as = f"stage{ce.refinements + 1}"
+    elif ce.frozen_control and frozen_input is not None:
+        pol, w, rpath, m, t = frozen_input
         control = p.run(
             "frozen_control",
-            lambda: rl(
-                cfg, run_dir / "frozen_control", pol, w, rpath, m, p.data_steps(), frozen_threshold
-            ),
+            lambda: rl(cfg, run_dir / "frozen_control", pol, w, rpath, m, p.data_steps(), t),
             rl_steps,
             reads="rl",
             after=frozen_after,
@@ -534,4 +539,5 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         real_steps,
         activity,
         run.acceptance,
+        frozen_same_as,
     )

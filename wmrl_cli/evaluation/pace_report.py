@@ -59,11 +59,14 @@ def write_report(
     real_steps: dict[str, int | None],
     rl_activity: dict[str, dict[str, Any]] | None = None,
     acceptance: dict[str, dict[str, Any]] | None = None,
+    frozen_same_as: str | None = None,
 ) -> dict[str, Any]:
     """`real_steps`: per stage, the real environment steps it consumed (None: not recorded,
     a stage finished before wmrl counted them). `rl_activity`: per RL stage, what
     `rl_activity` (below) read from its metrics; a stage whose RL changed nothing is flagged.
-    `acceptance`: per refinement round, the audit that chose its world model."""
+    `acceptance`: per refinement round, the audit that chose its world model.
+    `frozen_same_as`: the stage that had the frozen control's inputs (acceptance kept the
+    current world model), so the control was not run apart."""
     rl_activity = rl_activity or {}
     acceptance = acceptance or {}
     differences = stage_differences(evals)
@@ -82,6 +85,7 @@ def write_report(
         "total_real_steps_without_evaluation": sum(data_steps),
         "rl_activity": rl_activity,
         "acceptance": acceptance,
+        "frozen_control_same_as": frozen_same_as,
     }
     atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
     # An all-zero chart says nothing the table does not: none is drawn (an old one goes).
@@ -127,6 +131,13 @@ def write_report(
                 f"[{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] | {d['episodes']} |"
             )
         lines.append("")
+    if frozen_same_as:
+        lines += [
+            f"The frozen-world-model control is `{frozen_same_as}`: the acceptance audit kept "
+            "the current world model, so that stage ran from the control's inputs (policy, "
+            "world model, judge, starts, threshold) and the control was not run apart.",
+            "",
+        ]
     lines += [
         f"![success per stage]({PLOT_FILE})" if plotted else "(no chart: every success is 0)",
         "",
