@@ -87,6 +87,13 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     videos = sorted((out / "eval" / "stage2" / "videos").glob("*_grid.mp4"))
     assert len(videos) == 2 and imageio.get_reader(videos[0]).get_data(0).ndim == 3
     assert "| **overall** |" in (out / "report.md").read_text()
+    # Each check saved real episodes beside their imagination (videos: true), linked in report.md.
+    for name in ("wm_base", "wm_evo1"):
+        video = out / "check" / name / "videos" / "open_loop_truth_vs_model.mp4"
+        assert imageio.get_reader(video).get_data(0).ndim == 3
+        assert (
+            f"check/{name}/videos/open_loop_truth_vs_model.mp4" in (out / "report.md").read_text()
+        )
 
     # The reward model also learned from the base policy's own imagined episodes in the world
     # model, one per task from RL's starts, each labelled by the simulator (real steps). The

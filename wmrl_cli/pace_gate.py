@@ -69,7 +69,9 @@ def check_world_model(
         hand_tracking=False,  # not what the gate reads; `wmrl eval --world-model` reports it
     )
     out.mkdir(parents=True, exist_ok=True)
-    report.save(out)
+    # With coevolve.videos: the real episodes beside the world model's imagination of them from
+    # the same start under the same actions (out/videos/open_loop_truth_vs_model.mp4).
+    report.save(out, save_video=cfg.coevolve.videos, fps=cfg.eval.video_fps)
     return summarize(report, cfg.coevolve.recalibrate_threshold)
 
 

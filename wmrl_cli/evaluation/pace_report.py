@@ -12,6 +12,7 @@ import numpy as np
 
 from wmrl_cli.config import RunConfig, dump_config
 from wmrl_cli.data.episodes import atomic_write_bytes, atomic_write_text
+from wmrl_cli.evaluation.reliability_report import OPEN_LOOP_VIDEO
 from wmrl_cli.evaluation.stats import format_rate, pair_by_init_id, paired_difference
 
 PLOT_FILE = "success_per_stage.png"
@@ -142,6 +143,7 @@ def write_report(
         f"![success per stage]({PLOT_FILE})" if plotted else "(no chart: every success is 0)",
         "",
     ]
+    lines += _check_videos(run_dir, reliability)
     idle = [name for name, act in rl_activity.items() if not act.get("updated", True)]
     for name in idle:
         act = rl_activity[name]
@@ -204,6 +206,25 @@ def write_report(
     ]
     atomic_write_text(run_dir / "report.md", "\n".join(lines))
     return report
+
+
+def _check_videos(run_dir: Path, reliability: dict[str, dict[str, Any]]) -> list[str]:
+    """Links to each world-model check's video (coevolve.videos): real validation episodes
+    beside the world model's imagination of them, from the same start under the same
+    actions."""
+    videos = [
+        (name, path.relative_to(run_dir))
+        for name in reliability
+        if (path := run_dir / "check" / name / "videos" / OPEN_LOOP_VIDEO).is_file()
+    ]
+    if not videos:
+        return []
+    lines = [
+        "Real (left) against imagined (right), from the same start under the same actions "
+        "(each world model's check, its validation episodes):",
+        "",
+    ]
+    return [*lines, *(f"- {name}: [{path}]({path})" for name, path in videos), ""]
 
 
 def _acceptance_table(acceptance: dict[str, dict[str, Any]]) -> list[str]:

@@ -22,6 +22,7 @@ from wmrl_cli.evaluation.world_model_eval import OpenLoopReport
 from wmrl_cli.rewards.calibration import BinaryMetrics
 
 REPORT_STEPS = (8, 16, 24, 32)
+OPEN_LOOP_VIDEO = "open_loop_truth_vs_model.mp4"  # real | imagined, under videos/ with --save-video
 
 # -- success agreement (pure) ------------------------------------------------------------------
 
@@ -373,7 +374,7 @@ class ReliabilityReport:
             from wmrl_cli.evaluation.videos import tile, upscale, write_mp4
 
             grid = tile([upscale(v) for v in self.videos])
-            write_mp4(run_dir / "videos" / "open_loop_truth_vs_model.mp4", grid, fps)
+            write_mp4(run_dir / "videos" / OPEN_LOOP_VIDEO, grid, fps)
 
 
 def _policy_shift_sections(
