@@ -156,6 +156,9 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     chosen = accept["world_models"][accept["chosen"]]["path"]
     assert f"path: {chosen}" in (out / "stage2" / "config.yaml").read_text()
     assert report["acceptance"]["round1"]["chosen"] == accept["chosen"]
+    # The round's reliability row names the world model stage 2 ran in.
+    stage2_wm = "wm_base" if kept else accept["chosen"]
+    assert report["world_model_reliability"]["wm_evo1"]["world_model"] == stage2_wm
     assert "## World-model acceptance" in (out / "report.md").read_text()
     assert (out / "accept" / "round1" / "acceptance.json").is_file()
     assert "stage2 - base" in report["differences"]

@@ -482,7 +482,8 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             )
         else:  # the judge that gave the last stage its signal
             rm, rm_stage = last.rm, made["rm"]
-        run.reliability[f"wm_evo{r}"] = wm_reliability(wm)
+        # The world model stage r+1 runs in: a refinement, or the current one kept by the audit.
+        run.reliability[f"wm_evo{r}"] = {"world_model": Path(wm).parent.name, **wm_reliability(wm)}
         evo_inputs = _after(wm_stage, rm_stage, merge_stage)
         threshold = run.check(f"wm_evo{r}", wm, rm["path"], merged, evo_inputs)
         name = f"stage{r + 1}"
