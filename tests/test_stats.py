@@ -71,3 +71,17 @@ def test_co_evolve_report_shows_intervals_and_paired_differences(tmp_path) -> No
     assert report["differences"] == diffs
     assert "| stage2 - base | +50.0 |" in text and "paired bootstrap" in text
     assert "**25.0 [" in text  # overall with its Wilson interval
+    assert report["rl_audit_real_steps"] == 0 and "RL audit" not in text
+    # An audited run: its RL stages' real steps are the audit's replays, counted apart.
+    cfg.reward_model.audit_with_simulator = True
+    steps = {"sft": 100, "eval_base": 50, "stage1": 700, "stage2": 900}
+    walls = dict.fromkeys(steps, 1.0)
+    activity = {name: {"steps": 1, "kept_groups_fraction": 0.5, "max_grad_norm": 1.0}
+                for name in ("stage1", "stage2")}  # fmt: skip
+    report = write_report(tmp_path, cfg, evals, {}, {}, walls, steps, activity)
+    assert report["rl_audit_real_steps"] == 1600
+    assert report["total_real_steps_without_evaluation"] == 1700
+    assert (
+        "| without evaluation and the RL audit | | **100** | |"
+        in (tmp_path / "report.md").read_text()
+    )

@@ -72,6 +72,13 @@ def write_report(
     acceptance = acceptance or {}
     differences = stage_differences(evals)
     data_steps = [v or 0 for k, v in real_steps.items() if not k.startswith("eval")]
+    # With reward_model.audit_with_simulator an RL stage's real steps are its audit's replays:
+    # a diagnostic of the verdict, not something the method needs.
+    audit_steps = (
+        sum(real_steps.get(name) or 0 for name in rl_activity)
+        if cfg.reward_model.audit_with_simulator
+        else 0
+    )
     report = {
         "suite": cfg.simulator.suite,
         "trials_per_task": cfg.coevolve.eval_trials,
@@ -84,6 +91,7 @@ def write_report(
         "real_steps": real_steps,
         "total_real_steps": sum(v or 0 for v in real_steps.values()),
         "total_real_steps_without_evaluation": sum(data_steps),
+        "rl_audit_real_steps": audit_steps,
         "rl_activity": rl_activity,
         "acceptance": acceptance,
         "frozen_control_same_as": frozen_same_as,
@@ -182,7 +190,13 @@ def write_report(
         "## Wall time and real environment steps per stage",
         "",
         "Real steps: the simulator steps a stage took (demonstrations, rollouts, evaluation "
-        "episodes; RL in imagination takes none); cumulative: all stages so far.",
+        "episodes; RL in imagination takes none); cumulative: all stages so far."
+        + (
+            " RL stages here show their audit's replays (reward_model.audit_with_simulator): "
+            "a diagnostic of the verdict, counted apart in the last line."
+            if audit_steps
+            else ""
+        ),
         "",
         "| stage | seconds | real steps | cumulative real steps |",
         "|---|---|---|---|",
@@ -196,6 +210,14 @@ def write_report(
     lines += [
         f"| **total** | **{report['total_wall_time_s']:.0f}** | **{total}** | "
         f"({report['total_real_steps_without_evaluation']} without evaluation) |",
+        *(
+            [
+                f"| without evaluation and the RL audit | | "
+                f"**{report['total_real_steps_without_evaluation'] - audit_steps}** | |"
+            ]
+            if audit_steps
+            else []
+        ),
         "",
         "## Configuration",
         "",
