@@ -131,6 +131,34 @@ def test_varied_outcome_sampling_draws_the_tasks_with_signal() -> None:
         GroupResetSampler(30, 8, 4, mode="varied_outcome")
 
 
+@pytest.mark.parametrize("mode", ["uniform", "varied_outcome"])
+def test_train_tasks_restrict_the_starts_groups_draw(mode: str) -> None:
+    from wmrl_cli.envs.reset_sampler import task_ids
+
+    tasks = [0, 1, 2] * 10
+    allowed = task_ids(["c", "a"], ["a", "b", "c"])
+    assert allowed == [2, 0]
+    sampler = GroupResetSampler(30, 8, 4, mode=mode, entry_tasks=tasks, tasks=allowed)
+    drawn = [i for _ in range(50) for i in sampler.sample()]
+    assert {tasks[i] for i in drawn} == {0, 2}
+    if mode == "varied_outcome":  # outcomes of the drawn entries update their own tasks
+        sampler.observe(drawn[:8], [True] * 8)
+        assert sampler.trials.sum() == 8 and len(sampler.task_weights()) == 2
+    with pytest.raises(ConfigError, match="unknown task 'd' in algorithm.train_tasks"):
+        task_ids(["d"], ["a", "b", "c"])
+    with pytest.raises(ConfigError, match="holds no initial state of the tasks"):
+        GroupResetSampler(30, 8, 4, mode=mode, entry_tasks=tasks, tasks=[5])
+    with pytest.raises(ConfigError, match="algorithm.train_tasks needs the task"):
+        GroupResetSampler(30, 8, 4, tasks=[0])
+
+
+def test_without_train_tasks_uniform_draws_are_unchanged() -> None:
+    """The restriction leaves an unrestricted run's draws as they were (resumed runs, seeds)."""
+    rng = np.random.default_rng([3, 0])
+    expected = rng.choice(5, size=2, replace=False)
+    assert GroupResetSampler(5, 8, 4, seed=3).sample() == [int(e) for e in np.repeat(expected, 4)]
+
+
 def test_actions_reach_the_world_model_in_its_convention(parts, monkeypatch) -> None:
     seen = []
     wm = parts[0]

@@ -69,3 +69,16 @@ def test_false_calls_split_by_whether_the_real_frame_passes_too(tmp_path) -> Non
     unsplit.add(np.array([0]), np.array([1]), np.array([0]))
     assert "fp_on_real_frame" not in unsplit.summary()["overall"]
     assert "fp_on_real_frame" not in unsplit.state_dict()
+
+
+def test_trusted_tasks_keep_the_verdicts_true_often_enough_and_the_silent() -> None:
+    from wmrl_cli.rl.judge_audit import trusted_tasks
+
+    audit = JudgeAudit(["often-true", "mostly-false", "silent", "at-floor"])
+    for task, (tp, fp) in enumerate([(6, 3), (1, 2), (0, 0), (2, 2)]):
+        audit.add([task] * (tp + fp + 3), [True] * (tp + fp) + [False] * 3,
+                  [True] * tp + [False] * (fp + 3))  # fmt: skip
+    rows = audit.summary()["tasks"]
+    assert trusted_tasks(rows, 0.5) == ["often-true", "silent", "at-floor"]
+    assert trusted_tasks(rows, 0.7) == ["silent"]
+    assert trusted_tasks(rows, 0.0) == list(rows)

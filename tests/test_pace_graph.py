@@ -44,8 +44,10 @@ def recorded(monkeypatch) -> list[tuple]:
                       Path(wm).parent.name, Path(reset_set).name))  # fmt: skip
         return made(out)
 
-    def rl(cfg, out, policy, wm, rm_path, data, real_steps, threshold=None) -> str:
+    def rl(cfg, out, policy, wm, rm_path, data, real_steps, threshold=None, tasks=None) -> str:
         calls.append(("rl", Path(out).name, Path(wm).parent.name, Path(rm_path).parent.name))
+        if tasks is not None:
+            calls.append(("train_tasks", Path(out).name, tuple(tasks)))
         return made(Path(out) / "policy")
 
     def check(cfg, out, wm, rm_path, data) -> dict[str, Any]:
@@ -223,6 +225,9 @@ READ_BY = {
     "reward_model.confirm_world_models": "rl",
     "coevolve.refine_candidates": "accept",
     "coevolve.accept_audit_per_task": "accept",
+    "algorithm.train_tasks": "rl",
+    "coevolve.trust_audit_per_task": "trust",
+    "coevolve.trust_precision_floor": "rl",
 }
 # A value other than the default, where flipping the default's truth would not be one.
 OTHER_VALUE = {
@@ -230,6 +235,9 @@ OTHER_VALUE = {
     "reward_model.confirm_world_models": ["wm"],
     "coevolve.refine_candidates": 2,
     "coevolve.accept_audit_per_task": 10,
+    "algorithm.train_tasks": ["drawer-close"],
+    "coevolve.trust_audit_per_task": 10,
+    "coevolve.trust_precision_floor": 0.7,
 }
 
 
@@ -332,3 +340,127 @@ def test_the_acceptance_prefers_the_current_world_model_on_a_tie() -> None:
     assert choose_world_model({"current": 0.7, "a": 0.75, "b": 0.8}) == "b"
     assert choose_world_model({"current": None, "a": 0.0}) == "current"  # no signal either way
     assert choose_world_model({"current": None, "a": 0.1}) == "a"
+
+
+def _audit_rows(precision: dict[str, tuple[int, int]]) -> dict[str, dict[str, Any]]:
+    """An audit's per-task rows from (true calls, false calls) per task."""
+    from wmrl_cli.rl.judge_audit import JudgeAudit
+
+    audit = JudgeAudit(list(precision))
+    for task, (tp, fp) in enumerate(precision.values()):
+        judged = [True] * (tp + fp) + [False] * 4
+        real = [True] * tp + [False] * (fp + 4)
+        audit.add([task] * len(judged), judged, real)
+    return audit.summary()["tasks"]
+
+
+def test_stage_1_trains_on_the_tasks_whose_audited_verdict_clears_the_floor(
+    tmp_path, recorded, monkeypatch
+) -> None:
+    """trust_audit_per_task: an audit of stage 1's inputs runs first (its own stage), and stage
+    1 draws its starts from the tasks whose precision is at least the floor or that had no
+    call; without acceptance, stage 2 and the control have their own audits."""
+    import wmrl_cli.evaluation.pace_report as pace_report
+
+    rows = _audit_rows(
+        {"drawer-close": (6, 3), "button-press-topdown": (1, 2), "door-open": (0, 0)}
+    )
+    audited, reported = [], {}
+
+    def audit_trust(cfg, out, policy, wm, rm_path, reset_set, threshold):
+        audited.append((Path(out).name, Path(policy).parent.name, Path(wm).parent.name))
+        return {"tasks": rows, "real_steps": 7}
+
+    monkeypatch.setattr(pace, "audit_trust", audit_trust)
+    monkeypatch.setattr(pace_report, "write_report", lambda *a, **k: reported.update(trust=a[10]))
+    cfg = _config(refine_reward_model=False, frozen_control=True, trust_audit_per_task=10)
+    pace.co_evolve(cfg, tmp_path)
+    assert audited == [
+        ("stage1", "sft", "wm_base"),
+        ("stage2", "stage1", "wm_evo1"),
+        ("frozen_control", "stage1", "wm_base"),
+    ]
+    trained = ("drawer-close", "door-open")
+    assert [c for c in recorded if c[0] == "train_tasks"] == [
+        ("train_tasks", name, trained) for name in ("stage1", "stage2", "frozen_control")
+    ]
+    assert reported["trust"]["stage1"]["excluded"] == {
+        "button-press-topdown": {"precision": 1 / 3, "tp": 1, "fp": 2}
+    }
+    assert reported["trust"]["stage1"]["audit"] == "trust/stage1"
+    stages = json.loads((tmp_path / STAGES_FILE).read_text())
+    assert stages["trust_stage1"]["real_steps"] == 7
+    # A higher floor: stage 1's audit is kept (the floor is not its setting); stage 1 reruns,
+    # and with it what builds on its policy (the later audits among them).
+    recorded.clear()
+    audited.clear()
+    cfg.coevolve.trust_precision_floor = 0.7
+    pace.co_evolve(cfg, tmp_path)
+    assert [name for name, *_ in audited] == ["stage2", "frozen_control"]
+    assert [c for c in recorded if c[0] == "train_tasks"][0] == (
+        "train_tasks", "stage1", ("door-open",)
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("chosen", ["current", "wm_evo1"])
+def test_acceptances_audit_is_stage_2s_and_the_controls_trust_audit(
+    tmp_path, recorded, monkeypatch, chosen
+) -> None:
+    """With acceptance and the judge kept, the tally of the world model chosen decides stage
+    2's tasks and that of the current one the control's: no new audit. When the current one is
+    chosen, the control is stage 2 (same inputs, same tasks)."""
+    import wmrl_cli.evaluation.pace_report as pace_report
+
+    tallies = {
+        "current": {"drawer-close": (6, 3), "button-press-topdown": (1, 2)},
+        "wm_evo1": {"drawer-close": (2, 5), "button-press-topdown": (3, 0)},
+    }
+    trusted = []
+    reported = {}
+
+    def audit_trust(cfg, out, *inputs):
+        trusted.append(Path(out).name)
+        return {"tasks": _audit_rows(tallies["current"]), "real_steps": 0}
+
+    def acceptance(cfg, out, policy, world_models, rm_path, reset_set, threshold):
+        for name in world_models:
+            (out / name).mkdir(parents=True, exist_ok=True)
+            rows = _audit_rows(tallies[name if name in tallies else "current"])
+            (out / name / "judge_audit.json").write_text(json.dumps({"tasks": rows}))
+        return {"world_models": {}, "chosen": chosen, "real_steps": 0}
+
+    monkeypatch.setattr(pace, "audit_trust", audit_trust)
+    monkeypatch.setattr(pace, "audit_world_models", acceptance)
+    monkeypatch.setattr(pace_report, "write_report", lambda *a, **k: reported.update(trust=a[10]))
+    cfg = _config(
+        refine_reward_model=False,
+        refine_candidates=2,
+        accept_audit_per_task=4,
+        frozen_control=True,
+        trust_audit_per_task=10,
+    )
+    pace.co_evolve(cfg, tmp_path)
+    assert trusted == ["stage1"]  # stage 2's and the control's come from the acceptance
+    tasks = {c[1]: c[2] for c in recorded if c[0] == "train_tasks"}
+    if chosen == "current":
+        assert tasks == {"stage1": ("drawer-close",), "stage2": ("drawer-close",)}
+        assert set(reported["trust"]) == {"stage1", "stage2"}
+    else:
+        assert tasks == {
+            "stage1": ("drawer-close",),
+            "stage2": ("button-press-topdown",),
+            "frozen_control": ("drawer-close",),
+        }
+        assert reported["trust"]["frozen_control"]["audit"] == "accept/round1/current"
+    assert reported["trust"]["stage2"]["audit"] == f"accept/round1/{chosen}"
+
+
+def test_a_floor_no_task_clears_stops_with_one_line(tmp_path, recorded, monkeypatch) -> None:
+    from wmrl_cli.errors import WmrlError
+
+    rows = _audit_rows({"drawer-close": (1, 3), "button-press-topdown": (0, 2)})
+    monkeypatch.setattr(pace, "audit_trust", lambda *a: {"tasks": rows, "real_steps": 0})
+    cfg = _config(trust_audit_per_task=10)
+    with pytest.raises(WmrlError, match="stage1: no task's verdict clears"):
+        pace.co_evolve(cfg, tmp_path)
+    assert not [c for c in recorded if c[0] == "rl"]

@@ -85,3 +85,16 @@ def test_co_evolve_report_shows_intervals_and_paired_differences(tmp_path) -> No
         "| without evaluation and the RL audit | | **100** | |"
         in (tmp_path / "report.md").read_text()
     )
+    # Per-task trust: each RL stage's tasks and those its audit left out, with their calls.
+    trust = {
+        "stage1": {
+            "train_tasks": ["a", "b"],
+            "excluded": {"c": {"precision": 0.25, "tp": 1, "fp": 3}},
+            "audit": "trust/stage1",
+        }
+    }
+    report = write_report(tmp_path, cfg, evals, {}, {}, walls, steps, activity, trust=trust)
+    assert report["trust"] == trust
+    text = (tmp_path / "report.md").read_text()
+    assert "## Tasks RL trained on (the verdict's audited precision at least 0.5)" in text
+    assert "| stage1 | `trust/stage1` | 2 | c (1/4) |" in text

@@ -512,3 +512,20 @@ def test_dynamic_sampling_needs_the_grpo_filter(assets, tmp_path) -> None:
     result = runner.invoke(app, [*base, "--set", "algorithm.min_kept_groups=2"])
     assert result.exit_code == 2 and "min_kept_groups" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "x").exists()
+
+
+def test_train_tasks_restrict_rls_starts_and_reject_unknown_names(assets, tmp_path) -> None:
+    index = EpisodeStore.open(assets / "demos").index
+    task = index[0]["task_name"]
+    out = tmp_path / "one-task"
+    result = runner.invoke(
+        app, [*args(assets, out, 1, algo="grpo"), "--set", f"algorithm.train_tasks=[{task}]"]
+    )
+    assert result.exit_code == 0, result.output
+    drawn = json.loads((out / "ranks" / "rank_0.json").read_text())["init_ids"]
+    assert {index[i]["task_name"] for ids in drawn for i in ids} == {task}
+    bad = runner.invoke(
+        app, [*args(assets, tmp_path / "x", 1), "--set", "algorithm.train_tasks=[no-such-task]"]
+    )
+    assert bad.exit_code == 2 and "unknown task 'no-such-task'" in bad.output
+    assert "Traceback" not in bad.output and not (tmp_path / "x").exists()

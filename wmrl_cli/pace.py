@@ -24,7 +24,11 @@ the rollouts the judge will have to call, which set its threshold at the episode
 `coevolve.reward_real_rollouts_per_task` N > 0 every reward model of the run also learns from
 N real rollouts per task of the policy stage 1 starts from, without action noise and run on
 after success (a `reward_rollouts` stage): the policy's own successes and near misses, which
-the perturbed rollouts the world model learns from do not show the judge.
+the perturbed rollouts the world model learns from do not show the judge. With
+`coevolve.trust_audit_per_task` N > 0 each RL stage draws its starts only from the tasks whose
+verdict an audit of its inputs found true often enough (a `trust` stage, or acceptance's audit
+where it tallied the same inputs): a judge that is mostly wrong on a task teaches the policy to
+fail there.
 
 Every stage writes into its own folder of the run directory and is recorded in `stages.json`
 when complete, with its wall time and the real environment steps it consumed (demonstrations,
@@ -37,15 +41,17 @@ does is in pace_tasks.py.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from wmrl_cli.config import RunConfig
-from wmrl_cli.errors import ConfigError
+from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.pace_gate import check_world_model, enforce_gate
 from wmrl_cli.pace_stages import Pipeline
 from wmrl_cli.pace_tasks import (
+    audit_trust,
     audit_world_models,
     collect,
     eval_steps,
@@ -59,6 +65,7 @@ from wmrl_cli.pace_tasks import (
     sub_config,
     train_rm,
     train_wm,
+    trust_from_audit,
     wm_reliability,
 )
 
@@ -115,6 +122,7 @@ class _Run:
         self.reliability: dict[str, dict[str, Any]] = {}
         self.reward_metrics: dict[str, dict[str, Any]] = {}
         self.acceptance: dict[str, dict[str, Any]] = {}  # per round: audit_world_models
+        self.trust: dict[str, dict[str, Any]] = {}  # per RL stage: trust_from_audit, its audit
         # The judge's real rollouts of the stage-1 policy (`real_reward_data`): store, stage.
         self.real_reward: tuple[str | None, str | None] = (None, None)
 
@@ -136,6 +144,45 @@ class _Run:
         )
         enforce_gate(name, self.checks[name], cfg, out)
         return self.checks[name]["rl_threshold"]
+
+    def train_tasks(
+        self,
+        stage: str,
+        inputs: tuple[str, str, str, str, float | None],
+        after: tuple[str, ...],
+        audited: Path | None = None,
+    ) -> tuple[list[str] | None, str | None]:
+        """The tasks RL stage `stage` draws its starts from, and the stage that audited them:
+        with `coevolve.trust_audit_per_task`, those whose verdict an audit of the stage's
+        inputs (policy, world model, judge, starts, threshold) found true often enough
+        (`trust_from_audit`). `audited`: a folder whose judge_audit.json tallies these inputs
+        already (acceptance's), used instead of a new audit. (None, None) without the option."""
+        cfg = self.cfg
+        if not cfg.coevolve.trust_audit_per_task:
+            return None, None
+        audit_stage = None
+        if audited is None:
+            audit_stage, out = f"trust_{stage}", self.run_dir / "trust" / stage
+            rows = self.p.run(
+                audit_stage,
+                lambda: audit_trust(cfg, out, *inputs),
+                lambda result: int(result["real_steps"]),
+                reads="trust",
+                after=after,
+                outputs=(f"trust/{stage}",),
+            )["tasks"]
+            audited = out
+        else:
+            rows = json.loads((audited / "judge_audit.json").read_text())["tasks"]
+        trust = {**trust_from_audit(cfg, rows), "audit": str(audited.relative_to(self.run_dir))}
+        if not trust["train_tasks"]:
+            raise WmrlError(
+                f"{stage}: no task's verdict clears coevolve.trust_precision_floor="
+                f"{cfg.coevolve.trust_precision_floor} in {trust['audit']}/judge_audit.json: "
+                "expected at least one task to train on (lower the floor, or check the judge)"
+            )
+        self.trust[stage] = trust
+        return trust["train_tasks"], audit_stage
 
     def imagined_reward_data(
         self, name: str, wm: str, data: str, after: tuple[str, ...]
@@ -285,6 +332,10 @@ def _sft_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     )
     base_inputs = ("world_model", "reward_model", "merge0")
     threshold = run.check("wm_base", wm, rm["path"], base_data, base_inputs)
+    after = ("sft", *base_inputs, "eval_wm_base")
+    tasks, trust_stage = run.train_tasks(
+        "stage1", (base_policy, wm, rm["path"], base_data, threshold), after
+    )
     policy = p.run(
         "stage1",
         lambda: rl(
@@ -296,10 +347,11 @@ def _sft_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
             base_data,
             p.data_steps(),
             threshold,
+            tasks,
         ),
         rl_steps,
         reads="rl",
-        after=("sft", *base_inputs, "eval_wm_base"),
+        after=_after(*after, trust_stage),
         outputs=("stage1",),
     )
     run.evaluate("stage1", policy, ("stage1",), ce.videos and ce.refinements == 0)
@@ -444,6 +496,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     # last refined stage's: equal when acceptance kept the current world model and judge.
     frozen_input = last_input = None
     frozen_after: tuple[str, ...] = ()
+    accept = frozen_audited = None  # the last round's acceptance stage and its audit of the control
     for r in range(1, ce.refinements + 1):
         made, last = evolved.stages, evolved
         new = p.run(
@@ -487,15 +540,29 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         evo_inputs = _after(wm_stage, rm_stage, merge_stage)
         threshold = run.check(f"wm_evo{r}", wm, rm["path"], merged, evo_inputs)
         name = f"stage{r + 1}"
-        last_input = (last.policy, wm, rm["path"], merged, threshold)
+        # Acceptance audited the evolved policy in each world model with the last stage's
+        # judge and threshold: where those are stage r+1's too, its tallies are the trust audits
+        # of stage r+1 (the world model chosen) and of the control (the current one).
+        accept = f"accept{r}" if f"round{r}" in run.acceptance else None
+        if accept and rm["path"] == last.rm["path"] and threshold == last.threshold:
+            audited = run_dir / "accept" / f"round{r}"
+            frozen_audited = audited / "current"
+            audited /= run.acceptance[f"round{r}"]["chosen"]
+        else:
+            accept = audited = frozen_audited = None
+        after = (made["policy"], *evo_inputs, f"eval_wm_evo{r}")
+        tasks, trust_stage = run.train_tasks(
+            name, (last.policy, wm, rm["path"], merged, threshold), after, audited
+        )
+        last_input = (last.policy, wm, rm["path"], merged, threshold, tasks)
         policy = p.run(
             name,
-            lambda s=name, pol=last.policy, w=wm, rr=rm, m=merged, t=threshold: rl(
-                cfg, run_dir / s, pol, w, rr["path"], m, p.data_steps(), t
+            lambda s=name, pol=last.policy, w=wm, rr=rm, m=merged, t=threshold, tk=tasks: rl(
+                cfg, run_dir / s, pol, w, rr["path"], m, p.data_steps(), t, tk
             ),
             rl_steps,
             reads="rl",
-            after=(made["policy"], *evo_inputs, f"eval_wm_evo{r}"),
+            after=_after(*after, trust_stage, accept),
             outputs=(name,),
         )
         stages = {"policy": name, "wm": wm_stage, "rm": rm_stage,
@@ -503,15 +570,22 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         evolved = _Evolved(policy, wm, rm, threshold, stages)
         run.evaluate(name, policy, (name,), ce.videos and r == ce.refinements)
     frozen_same_as = None
+    if ce.frozen_control and frozen_input is not None:
+        frozen_tasks, frozen_trust = run.train_tasks(
+            "frozen_control", frozen_input, frozen_after, frozen_audited
+        )
+        frozen_after = _after(*frozen_after, frozen_trust, accept)
+        frozen_input = (*frozen_input, frozen_tasks)
     if ce.frozen_control and frozen_input is not None and frozen_input == last_input:
         # Acceptance kept the current world model (and the judge is kept): the control would
         # repeat the last stage's RL from the same inputs, differing only in its randomness.
         frozen_same_as = f"stage{ce.refinements + 1}"
+        run.trust.pop("frozen_control", None)
     elif ce.frozen_control and frozen_input is not None:
-        pol, w, rpath, m, t = frozen_input
+        pol, w, rpath, m, t, tk = frozen_input
         control = p.run(
             "frozen_control",
-            lambda: rl(cfg, run_dir / "frozen_control", pol, w, rpath, m, p.data_steps(), t),
+            lambda: rl(cfg, run_dir / "frozen_control", pol, w, rpath, m, p.data_steps(), t, tk),
             rl_steps,
             reads="rl",
             after=frozen_after,
@@ -541,4 +615,5 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         activity,
         run.acceptance,
         frozen_same_as,
+        run.trust,
     )

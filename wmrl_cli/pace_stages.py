@@ -67,6 +67,18 @@ READS: dict[str, tuple[str, ...]] = {
         "reward_model",
         "precision",
         "compile_world_model",
+        "coevolve.trust_audit_per_task",
+        "coevolve.trust_precision_floor",
+    ),  # fmt: skip
+    # The audit's tally alone: the floor decides outside it, in the RL stage.
+    "trust": (
+        *_SIM,
+        "policy",
+        "algorithm",
+        "world_model",
+        "reward_model",
+        "precision",
+        "coevolve.trust_audit_per_task",
     ),  # fmt: skip
     "accept": (
         *_SIM,
@@ -101,6 +113,9 @@ ADDED_OPTIONS: dict[str, Any] = {
     "reward_model.confirm_world_models": [],
     "coevolve.refine_candidates": 1,
     "coevolve.accept_audit_per_task": 0,
+    "algorithm.train_tasks": None,
+    "coevolve.trust_audit_per_task": 0,
+    "coevolve.trust_precision_floor": 0.5,
 }
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records,
 # not how a reward model is trained or checked.

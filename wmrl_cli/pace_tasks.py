@@ -251,9 +251,10 @@ def rl_config(
     reward_model: str,
     reset_set: str,
     threshold: float | None,
+    train_tasks: list[str] | None = None,
 ) -> RunConfig:
     """The config of an RL stage in imagination on these inputs, judged at `threshold` (None:
-    the configured one)."""
+    the configured one), drawing its starts from `train_tasks` (None: as configured)."""
     sub = sub_config(
         cfg,
         out,
@@ -264,6 +265,8 @@ def rl_config(
     )
     if threshold is not None:
         sub.reward_model.success_threshold = threshold
+    if train_tasks is not None:
+        sub.algorithm.train_tasks = train_tasks
     return sub
 
 
@@ -276,10 +279,12 @@ def rl(
     reset_set: str,
     real_steps: int,
     threshold: float | None = None,
+    train_tasks: list[str] | None = None,
 ) -> str:
     """RL in imagination; its `env/real_steps` start at `real_steps` (the data before it);
     `threshold`: the success threshold recalibrated on the world model's frames (None: the
-    configured one). Inputs as `train-policy` takes them (published policies in float32 with
+    configured one); `train_tasks`: the tasks it draws starts from (None: as configured).
+    Inputs as `train-policy` takes them (published policies in float32 with
     their unnorm key, bf16 autocast with `training.bf16`)."""
     import torch
     from accelerate import Accelerator
@@ -288,7 +293,7 @@ def rl(
     from wmrl_cli.rl.setup import build_env, load_policy, resolve_inputs, verdict_line
     from wmrl_cli.rl.trainer import PolicyTrainer
 
-    sub = rl_config(cfg, out, policy, world_model, reward_model, reset_set, threshold)
+    sub = rl_config(cfg, out, policy, world_model, reward_model, reset_set, threshold, train_tasks)
     sub.algorithm.eval_every = 0
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", dump_config(sub))  # what this stage ran with
@@ -346,6 +351,47 @@ def audit_world_models(
     atomic_write_text(out / "acceptance.json", json.dumps(result, indent=1))
     console.print(f"acceptance: the next stage runs in {chosen} ({tallies[chosen]['path']})")
     return result
+
+
+def audit_trust(
+    cfg: RunConfig,
+    out: Path,
+    policy: str,
+    world_model: str,
+    reward_model: str,
+    reset_set: str,
+    threshold: float | None,
+) -> dict[str, Any]:
+    """The per-task trust in an RL stage's verdict: `policy`'s imagined episodes
+    (`coevolve.trust_audit_per_task` per task) in `world_model`, judged by `reward_model` at
+    `threshold` as the stage will judge them, replayed in the simulator. out/judge_audit.json;
+    returns its per-task rows (`trust_from_audit` decides) and the replays' real steps."""
+    from wmrl_cli.logging import console
+    from wmrl_cli.rl.policy_audit import audit_policy
+
+    sub = rl_config(cfg, out, policy, world_model, reward_model, reset_set, threshold)
+    audit = audit_policy(sub, cfg.coevolve.trust_audit_per_task)
+    out.mkdir(parents=True, exist_ok=True)
+    audit.write(out)
+    console.print(audit.table(f"trust: the judge on {policy} in {world_model}"))
+    return {"tasks": audit.summary()["tasks"], "real_steps": audit.real_steps or 0}
+
+
+def trust_from_audit(cfg: RunConfig, rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The tasks an RL stage trains on, from an audit's per-task rows (`JudgeAudit.summary()`):
+    those whose precision clears `coevolve.trust_precision_floor` (within
+    `algorithm.train_tasks` where set), and each left-out task's precision and calls."""
+    from wmrl_cli.rl.judge_audit import trusted_tasks
+
+    trusted = trusted_tasks(rows, cfg.coevolve.trust_precision_floor)
+    if cfg.algorithm.train_tasks is not None:
+        trusted = [name for name in trusted if name in cfg.algorithm.train_tasks]
+    excluded = {
+        name: {"precision": row["precision"], "tp": row["tp"], "fp": row["fp"]}
+        for name, row in rows.items()
+        if name not in trusted
+    }
+    return {"train_tasks": trusted, "excluded": excluded}
 
 
 def choose_world_model(f1: dict[str, float | None]) -> str:

@@ -249,6 +249,13 @@ class AlgorithmConfig(Section):
         "varied_outcome, tasks in proportion to the chance that a group of the task has "
         "varied outcomes under the current policy (envs/reset_sampler.py)",
     )
+    train_tasks: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="the tasks RL draws its initial states from (names as the env lists "
+        "them; null: every task of the reset set or suite). co-evolve sets it per stage with "
+        "coevolve.trust_audit_per_task",
+    )
     clip_low: float = Field(0.2, ge=0.0, le=1.0)
     clip_high: float = Field(0.28, ge=0.0, le=10.0)
     dual_clip: float | None = Field(None, gt=1.0)
@@ -479,6 +486,23 @@ class CoEvolveConfig(Section):
         "judges them (the last stage's judge and threshold) and replayed in the simulator "
         "(`eval --audit`; real steps); the stage then runs in the world model whose verdicts "
         "agree best with the replays (F1), the current one on a tie; 0: the refinement is used",
+    )
+    trust_audit_per_task: int = Field(
+        0,
+        ge=0,
+        description="N > 0: before each RL stage, the policy it starts from runs N imagined "
+        "episodes per task in the stage's world model, judged as the stage judges them and "
+        "replayed in the simulator (real steps; where acceptance audited the same policy, "
+        "world model and judge, its tally is used instead); the stage then draws its starts "
+        "only from the tasks whose verdict clears trust_precision_floor "
+        "(algorithm.train_tasks). 0: every task",
+    )
+    trust_precision_floor: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="with trust_audit_per_task: a task trains when its audited precision (true "
+        "calls / calls) is at least this, or the judge called no success on it",
     )
     refine_reward_model: bool = Field(
         True,

@@ -14,6 +14,10 @@ Two ways to draw the entries:
   are filtered anyway, so this spends the rollouts where the signal is: a prioritized
   curriculum in the spirit of WMPO's and DAPO's dynamic sampling, without discarding rollouts.
 
+`tasks` restricts both to the entries of some tasks (`algorithm.train_tasks`): co-evolve's
+per-task trust leaves out the tasks whose imagined verdict an audit found mostly false
+(pace.py), and a user can train on a subset of a suite without a new reset set.
+
 The sampler's state is a seed, a counter and (varied_outcome) the per-task counts, so a
 resumed run draws the same initial states as an uninterrupted one.
 """
@@ -34,6 +38,17 @@ def varied_outcome_probability(p: np.ndarray, group_size: int) -> np.ndarray:
     return 1.0 - p**group_size - (1.0 - p) ** group_size
 
 
+def task_ids(names: Sequence[str], task_names: Sequence[str]) -> list[int]:
+    """The env's task ids of `names` (algorithm.train_tasks)."""
+    unknown = [name for name in names if name not in task_names]
+    if unknown:
+        raise ConfigError(
+            f"unknown task {', '.join(map(repr, unknown))} in algorithm.train_tasks: expected "
+            f"names of this env's tasks ({', '.join(task_names)})"
+        )
+    return [list(task_names).index(name) for name in names]
+
+
 class GroupResetSampler:
     def __init__(
         self,
@@ -45,6 +60,7 @@ class GroupResetSampler:
         entry_tasks: Sequence[int] | None = None,
         decay: float = 0.9,
         floor: float = 0.05,
+        tasks: Sequence[int] | None = None,
     ) -> None:
         if num_entries < 1:
             raise ConfigError("the reset set is empty: expected at least one initial state")
@@ -55,8 +71,19 @@ class GroupResetSampler:
             )
         if mode not in SAMPLING_MODES:
             raise ConfigError(f"unknown reset sampling {mode!r}: expected one of {SAMPLING_MODES}")
-        if mode == "varied_outcome" and (entry_tasks is None or len(entry_tasks) != num_entries):
-            raise ConfigError("varied_outcome sampling needs the task of every reset entry")
+        needs_tasks = mode == "varied_outcome" or tasks is not None
+        if needs_tasks and (entry_tasks is None or len(entry_tasks) != num_entries):
+            what = "varied_outcome sampling" if tasks is None else "algorithm.train_tasks"
+            raise ConfigError(f"{what} needs the task of every reset entry")
+        # the entries groups may start from: all, or those of `tasks`
+        self.allowed = np.arange(num_entries)
+        if tasks is not None:
+            self.allowed = np.flatnonzero(np.isin(np.asarray(entry_tasks), list(tasks)))
+            if not self.allowed.size:
+                raise ConfigError(
+                    f"the reset set holds no initial state of the tasks {sorted(tasks)} "
+                    "(algorithm.train_tasks): expected at least one"
+                )
         self.num_entries = num_entries
         self.num_envs = num_envs
         self.group_size = group_size
@@ -66,7 +93,7 @@ class GroupResetSampler:
         self.draws = 0
         if mode == "varied_outcome":
             self.entry_tasks = np.asarray(entry_tasks, dtype=np.int64)
-            self.tasks = np.unique(self.entry_tasks)  # the tasks the reset set holds
+            self.tasks = np.unique(self.entry_tasks[self.allowed])  # the tasks groups draw
             self.task_index = np.searchsorted(self.tasks, self.entry_tasks)  # entry -> position
             self.entries_of = {int(t): np.flatnonzero(self.entry_tasks == t) for t in self.tasks}
             self.successes = np.zeros(len(self.tasks))
@@ -85,7 +112,8 @@ class GroupResetSampler:
         groups = self.num_envs // self.group_size
         if self.mode == "uniform":
             # Without replacement while the reset set is large enough, so groups differ.
-            entries = rng.choice(self.num_entries, size=groups, replace=groups > self.num_entries)
+            n = self.allowed.size
+            entries = self.allowed[rng.choice(n, size=groups, replace=groups > n)]
         else:
             tasks = rng.choice(self.tasks, size=groups, p=self.task_weights())
             entries = np.array([rng.choice(self.entries_of[int(t)]) for t in tasks])

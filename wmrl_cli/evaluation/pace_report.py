@@ -61,15 +61,18 @@ def write_report(
     rl_activity: dict[str, dict[str, Any]] | None = None,
     acceptance: dict[str, dict[str, Any]] | None = None,
     frozen_same_as: str | None = None,
+    trust: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """`real_steps`: per stage, the real environment steps it consumed (None: not recorded,
     a stage finished before wmrl counted them). `rl_activity`: per RL stage, what
     `rl_activity` (below) read from its metrics; a stage whose RL changed nothing is flagged.
     `acceptance`: per refinement round, the audit that chose its world model.
     `frozen_same_as`: the stage that had the frozen control's inputs (acceptance kept the
-    current world model), so the control was not run apart."""
+    current world model), so the control was not run apart. `trust`: per RL stage, the tasks
+    it trained on and those its trust audit left out (`coevolve.trust_audit_per_task`)."""
     rl_activity = rl_activity or {}
     acceptance = acceptance or {}
+    trust = trust or {}
     differences = stage_differences(evals)
     data_steps = [v or 0 for k, v in real_steps.items() if not k.startswith("eval")]
     # With reward_model.audit_with_simulator an RL stage's real steps are its audit's replays:
@@ -95,6 +98,7 @@ def write_report(
         "rl_activity": rl_activity,
         "acceptance": acceptance,
         "frozen_control_same_as": frozen_same_as,
+        "trust": trust,
     }
     atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
     # An all-zero chart says nothing the table does not: none is drawn (an old one goes).
@@ -165,6 +169,7 @@ def write_report(
     if rl_activity:
         lines += _rl_table(rl_activity)
     lines += _acceptance_table(acceptance)
+    lines += _trust_lines(trust, cfg.coevolve.trust_precision_floor)
     lines += [
         "## World-model reliability (open loop, held-out episodes, PSNR dB)",
         "",
@@ -269,6 +274,27 @@ def _acceptance_table(acceptance: dict[str, dict[str, Any]]) -> list[str]:
                 f"| {round_name} | {name} | {t['episodes']} | {counts} | {precision} | "
                 f"{format_rate(t['recall'])} | {format_rate(t['f1'])} | {chosen} |"
             )
+    return [*lines, ""]
+
+
+def _trust_lines(trust: dict[str, dict[str, Any]], floor: float) -> list[str]:
+    """Per RL stage: the tasks it drew starts from, and each task its audit left out with the
+    verdict's precision there."""
+    if not trust:
+        return []
+    lines = [
+        f"## Tasks RL trained on (the verdict's audited precision at least {floor:g})",
+        "",
+        "| stage | audit | tasks trained | left out (true calls / calls) |",
+        "|---|---|---|---|",
+    ]
+    for stage, t in trust.items():
+        left_out = ", ".join(
+            f"{name} ({row['tp']}/{row['tp'] + row['fp']})" for name, row in t["excluded"].items()
+        )
+        lines.append(
+            f"| {stage} | `{t['audit']}` | {len(t['train_tasks'])} | {left_out or 'none'} |"
+        )
     return [*lines, ""]
 
 

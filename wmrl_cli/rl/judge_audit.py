@@ -158,3 +158,15 @@ def _rates(counts: np.ndarray, fp_on_real_frame: int | None = None) -> dict[str,
         rates["fp_on_real_frame"] = fp_on_real_frame
         rates["fp_imagined_only"] = fp - fp_on_real_frame
     return rates
+
+
+def trusted_tasks(tasks: dict[str, dict[str, Any]], floor: float) -> list[str]:
+    """The tasks of an audit's per-task rows (`JudgeAudit.summary()["tasks"]`) whose verdict RL
+    may train on: true on at least `floor` of the successes it called. A task the judge called
+    no success on is kept: nothing speaks against it, and its groups, all judged failures, carry
+    no gradient until the verdict calls one. docs/results.md, session 28: button-press-topdown's
+    calls were false 18 of 23 times under RL, and the policy lost 10-30 points on it in five of
+    six runs."""
+    return [
+        name for name, row in tasks.items() if row["precision"] is None or row["precision"] >= floor
+    ]

@@ -22,6 +22,7 @@ from wmrl_cli.data.imagined import Start, check_source, imagine_store
 from wmrl_cli.data.reset_set import ResetEntry, load_rlinf_reset_set, reset_set_from_store
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.interface import Env
+from wmrl_cli.envs.reset_sampler import task_ids
 from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
 from wmrl_cli.envs.simulator_rl import SimulatorRLEnv, StoredStartsSimulatorEnv
 from wmrl_cli.errors import ConfigError, WmrlError
@@ -153,7 +154,16 @@ def check_inputs(cfg: RunConfig) -> Inputs:
         check_simulator_rl(cfg)
     elif cfg.algorithm.eval_trials or _replays(cfg):
         evaluation_simulator(cfg)
+    if cfg.algorithm.train_tasks is not None:  # names of the env's tasks
+        task_ids(cfg.algorithm.train_tasks, env_task_names(cfg, inputs.reset_set))
     return inputs
+
+
+def env_task_names(cfg: RunConfig, reset_set: Path | None) -> list[str]:
+    """The task names the RL env will have: its reset set's, or the simulator suite's."""
+    if reset_set:
+        return load_reset_set(cfg, Path(reset_set))[1]
+    return list(simulator_suite(resolve_simulator(cfg.simulator)).task_names)
 
 
 def _replays(cfg: RunConfig) -> bool:

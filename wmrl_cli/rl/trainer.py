@@ -28,7 +28,7 @@ import torch
 
 from wmrl_cli.config import RunConfig
 from wmrl_cli.envs.interface import Env
-from wmrl_cli.envs.reset_sampler import GroupResetSampler
+from wmrl_cli.envs.reset_sampler import GroupResetSampler, task_ids
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.rl import (
     band_filter,
@@ -102,6 +102,7 @@ class PolicyTrainer:
         rank, world = accelerator.process_index, accelerator.num_processes
         check_world_size(self.alg.num_envs, self.alg.group_size, world)
         self.local_envs = self.alg.num_envs // world
+        train_tasks = self.alg.train_tasks
         self.sampler = GroupResetSampler(
             len(env.reset_set),
             self.alg.num_envs,
@@ -109,6 +110,7 @@ class PolicyTrainer:
             seed=cfg.simulator.seed,
             mode=self.alg.reset_sampling,
             entry_tasks=getattr(env, "entry_task_ids", None),
+            tasks=None if train_tasks is None else task_ids(train_tasks, env.task_names),
         )
         self.rank = rank
         # KL anchor (algorithm.kl_coef > 0): a frozen copy of the policy as given, before any
