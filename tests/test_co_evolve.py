@@ -131,6 +131,7 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     assert steps["stage1"] == steps["stage2"] == steps["world_model"] == 0
     rows = [json.loads(line) for line in (out / "stage1" / "metrics.jsonl").open()]
     data = steps["sft"] + steps["base_rollouts"] + steps["labelled_base"] + steps["reward_rollouts"]
+    data += steps["trust_stage1"]  # the trust audit's replays: real steps before stage 1
     assert {r["env/real_steps"] for r in rows} == {data}
     assert report["real_steps"] == steps
     assert report["total_real_steps"] == sum(steps.values())
@@ -165,3 +166,14 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     assert ("stage2 - frozen_control" in report["differences"]) == (not kept)
     if kept:
         assert "The frozen-world-model control is `stage2`" in (out / "report.md").read_text()
+    # Per-task trust: stage 1's own audit (replays: real steps), stage 2's and the control's
+    # the acceptance's tallies; at the smoke profile's floor 0 every task trains.
+    assert steps["trust_stage1"] == after["trust_stage1"]["result"]["real_steps"] > 0
+    assert (out / "trust" / "stage1" / "judge_audit.json").is_file()
+    assert not {"trust_stage2", "trust_frozen_control"} & set(after)
+    trust = report["trust"]
+    assert set(trust) == {"stage1", "stage2", *control}
+    assert trust["stage2"]["audit"] == f"accept/round1/{accept['chosen']}"
+    assert all(t["train_tasks"] == ["handle-press", "coffee-button"] for t in trust.values())
+    assert "train_tasks:\n  - handle-press\n  - coffee-button" in stage1_cfg
+    assert "## Tasks RL trained on" in (out / "report.md").read_text()
