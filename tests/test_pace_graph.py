@@ -79,8 +79,10 @@ def _config(**coevolve: Any):
     cfg = resolve_config("mw-coevolve-smoke")
     cfg.coevolve.check_episodes = 10
     cfg.coevolve.reward_imagined_start_every = 16
-    # One refinement taken as it is (the smoke profile's acceptance: its own test below).
+    # One refinement taken as it is (the smoke profile's acceptance: its own test below), and
+    # no per-task trust, at the schema's floor where a test turns it on (the tests at the end).
     cfg.coevolve.refine_candidates, cfg.coevolve.accept_audit_per_task = 1, 0
+    cfg.coevolve.trust_audit_per_task, cfg.coevolve.trust_precision_floor = 0, 0.5
     for key, value in coevolve.items():
         setattr(cfg.coevolve, key, value)
     return cfg

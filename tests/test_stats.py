@@ -93,6 +93,7 @@ def test_co_evolve_report_shows_intervals_and_paired_differences(tmp_path) -> No
             "audit": "trust/stage1",
         }
     }
+    cfg.coevolve.trust_precision_floor = 0.5
     report = write_report(tmp_path, cfg, evals, {}, {}, walls, steps, activity, trust=trust)
     assert report["trust"] == trust
     text = (tmp_path / "report.md").read_text()
