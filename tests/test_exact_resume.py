@@ -29,7 +29,7 @@ from tests.resume_check import (
 )
 from tests.test_train_reward import visible_success_episode
 from wmrl_cli.data.episodes import EpisodeStore
-from wmrl_cli.pace import Pipeline
+from wmrl_cli.pace_stages import Pipeline
 
 
 def test_sft_killed_then_rerun_matches_uninterrupted(tmp_path) -> None:

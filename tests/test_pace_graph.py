@@ -11,8 +11,17 @@ from typing import Any
 import pytest
 
 import wmrl_cli.pace as pace
+import wmrl_cli.pace_run as pace_run
 from wmrl_cli.config import resolve_config
 from wmrl_cli.pace_stages import ADDED_OPTIONS, STAGES_FILE, Pipeline
+
+
+def patch(monkeypatch, name: str, value: Any) -> None:
+    """Replace a task where the stage graph (pace.py) or the run's helpers (pace_run.py) call it."""
+    modules = [module for module in (pace, pace_run) if hasattr(module, name)]
+    assert modules, name
+    for module in modules:
+        monkeypatch.setattr(module, name, value)
 
 
 @pytest.fixture
@@ -56,21 +65,22 @@ def recorded(monkeypatch) -> list[tuple]:
 
     monkeypatch.setattr(sft, "collect_demos", lambda cfg, out: made(Path(out) / "demos"))
     monkeypatch.setattr(sft, "train_bc", lambda cfg, out, demos: made(Path(out) / "policy"))
-    monkeypatch.setattr(pace, "collect", collect)
-    monkeypatch.setattr(pace, "merge", lambda stores, out, cfg: made(out))
-    monkeypatch.setattr(
-        pace, "train_wm", lambda cfg, data, out, init, steps: made(Path(out) / "world_model")
-    )
-    monkeypatch.setattr(pace, "imagine", lambda cfg, wm, data, out: made(out))
-    monkeypatch.setattr(pace, "train_rm", train_rm)
-    monkeypatch.setattr(pace, "imagine_policy", imagine_policy)
-    monkeypatch.setattr(pace, "rl", rl)
-    monkeypatch.setattr(pace, "check_world_model", check)
-    monkeypatch.setattr(pace, "enforce_gate", lambda *a: None)
-    monkeypatch.setattr(pace, "evaluate", lambda cfg, policy, out, videos: {"overall": 0.5})
-    monkeypatch.setattr(pace, "wm_reliability", lambda wm: {})
-    for counter in ("store_steps", "eval_steps", "rl_steps"):
-        monkeypatch.setattr(pace, counter, lambda _: 0)
+    fakes = {
+        "collect": collect,
+        "merge": lambda stores, out, cfg: made(out),
+        "train_wm": lambda cfg, data, out, init, steps: made(Path(out) / "world_model"),
+        "imagine": lambda cfg, wm, data, out: made(out),
+        "train_rm": train_rm,
+        "imagine_policy": imagine_policy,
+        "rl": rl,
+        "check_world_model": check,
+        "enforce_gate": lambda *a: None,
+        "evaluate": lambda cfg, policy, out, videos: {"overall": 0.5},
+        "wm_reliability": lambda wm: {},
+        **{counter: lambda _: 0 for counter in ("store_steps", "eval_steps", "rl_steps")},
+    }
+    for name, fake in fakes.items():
+        patch(monkeypatch, name, fake)
     monkeypatch.setattr(pace_report, "write_report", lambda *a, **k: {})
     return calls
 
@@ -373,7 +383,7 @@ def test_stage_1_trains_on_the_tasks_whose_audited_verdict_clears_the_floor(
         audited.append((Path(out).name, Path(policy).parent.name, Path(wm).parent.name))
         return {"tasks": rows, "real_steps": 7}
 
-    monkeypatch.setattr(pace, "audit_trust", audit_trust)
+    patch(monkeypatch, "audit_trust", audit_trust)
     monkeypatch.setattr(pace_report, "write_report", lambda *a, **k: reported.update(trust=a[10]))
     cfg = _config(refine_reward_model=False, frozen_control=True, trust_audit_per_task=10)
     pace.co_evolve(cfg, tmp_path)
@@ -431,7 +441,7 @@ def test_acceptances_audit_is_stage_2s_and_the_controls_trust_audit(
             (out / name / "judge_audit.json").write_text(json.dumps({"tasks": rows}))
         return {"world_models": {}, "chosen": chosen, "real_steps": 0}
 
-    monkeypatch.setattr(pace, "audit_trust", audit_trust)
+    patch(monkeypatch, "audit_trust", audit_trust)
     monkeypatch.setattr(pace, "audit_world_models", acceptance)
     monkeypatch.setattr(pace_report, "write_report", lambda *a, **k: reported.update(trust=a[10]))
     cfg = _config(
@@ -461,7 +471,7 @@ def test_a_floor_no_task_clears_stops_with_one_line(tmp_path, recorded, monkeypa
     from wmrl_cli.errors import WmrlError
 
     rows = _audit_rows({"drawer-close": (1, 3), "button-press-topdown": (0, 2)})
-    monkeypatch.setattr(pace, "audit_trust", lambda *a: {"tasks": rows, "real_steps": 0})
+    patch(monkeypatch, "audit_trust", lambda *a: {"tasks": rows, "real_steps": 0})
     cfg = _config(trust_audit_per_task=10)
     with pytest.raises(WmrlError, match="stage1: no task's verdict clears"):
         pace.co_evolve(cfg, tmp_path)

@@ -41,23 +41,16 @@ does is in pace_tasks.py.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from wmrl_cli.config import RunConfig
-from wmrl_cli.errors import ConfigError, WmrlError
-from wmrl_cli.pace_gate import check_world_model, enforce_gate
-from wmrl_cli.pace_stages import Pipeline
+from wmrl_cli.errors import ConfigError
+from wmrl_cli.pace_run import PaceRun
 from wmrl_cli.pace_tasks import (
-    audit_trust,
     audit_world_models,
     collect,
-    eval_steps,
-    evaluate,
-    imagine,
-    imagine_policy,
     merge,
     rl,
     rl_steps,
@@ -65,7 +58,6 @@ from wmrl_cli.pace_tasks import (
     sub_config,
     train_rm,
     train_wm,
-    trust_from_audit,
     wm_reliability,
 )
 
@@ -111,154 +103,7 @@ def _after(*names: str | None) -> tuple[str, ...]:
     return tuple(n for n in names if n is not None)
 
 
-class _Run:
-    """One co-evolution run: its stage cache and what the report collects."""
-
-    def __init__(self, cfg: RunConfig, run_dir: Path) -> None:
-        self.cfg, self.run_dir = cfg, run_dir
-        self.p = Pipeline(run_dir, cfg.simulator.seed, cfg)
-        self.evals: dict[str, dict[str, Any]] = {}
-        self.checks: dict[str, dict[str, Any]] = {}
-        self.reliability: dict[str, dict[str, Any]] = {}
-        self.reward_metrics: dict[str, dict[str, Any]] = {}
-        self.acceptance: dict[str, dict[str, Any]] = {}  # per round: audit_world_models
-        self.trust: dict[str, dict[str, Any]] = {}  # per RL stage: trust_from_audit, its audit
-        # The judge's real rollouts of the stage-1 policy (`real_reward_data`): store, stage.
-        self.real_reward: tuple[str | None, str | None] = (None, None)
-
-    def check(self, name: str, wm: str, rm_path: str, data: str, after: tuple[str, ...]):
-        """The world model's health check (an evaluation stage) and gate; the threshold RL is
-        to use (None: no check configured). `after`: the stages of the world model, reward
-        model and data it checks."""
-        cfg = self.cfg
-        if not cfg.coevolve.check_episodes:
-            return None
-        out = self.run_dir / "check" / name
-        self.checks[name] = self.p.run(
-            f"eval_{name}",
-            lambda: check_world_model(cfg, out, wm, rm_path, data),
-            lambda result: int(result["real_steps"]),
-            reads="check",
-            after=after,
-            outputs=(f"check/{name}",),
-        )
-        enforce_gate(name, self.checks[name], cfg, out)
-        return self.checks[name]["rl_threshold"]
-
-    def train_tasks(
-        self,
-        stage: str,
-        inputs: tuple[str, str, str, str, float | None],
-        after: tuple[str, ...],
-        audited: Path | None = None,
-    ) -> tuple[list[str] | None, str | None]:
-        """The tasks RL stage `stage` draws its starts from, and the stage that audited them:
-        with `coevolve.trust_audit_per_task`, those whose verdict an audit of the stage's
-        inputs (policy, world model, judge, starts, threshold) found true often enough
-        (`trust_from_audit`). `audited`: a folder whose judge_audit.json tallies these inputs
-        already (acceptance's), used instead of a new audit. (None, None) without the option."""
-        cfg = self.cfg
-        if not cfg.coevolve.trust_audit_per_task:
-            return None, None
-        audit_stage = None
-        if audited is None:
-            audit_stage, out = f"trust_{stage}", self.run_dir / "trust" / stage
-            rows = self.p.run(
-                audit_stage,
-                lambda: audit_trust(cfg, out, *inputs),
-                lambda result: int(result["real_steps"]),
-                reads="trust",
-                after=after,
-                outputs=(f"trust/{stage}",),
-            )["tasks"]
-            audited = out
-        else:
-            rows = json.loads((audited / "judge_audit.json").read_text())["tasks"]
-        trust = {**trust_from_audit(cfg, rows), "audit": str(audited.relative_to(self.run_dir))}
-        if not trust["train_tasks"]:
-            raise WmrlError(
-                f"{stage}: no task's verdict clears coevolve.trust_precision_floor="
-                f"{cfg.coevolve.trust_precision_floor} in {trust['audit']}/judge_audit.json: "
-                "expected at least one task to train on (lower the floor, or check the judge)"
-            )
-        self.trust[stage] = trust
-        return trust["train_tasks"], audit_stage
-
-    def imagined_reward_data(
-        self, name: str, wm: str, data: str, after: tuple[str, ...]
-    ) -> tuple[str | None, str | None]:
-        """(the store, the stage) of `wm`'s imagined rollouts of `data` for the next reward
-        model, or (None, None) without `coevolve.reward_imagined_start_every`."""
-        if not self.cfg.coevolve.reward_imagined_start_every:
-            return None, None
-        out = self.run_dir / "data" / name
-        store = self.p.run(
-            name,
-            lambda: imagine(self.cfg, wm, data, out),
-            reads="imagine",
-            after=after,
-            outputs=(f"data/{name}",),
-        )
-        return store, name
-
-    def labelled_reward_data(
-        self, name: str, policy: str, wm: str, reset_set: str, seed: int, after: tuple[str, ...]
-    ) -> tuple[str | None, str | None]:
-        """(the store, the stage) of `policy`'s imagined episodes in `wm` from `reset_set`'s
-        starts, labelled by the simulator, for the next reward model, or (None, None) without
-        `coevolve.reward_policy_rollouts_per_task`."""
-        if not self.cfg.coevolve.reward_policy_rollouts_per_task:
-            return None, None
-        out = self.run_dir / "data" / name
-        store = self.p.run(
-            name,
-            lambda: imagine_policy(self.cfg, policy, wm, reset_set, out, seed),
-            store_steps,  # the labels' replays are real steps
-            reads="imagine_policy",
-            after=after,
-            outputs=(f"data/{name}",),
-        )
-        return store, name
-
-    def real_reward_data(
-        self, policy: str, after: tuple[str, ...]
-    ) -> tuple[str | None, str | None]:
-        """(the store, the stage) of `policy`'s real rollouts for every reward model of the run,
-        also kept in `real_reward`; (None, None) without
-        `coevolve.reward_real_rollouts_per_task`."""
-        per_task = self.cfg.coevolve.reward_real_rollouts_per_task
-        if not per_task:
-            return self.real_reward
-        store = self.p.run(
-            "reward_rollouts",
-            lambda: collect(
-                self.cfg,
-                self.run_dir / "data" / "reward_real",
-                policy,
-                per_task,
-                self.cfg.simulator.seed + 4_000_000,
-                perturbed=False,
-            ),
-            store_steps,
-            reads="reward_rollouts",
-            after=after,
-            outputs=("data/reward_real",),
-        )
-        self.real_reward = (store, "reward_rollouts")
-        return self.real_reward
-
-    def evaluate(self, name: str, policy: str, after: tuple[str, ...], videos: bool) -> None:
-        self.evals[name] = self.p.run(
-            f"eval_{name}",
-            lambda: evaluate(self.cfg, policy, self.run_dir / "eval" / name, videos),
-            eval_steps,
-            reads="eval",
-            after=after,
-            outputs=(f"eval/{name}",),
-        )
-
-
-def _sft_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
+def _sft_start(run: PaceRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     """Stage 1 from scratch; (its result, the base data, the stage that made it)."""
     from wmrl_cli.training.sft import collect_demos, train_bc
 
@@ -362,7 +207,7 @@ def _sft_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     return _Evolved(policy, wm, rm, threshold, stages), [base_data], ("merge0",)
 
 
-def _given_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
+def _given_start(run: PaceRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     """Stage 1 in the given world model, reward model and reset set (published assets or
     wmrl runs) from the given policy; no base data: the refinements learn from the evolved
     policy's rollouts alone (the published models' own data is not published)."""
@@ -391,7 +236,7 @@ def _given_start(run: _Run) -> tuple[_Evolved, list[str], tuple[str, ...]]:
 
 
 def _refine_world_model(
-    run: _Run, r: int, last: _Evolved, made: dict[str, str | None], merged: str, merge_stage: str
+    run: PaceRun, r: int, last: _Evolved, made: dict[str, str | None], merged: str, merge_stage: str
 ) -> tuple[str, str | None]:
     """Refinement r's world model and its stage: `last.wm` fine-tuned on the merged data, or,
     with `coevolve.accept_audit_per_task`, the one of `last.wm` and its `refine_candidates`
@@ -440,7 +285,7 @@ def _refine_world_model(
 
 
 def _refine_reward_model(
-    run: _Run,
+    run: PaceRun,
     r: int,
     last: _Evolved,
     made: dict[str, str | None],
@@ -489,7 +334,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     from wmrl_cli.evaluation.pace_report import rl_activity, write_report
 
     ce = cfg.coevolve
-    run = _Run(cfg, run_dir)
+    run = PaceRun(cfg, run_dir)
     p, seed = run.p, cfg.simulator.seed
     evolved, data, data_stages = (_sft_start if ce.start == "sft" else _given_start)(run)
     # The frozen control's RL inputs (policy, world model, judge, starts, threshold) and the
