@@ -319,6 +319,26 @@ def rl(
         env.close()
 
 
+def _audit(
+    cfg: RunConfig,
+    out: Path,
+    inputs: tuple[str, str, str, str, float | None],
+    per_task: int,
+    title: str,
+) -> Any:
+    """`eval --audit` of an RL stage's inputs (policy, world model, judge, starts, threshold):
+    `per_task` imagined episodes per task, judged as the stage would judge them and replayed;
+    the tally written to out/judge_audit.json, printed, and returned (a `JudgeAudit`)."""
+    from wmrl_cli.logging import console
+    from wmrl_cli.rl.policy_audit import audit_policy
+
+    audit = audit_policy(rl_config(cfg, out, *inputs), per_task)
+    out.mkdir(parents=True, exist_ok=True)
+    audit.write(out)
+    console.print(audit.table(title))
+    return audit
+
+
 def audit_world_models(
     cfg: RunConfig,
     out: Path,
@@ -335,17 +355,16 @@ def audit_world_models(
     tally, the name of the one chosen (`choose_world_model`) and the real steps the replays
     took; out/<name>/judge_audit.json per world model, out/acceptance.json."""
     from wmrl_cli.logging import console
-    from wmrl_cli.rl.policy_audit import audit_policy
 
     tallies, real_steps = {}, 0
     for name, path in world_models.items():
-        sub = rl_config(cfg, out / name, policy, path, reward_model, reset_set, threshold)
-        audit = audit_policy(sub, cfg.coevolve.accept_audit_per_task)
-        (out / name).mkdir(parents=True, exist_ok=True)
-        audit.write(out / name)
+        audit = _audit(
+            cfg, out / name, (policy, path, reward_model, reset_set, threshold),
+            cfg.coevolve.accept_audit_per_task,
+            f"acceptance: the judge on {policy} in {name} ({path})",
+        )  # fmt: skip
         tallies[name] = {"path": path, **audit.summary()["overall"]}
         real_steps += audit.real_steps or 0
-        console.print(audit.table(f"acceptance: the judge on {policy} in {name} ({path})"))
     chosen = choose_world_model({name: t["f1"] for name, t in tallies.items()})
     result = {"world_models": tallies, "chosen": chosen, "real_steps": real_steps}
     atomic_write_text(out / "acceptance.json", json.dumps(result, indent=1))
@@ -366,14 +385,10 @@ def audit_trust(
     (`coevolve.trust_audit_per_task` per task) in `world_model`, judged by `reward_model` at
     `threshold` as the stage will judge them, replayed in the simulator. out/judge_audit.json;
     returns its per-task rows (`trust_from_audit` decides) and the replays' real steps."""
-    from wmrl_cli.logging import console
-    from wmrl_cli.rl.policy_audit import audit_policy
-
-    sub = rl_config(cfg, out, policy, world_model, reward_model, reset_set, threshold)
-    audit = audit_policy(sub, cfg.coevolve.trust_audit_per_task)
-    out.mkdir(parents=True, exist_ok=True)
-    audit.write(out)
-    console.print(audit.table(f"trust: the judge on {policy} in {world_model}"))
+    audit = _audit(
+        cfg, out, (policy, world_model, reward_model, reset_set, threshold),
+        cfg.coevolve.trust_audit_per_task, f"trust: the judge on {policy} in {world_model}",
+    )  # fmt: skip
     return {"tasks": audit.summary()["tasks"], "real_steps": audit.real_steps or 0}
 
 

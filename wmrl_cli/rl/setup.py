@@ -161,9 +161,17 @@ def check_inputs(cfg: RunConfig) -> Inputs:
 
 def env_task_names(cfg: RunConfig, reset_set: Path | None) -> list[str]:
     """The task names the RL env will have: its reset set's, or the simulator suite's."""
+    if reset_set and (Path(reset_set) / "index.json").is_file():  # from the index alone
+        return store_task_names(EpisodeStore.open(reset_set))
     if reset_set:
         return load_reset_set(cfg, Path(reset_set))[1]
     return list(simulator_suite(resolve_simulator(cfg.simulator)).task_names)
+
+
+def store_task_names(store: EpisodeStore) -> list[str]:
+    """An episode store's task names by task id (`task<id>` for an id it holds no episode of)."""
+    names: dict[int, str] = {int(m["task_id"]): m["task_name"] for m in store.index}
+    return [names.get(t, f"task{t}") for t in range(1 + max(names))]
 
 
 def _replays(cfg: RunConfig) -> bool:
@@ -321,9 +329,9 @@ def load_reset_set(cfg: RunConfig, path: Path | None = None) -> tuple[list[Reset
         store.require_simulator_states("to start a reset set from")
         keys = read_keyframes(path) if cfg.algorithm.enable_kir else []
         ids = [int(m["id"]) for m in store.index]
-        names: dict[int, str] = {int(m["task_id"]): m["task_name"] for m in store.index}
         entries = reset_set_from_store(store, ids, keys, cfg.world_model.context_frames)
-    elif path.is_dir():
+        return entries, store_task_names(store)
+    if path.is_dir():
         entries = load_rlinf_reset_set(
             path,
             cfg.algorithm.enable_kir,
@@ -333,11 +341,8 @@ def load_reset_set(cfg: RunConfig, path: Path | None = None) -> tuple[list[Reset
         sim = resolve_simulator(cfg.simulator)
         if sim.name == "libero":
             return entries, assign_libero_tasks(entries, sim.suite, path)
-        names = {}
-    else:
-        raise WmrlError(f"{path}: not an episode store or an RLinf reset folder")
-    n_tasks = 1 + max(e.task_id for e in entries)
-    return entries, [names.get(t, f"task{t}") for t in range(n_tasks)]
+        return entries, [f"task{t}" for t in range(1 + max(e.task_id for e in entries))]
+    raise WmrlError(f"{path}: not an episode store or an RLinf reset folder")
 
 
 def _words(text: str) -> str:
