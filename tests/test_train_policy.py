@@ -529,3 +529,27 @@ def test_train_tasks_restrict_rls_starts_and_reject_unknown_names(assets, tmp_pa
     )
     assert bad.exit_code == 2 and "unknown task 'no-such-task'" in bad.output
     assert "Traceback" not in bad.output and not (tmp_path / "x").exists()
+
+
+def test_keep_checkpoints_zero_keeps_every_step_for_a_learning_curve(assets, tmp_path) -> None:
+    out = tmp_path / "curve"
+    cmd = [*args(assets, out, 3, algo="grpo"), "--set", "training.keep_checkpoints=0"]
+    result = runner.invoke(app, cmd)
+    assert result.exit_code == 0, result.output
+    steps = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
+    assert steps == ["step_000001", "step_000002", "step_000003"]
+    assert all((out / "checkpoints" / s / "model" / "model.safetensors").is_file() for s in steps)
+
+
+def test_save_checkpoint_keeps_the_newest(tmp_path) -> None:
+    from wmrl_cli.training.checkpoints import save_checkpoint
+
+    def save_model(path):
+        path.mkdir(parents=True)
+
+    for step in range(1, 5):
+        save_checkpoint(tmp_path, step, save_model, [], keep=2)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == [
+        "step_000003",
+        "step_000004",
+    ]

@@ -145,6 +145,9 @@ class WorldModelConfig(Section):
     val_horizon: int = Field(32, ge=1)
     val_episodes: int = Field(16, ge=1)
     save_every: int = Field(500, ge=1)
+    keep_checkpoints: int = Field(
+        2, ge=0, description="step checkpoints kept on disk, the newest (0: every one)"
+    )
 
 
 class RewardModelConfig(Section):
@@ -367,6 +370,9 @@ class TrainingConfig(Section):
     lora_rank: int | None = Field(None, ge=1, le=1024)
     bf16: bool = False
     save_every: int = Field(10, ge=1)
+    keep_checkpoints: int = Field(
+        2, ge=0, description="step checkpoints kept on disk, the newest (0: every one)"
+    )
 
 
 class EvalConfig(Section):
@@ -451,6 +457,9 @@ class SftConfig(Section):
     grad_clip: float = Field(1.0, gt=0.0)
     augment_shift: int = Field(4, ge=0, le=64, description="random-shift augmentation, pixels")
     save_every: int = Field(500, ge=1)
+    keep_checkpoints: int = Field(
+        2, ge=0, description="step checkpoints kept on disk, the newest (0: every one)"
+    )
     log_every: int = Field(10, ge=1)
 
 

@@ -513,6 +513,7 @@ class PolicyTrainer:
                                 "real_steps": self.real_steps,
                                 "judge_audit": self.audit.state_dict(),
                             },
+                            keep=t.keep_checkpoints,
                         )
                 advance()
         self.logger.close()

@@ -92,7 +92,8 @@ def save_checkpoint(
     keep: int = 2,
 ) -> Path:
     """save_model(dir) writes the model; `stateful` are objects with state_dict() (optimizers,
-    schedulers); extra is JSON-able trainer state (e.g. a reset sampler's)."""
+    schedulers); extra is JSON-able trainer state (e.g. a reset sampler's). The `keep` newest
+    step checkpoints stay (0: all of them, for a learning curve)."""
     root = Path(run_dir) / "checkpoints"
     name = f"step_{step:06d}"
     final = root / name
@@ -108,7 +109,8 @@ def save_checkpoint(
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     atomic_write_text(root / LATEST, name)
-    for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep]:
+    steps = sorted(p for p in root.glob("step_*") if p.is_dir())
+    for old in steps[:-keep] if keep else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
 

@@ -230,6 +230,7 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
                         step + 1,
                         partial(save_pretrained, unwrapped),
                         [optimizer, scheduler],
+                        keep=s.keep_checkpoints,
                     )
             advance()
     logger.close()

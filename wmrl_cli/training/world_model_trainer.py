@@ -396,6 +396,7 @@ class WorldModelTrainer:
                             model.save_pretrained,
                             [optimizer, scheduler, TensorState(ema)],
                             {"stage": "denoiser"},
+                            keep=wm.keep_checkpoints,
                         )
                 advance()
                 if out_of_time:
