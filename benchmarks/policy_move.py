@@ -14,12 +14,15 @@ real success did not change can have moved a lot (or not at all). Results: docs/
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import defaultdict
 
 import numpy as np
 import torch
 
 from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.evaluation.policy_shift import token_kl
 from wmrl_cli.policies.registry import load_learned_policy
 
 
@@ -40,10 +43,9 @@ def frames_by_task(store: EpisodeStore, episodes: int, every: int, seed: int) ->
 @torch.no_grad()
 def action_shift(base, trained, frames: np.ndarray, prompts: list[str]) -> tuple[float, float]:
     """(mean per-token KL(base || trained), share of tokens whose argmax agrees)."""
-    log_base = torch.log_softmax(base(frames, prompts).logits, -1)
-    log_trained = torch.log_softmax(trained(frames, prompts).logits, -1)
-    kl = (log_base.exp() * (log_base - log_trained)).sum(-1).mean().item()
-    agree = (log_base.argmax(-1) == log_trained.argmax(-1)).float().mean().item()
+    base_logits, trained_logits = base(frames, prompts).logits, trained(frames, prompts).logits
+    kl = token_kl(base_logits, trained_logits).mean().item()
+    agree = (base_logits.argmax(-1) == trained_logits.argmax(-1)).float().mean().item()
     return kl, agree
 
 
@@ -73,4 +75,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except WmrlError as exc:  # a bad path or checkpoint: one line, as the CLI says it
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
