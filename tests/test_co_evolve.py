@@ -77,11 +77,12 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     control = [] if kept else ["frozen_control"]
     assert (out / "frozen_control" / "policy" / "config.json").is_file() == (not kept)
     assert report["frozen_control_same_as"] == ("stage2" if kept else None)
-    assert set(report["rl_activity"]) == {"stage1", "stage2", *control}
+    sim = "simulator_control"  # the same RL from the base in the real simulator, last
+    assert set(report["rl_activity"]) == {"stage1", "stage2", *control, sim}
     idle = [name for name, act in report["rl_activity"].items() if not act["updated"]]
     for name in idle:
         assert f"RL stage `{name}` made no update" in (out / "report.md").read_text()
-    assert list(report["success"]) == ["base", "stage1", "stage2", *control]
+    assert list(report["success"]) == ["base", "stage1", "stage2", *control, sim]
     assert set(report["world_model_reliability"]) == {"wm_base", "wm_evo1"}
     assert report["wall_time_s"]["sft"] == before["sft"]["wall_s"]
     videos = sorted((out / "eval" / "stage2" / "videos").glob("*_grid.mp4"))
@@ -135,6 +136,16 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     assert {r["env/real_steps"] for r in rows} == {data}
     assert report["real_steps"] == steps
     assert report["total_real_steps"] == sum(steps.values())
+    # The simulator control ran stage 1's and stage 2's steps (2 + 2) in the simulator from the
+    # base policy; its real steps are its own, counted apart from the method's.
+    rows = [json.loads(line) for line in (out / sim / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert steps[sim] == rows[-1]["env/real_steps"] == report["simulator_control_real_steps"] > 0
+    assert "name: " + str(out / "sft" / "policy") in (out / sim / "config.yaml").read_text()
+    method = [v for k, v in steps.items() if not k.startswith("eval") and k != sim]
+    assert report["total_real_steps_without_evaluation"] == sum(method)
+    assert f"{sim} - base" in report["differences"]
+    assert "## Against RL in the real simulator" in (out / "report.md").read_text()
     assert "| stage1 |" in (out / "report.md").read_text()
 
     # Each world model was checked before RL in it; RL judged success at the threshold the check

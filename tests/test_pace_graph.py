@@ -59,6 +59,10 @@ def recorded(monkeypatch) -> list[tuple]:
             calls.append(("train_tasks", Path(out).name, tuple(tasks)))
         return made(Path(out) / "policy")
 
+    def simulator_rl(cfg, out, policy, steps) -> str:
+        calls.append(("simulator_rl", Path(out).name, Path(policy).parent.name, steps))
+        return made(Path(out) / "policy")
+
     def check(cfg, out, wm, rm_path, data) -> dict[str, Any]:
         calls.append(("check", Path(out).name, Path(wm).parent.name, Path(rm_path).parent.name))
         return {"rl_threshold": None, "real_steps": 0}
@@ -73,6 +77,7 @@ def recorded(monkeypatch) -> list[tuple]:
         "train_rm": train_rm,
         "imagine_policy": imagine_policy,
         "rl": rl,
+        "simulator_rl": simulator_rl,
         "check_world_model": check,
         "enforce_gate": lambda *a: None,
         "evaluate": lambda cfg, policy, out, videos: {"overall": 0.5},
@@ -124,6 +129,26 @@ def test_without_refine_reward_model_the_last_judge_judges_stage_2(tmp_path, rec
     stages = json.loads((tmp_path / STAGES_FILE).read_text())
     assert "refine_rm1" not in stages and "imagined_evo1" not in stages
     assert not (tmp_path / "rm_evo1").exists()
+
+
+def test_the_simulator_control_runs_the_same_rl_from_the_base_for_every_imagined_step(
+    tmp_path, recorded
+) -> None:
+    cfg = _config(simulator_control=True, refinements=2)
+    pace.co_evolve(cfg, tmp_path)
+    steps = 3 * cfg.training.steps  # stage 1 and two refined stages
+    assert [c for c in recorded if c[0] == "simulator_rl"] == [
+        ("simulator_rl", "simulator_control", "sft", steps)
+    ]
+    stages = json.loads((tmp_path / STAGES_FILE).read_text())
+    assert {"simulator_control", "eval_simulator_control"} <= set(stages)
+    # Its real steps are not data the method collected: later RL stages do not count them.
+    stages["simulator_control"]["real_steps"] = 10**6
+    (tmp_path / STAGES_FILE).write_text(json.dumps(stages))
+    assert Pipeline(tmp_path, 0, cfg).data_steps() < 10**6
+    recorded.clear()
+    pace.co_evolve(_config(simulator_control=False, refinements=2), tmp_path)
+    assert not [c for c in recorded if c[0] == "simulator_rl"]
 
 
 def test_switching_the_judge_reruns_stage_2_and_keeps_stage_1(
@@ -240,6 +265,7 @@ READ_BY = {
     "algorithm.train_tasks": "rl",
     "coevolve.trust_audit_per_task": "trust",
     "coevolve.trust_precision_floor": "rl",
+    "coevolve.simulator_control": "structure",  # adds a stage, changes none
 }
 # A value other than the default, where flipping the default's truth would not be one.
 OTHER_VALUE = {

@@ -85,6 +85,22 @@ def test_co_evolve_report_shows_intervals_and_paired_differences(tmp_path) -> No
         "| without evaluation and the RL audit | | **100** | |"
         in (tmp_path / "report.md").read_text()
     )
+    # The simulator control: its gain beside the method's, its real steps counted apart.
+    control = [s or i % 4 == 3 for i, s in enumerate(base)]  # 50%
+    evals_sim = {**evals, "simulator_control": stage(control)}
+    steps_sim = {**steps, "simulator_control": 5000, "eval_simulator_control": 50}
+    activity_sim = {**activity, "simulator_control": {**activity["stage1"], "steps": 2}}
+    walls_sim = dict.fromkeys(steps_sim, 1.0)
+    report = write_report(tmp_path, cfg, evals_sim, {}, {}, walls_sim, steps_sim, activity_sim)
+    assert list(report["differences"])[-2:] == ["simulator_control - base",
+                                               "stage2 - simulator_control"]  # fmt: skip
+    assert report["simulator_control_real_steps"] == 5000
+    assert report["rl_audit_real_steps"] == 1600  # the audit's replays, not the control's steps
+    assert report["total_real_steps_without_evaluation"] == 1700
+    text = (tmp_path / "report.md").read_text()
+    assert "## Against RL in the real simulator" in text and "2 steps of the same RL" in text
+    assert "| simulator_control | +25.0 [" in text and "| 5000 |" in text
+    assert "| stage2 (the method) | +50.0 [" in text and "| 100 |" in text
     # Per-task trust: each RL stage's tasks and those its audit left out, with their calls.
     trust = {
         "stage1": {

@@ -11,7 +11,8 @@ Two starts (`coevolve.start`), then the same refinements:
     fine-tuned on them (sft: with the base data) and the reward model retrained (sft) or
     fine-tuned (given), or kept (`coevolve.refine_reward_model: false`) -> check -> RL in
     WM_evo from the new rollouts and their KIR keyframes -> eval; optionally the frozen-WM
-    control; report
+    control and the simulator control (the same RL from the base policy in the real
+    simulator, for as many steps as the imagined stages took) -> eval; report
 
 With `coevolve.reward_imagined_start_every` K > 0, each reward model trained after a world
 model also learns from that world model's imagined rollouts of its data (from every K-th step,
@@ -47,6 +48,7 @@ from typing import Any
 
 from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError
+from wmrl_cli.evaluation.pace_report import SIMULATOR_CONTROL
 from wmrl_cli.pace_run import PaceRun
 from wmrl_cli.pace_tasks import (
     audit_world_models,
@@ -54,6 +56,7 @@ from wmrl_cli.pace_tasks import (
     merge,
     rl,
     rl_steps,
+    simulator_rl,
     store_steps,
     sub_config,
     train_rm,
@@ -124,6 +127,7 @@ def _sft_start(run: PaceRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
         outputs=("sft",),
     )
     run.evaluate("base", base_policy, ("sft",), False)
+    run.base = (base_policy, ("sft",))
     rollouts = p.run(
         "base_rollouts",
         lambda: collect(
@@ -214,6 +218,7 @@ def _given_start(run: PaceRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     cfg, run_dir, p, ce = run.cfg, run.run_dir, run.p, run.cfg.coevolve
     wm, rm_path = str(cfg.world_model.path), str(cfg.reward_model.path)
     run.evaluate("base", str(cfg.policy.name), (), False)
+    run.base = (str(cfg.policy.name), ())
     run.real_reward_data(str(cfg.policy.name), ())  # for the refinements' fine-tuned judges
     policy = p.run(
         "stage1",
@@ -437,6 +442,19 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             outputs=("frozen_control",),
         )
         run.evaluate("frozen_control", control, ("frozen_control",), False)
+    if ce.simulator_control and run.base is not None:
+        # The same RL, as many steps as the imagined stages took, in the real simulator.
+        steps = (ce.refinements + 1) * cfg.training.steps
+        base_policy, base_after = run.base
+        control = p.run(
+            SIMULATOR_CONTROL,
+            lambda: simulator_rl(cfg, run_dir / SIMULATOR_CONTROL, base_policy, steps),
+            rl_steps,
+            reads="simulator_rl",
+            after=base_after,
+            outputs=(SIMULATOR_CONTROL,),
+        )
+        run.evaluate(SIMULATOR_CONTROL, control, (SIMULATOR_CONTROL,), False)
     reached = {name: item for name, item in p.state.items() if name in p.visited}
     walls = {name: item["wall_s"] for name, item in reached.items()}
     real_steps = {name: item.get("real_steps") for name, item in reached.items()}

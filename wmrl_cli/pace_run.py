@@ -38,6 +38,8 @@ class PaceRun:
         self.trust: dict[str, dict[str, Any]] = {}  # per RL stage: trust_from_audit, its audit
         # The judge's real rollouts of the stage-1 policy (`real_reward_data`): store, stage.
         self.real_reward: tuple[str | None, str | None] = (None, None)
+        # The policy stage 1 starts from and the stages that made it (the start sets it).
+        self.base: tuple[str, tuple[str, ...]] | None = None
 
     def check(self, name: str, wm: str, rm_path: str, data: str, after: tuple[str, ...]):
         """The world model's health check (an evaluation stage) and gate; the threshold RL is

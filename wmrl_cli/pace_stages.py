@@ -14,6 +14,7 @@ from typing import Any
 
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import atomic_write_text
+from wmrl_cli.evaluation.pace_report import SIMULATOR_CONTROL
 from wmrl_cli.logging import console
 from wmrl_cli.runtime import config_values, covers, seed_stage
 
@@ -70,6 +71,8 @@ READS: dict[str, tuple[str, ...]] = {
         "coevolve.trust_audit_per_task",
         "coevolve.trust_precision_floor",
     ),  # fmt: skip
+    # The simulator control: RL from the base policy in the simulator; no world or reward model.
+    "simulator_rl": (*_SIM, "policy", "algorithm", "training", "precision", "coevolve.refinements"),
     # The audit's tally alone: the floor decides outside it, in the RL stage.
     "trust": (
         *_SIM,
@@ -95,6 +98,7 @@ READS: dict[str, tuple[str, ...]] = {
         "coevolve.start",
         "coevolve.refinements",
         "coevolve.frozen_control",
+        "coevolve.simulator_control",
         "coevolve.refine_reward_model",
         "coevolve.min_action_gap_db",
         "coevolve.min_imagined_recall",
@@ -116,6 +120,7 @@ ADDED_OPTIONS: dict[str, Any] = {
     "algorithm.train_tasks": None,
     "coevolve.trust_audit_per_task": 0,
     "coevolve.trust_precision_floor": 0.5,
+    "coevolve.simulator_control": False,
 }
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records,
 # not how a reward model is trained or checked.
@@ -211,9 +216,10 @@ class Pipeline:
         atomic_write_text(self.run_dir / STAGES_FILE, json.dumps(self.state, indent=1))
 
     def data_steps(self) -> int:
-        """Real steps of the finished stages that collected training data (not evaluations)."""
+        """Real steps of the finished stages that collected training data (not evaluations,
+        not the simulator control)."""
         return sum(
             int(item.get("real_steps", 0))
             for name, item in self.state.items()
-            if not name.startswith("eval")
+            if not name.startswith("eval") and name != SIMULATOR_CONTROL
         )

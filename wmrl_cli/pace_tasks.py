@@ -1,7 +1,8 @@
 """What each stage of `wmrl co-evolve` does (pace.py orders them): collect real rollouts, merge
 stores, evaluate a policy in the real simulator, train or fine-tune the world and reward models,
-RL in imagination. The simulator is the one the config names (Meta-World, or LIBERO); inputs
-are wmrl runs, published folders or asset names, as `wmrl train-policy` takes them."""
+RL in imagination, and RL in the simulator as the control. The simulator is the one the config
+names (Meta-World, or LIBERO); inputs are wmrl runs, published folders or asset names, as
+`wmrl train-policy` takes them."""
 
 from __future__ import annotations
 
@@ -286,6 +287,23 @@ def rl(
     configured one); `train_tasks`: the tasks it draws starts from (None: as configured).
     Inputs as `train-policy` takes them (published policies in float32 with
     their unnorm key, bf16 autocast with `training.bf16`)."""
+    sub = rl_config(cfg, out, policy, world_model, reward_model, reset_set, threshold, train_tasks)
+    return _train_policy(sub, out, real_steps)
+
+
+def simulator_rl(cfg: RunConfig, out: Path, policy: str, steps: int) -> str:
+    """The simulator control: `steps` RL steps of the run's algorithm and training settings
+    from `policy` in the real simulator (`train-policy --env simulator`), with its true reward;
+    its `env/real_steps` count its own steps only, from 0."""
+    sub = sub_config(cfg, out, policy__name=policy, algorithm__env="simulator")
+    sub.training.steps = steps
+    sub.reward_model.audit_with_simulator = False  # nothing imagined to audit
+    return _train_policy(sub, out, 0)
+
+
+def _train_policy(sub: RunConfig, out: Path, real_steps: int) -> str:
+    """`train-policy` on `sub` into `out`, without its periodic evaluation (the pipeline
+    evaluates each stage apart); env/real_steps start at `real_steps`, kept across a resume."""
     import torch
     from accelerate import Accelerator
 
@@ -293,7 +311,6 @@ def rl(
     from wmrl_cli.rl.setup import build_env, load_policy, resolve_inputs, verdict_line
     from wmrl_cli.rl.trainer import PolicyTrainer
 
-    sub = rl_config(cfg, out, policy, world_model, reward_model, reset_set, threshold, train_tasks)
     sub.algorithm.eval_every = 0
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", dump_config(sub))  # what this stage ran with
@@ -308,7 +325,7 @@ def rl(
     inputs = resolve_inputs(sub)
     model = load_policy(inputs, device)
     # As `train-policy` builds it: the imagined env, with the simulator beside it where the
-    # config asks (the reward audit, or the simulator-judged control).
+    # config asks (the reward audit, or the simulator-judged control), or the simulator alone.
     env = build_env(sub, sub.algorithm.num_envs, device, inputs)
     if line := verdict_line(env, inputs):  # who judges this stage, as train-policy says it
         console.print(line, markup=False)

@@ -548,6 +548,14 @@ class CoEvolveConfig(Section):
         "which the perturbed world-model rollouts and the demonstrations lack); 0: none",
     )
     frozen_control: bool = Field(False, description="also run the last stage in the frozen WM")
+    simulator_control: bool = Field(
+        False,
+        description="also run RL in the real simulator from the base policy, with the run's "
+        "algorithm and training settings, for as many steps as the imagined stages took in all "
+        "((refinements + 1) x training.steps), evaluated like them: what the same RL gains with "
+        "a perfect world model and verdict, and the real steps it costs (counted apart from "
+        "the method's)",
+    )
     eval_trials: int = Field(10, ge=1, description="real evaluation trials per task per stage")
     videos: bool = Field(True, description="save videos of the final evaluation")
     # Between a world model and RL in it (pace_gate.py).

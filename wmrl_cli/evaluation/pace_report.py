@@ -16,6 +16,9 @@ from wmrl_cli.evaluation.reliability_report import OPEN_LOOP_VIDEO
 from wmrl_cli.evaluation.stats import format_rate, pair_by_init_id, paired_difference
 
 PLOT_FILE = "success_per_stage.png"
+# The stage that runs the same RL in the real simulator (`coevolve.simulator_control`): it
+# measures the method, so its real steps are counted apart from the method's.
+SIMULATOR_CONTROL = "simulator_control"
 
 
 def plot_success(evals: dict[str, dict[str, Any]], path: Path) -> Path:
@@ -74,11 +77,14 @@ def write_report(
     acceptance = acceptance or {}
     trust = trust or {}
     differences = stage_differences(evals)
-    data_steps = [v or 0 for k, v in real_steps.items() if not k.startswith("eval")]
+    control_steps = real_steps.get(SIMULATOR_CONTROL)
+    data_steps = [
+        v or 0 for k, v in real_steps.items() if not k.startswith("eval") and k != SIMULATOR_CONTROL
+    ]
     # With reward_model.audit_with_simulator an RL stage's real steps are its audit's replays:
     # a diagnostic of the verdict, not something the method needs.
     audit_steps = (
-        sum(real_steps.get(name) or 0 for name in rl_activity)
+        sum(real_steps.get(name) or 0 for name in rl_activity if name != SIMULATOR_CONTROL)
         if cfg.reward_model.audit_with_simulator
         else 0
     )
@@ -95,6 +101,7 @@ def write_report(
         "total_real_steps": sum(v or 0 for v in real_steps.values()),
         "total_real_steps_without_evaluation": sum(data_steps),
         "rl_audit_real_steps": audit_steps,
+        "simulator_control_real_steps": control_steps,
         "rl_activity": rl_activity,
         "acceptance": acceptance,
         "frozen_control_same_as": frozen_same_as,
@@ -151,6 +158,7 @@ def write_report(
             "world model, judge, starts, threshold) and the control was not run apart.",
             "",
         ]
+    lines += _simulator_control_lines(report, rl_activity)
     lines += [
         f"![success per stage]({PLOT_FILE})" if plotted else "(no chart: every success is 0)",
         "",
@@ -196,6 +204,12 @@ def write_report(
         "",
         "Real steps: the simulator steps a stage took (demonstrations, rollouts, evaluation "
         "episodes; RL in imagination takes none); cumulative: all stages so far."
+        + (
+            f" The simulator control's ({SIMULATOR_CONTROL}) are not the method's: they are "
+            "left out of the total without evaluation."
+            if control_steps is not None
+            else ""
+        )
         + (
             " RL stages here show their audit's replays (reward_model.audit_with_simulator): "
             "a diagnostic of the verdict, counted apart in the last line."
@@ -298,6 +312,37 @@ def _trust_lines(trust: dict[str, dict[str, Any]], floor: float) -> list[str]:
     return [*lines, ""]
 
 
+def _simulator_control_lines(report: dict[str, Any], activity: dict[str, Any]) -> list[str]:
+    """What the same RL gains in the real simulator (a perfect world model and verdict) beside
+    what the method's last stage gained, with the real steps each took."""
+    differences = report["differences"]
+    gain = differences.get(f"{SIMULATOR_CONTROL} - base")
+    if gain is None:
+        return []
+    stages = [n for n in report["success"] if n.startswith("stage")]
+    last = differences.get(f"{stages[-1]} - base") if stages else None
+    method = report["total_real_steps_without_evaluation"] - report["rl_audit_real_steps"]
+    steps = activity.get(SIMULATOR_CONTROL, {}).get("steps", "?")
+    lines = [
+        "## Against RL in the real simulator",
+        "",
+        f"The simulator control: {steps} steps of the same RL from the base policy in the real "
+        "simulator (its own reward: a perfect world model and verdict), evaluated on the same "
+        "episodes.",
+        "",
+        "| | against the base | real steps |",
+        "|---|---|---|",
+        f"| {SIMULATOR_CONTROL} | {_difference(gain)} | {report['simulator_control_real_steps']} |",
+    ]
+    if last is not None:
+        lines.append(f"| {stages[-1]} (the method) | {_difference(last)} | {method} |")
+    return [*lines, ""]
+
+
+def _difference(d: dict[str, Any]) -> str:
+    return f"{100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+
+
 def _rate(result: dict[str, Any]) -> str:
     interval = result.get("interval95")  # absent in a stage cached before wmrl kept it
     shown = f"{100 * result['overall']:.1f}"
@@ -309,8 +354,8 @@ def _rate(result: dict[str, Any]) -> str:
 def stage_differences(evals: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Paired differences that answer the pipeline's questions: every stage against the base,
     each stage against the one before it, and PACE against the frozen-world-model control
-    (the last refined stage minus the control). Stages evaluated without per-episode outcomes
-    are skipped."""
+    (the last refined stage minus the control), and the simulator control against the base
+    and the last stage. Stages evaluated without per-episode outcomes are skipped."""
     names = [n for n in evals if evals[n].get("outcomes")]
     stages = [n for n in names if n.startswith("stage")]
     pairs: list[tuple[str, str]] = []
@@ -319,6 +364,9 @@ def stage_differences(evals: dict[str, dict[str, Any]]) -> dict[str, dict[str, A
     pairs += list(zip(stages, stages[1:], strict=False))
     if "frozen_control" in names and len(stages) >= 2:
         pairs.append(("frozen_control", stages[-1]))
+    if SIMULATOR_CONTROL in names:  # the same RL with a perfect world model and verdict
+        pairs += [("base", SIMULATOR_CONTROL)] if "base" in names else []
+        pairs += [(SIMULATOR_CONTROL, stages[-1])] if stages else []
     out = {}
     for a, b in dict.fromkeys(pairs):
         left, right = pair_by_init_id(evals[a]["outcomes"], evals[b]["outcomes"])
