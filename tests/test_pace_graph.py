@@ -344,6 +344,29 @@ def test_the_audit_chooses_the_world_model_of_stage_2(
     assert ("frozen_control" in stages) == (chosen != "current")
 
 
+def test_an_acceptance_run_again_to_the_same_choice_keeps_stage_2_without_trust(
+    tmp_path, recorded, monkeypatch
+) -> None:
+    """Without per-task trust stage 2 reads the acceptance only through the world model it
+    chose: the acceptance run again (another audit size) choosing the same one reruns neither
+    stage 2 nor the control, as a run recorded before per-task trust existed is kept."""
+    audits = []
+
+    def audit(cfg, out, policy, world_models, rm_path, reset_set, threshold):
+        audits.append(cfg.coevolve.accept_audit_per_task)
+        return {"world_models": {}, "chosen": "wm_evo1", "real_steps": 0}
+
+    monkeypatch.setattr(pace, "audit_world_models", audit)
+    cfg = _config(refine_reward_model=False, refine_candidates=2, accept_audit_per_task=4)
+    cfg.coevolve.frozen_control = True
+    pace.co_evolve(cfg, tmp_path)
+    assert ("rl", "stage2", "wm_evo1", "rm_base") in recorded
+    recorded.clear()
+    cfg.coevolve.accept_audit_per_task = 5
+    pace.co_evolve(cfg, tmp_path)
+    assert audits == [4, 5] and not [c for c in recorded if c[0] == "rl"]
+
+
 def test_a_kept_world_model_with_a_new_judge_still_runs_the_control(
     tmp_path, recorded, monkeypatch
 ) -> None:

@@ -393,8 +393,13 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         # Acceptance audited the evolved policy in each world model with the last stage's
         # judge and threshold: where those are stage r+1's too, its tallies are the trust audits
         # of stage r+1 (the world model chosen) and of the control (the current one).
+        # Only then does stage r+1 read the acceptance stage beyond the world model it chose
+        # (which `wm_stage` already names), so only then is it among the stage's inputs: a
+        # run recorded before per-task trust keeps its stage r+1 (`co-evolve --update`).
         accept = f"accept{r}" if f"round{r}" in run.acceptance else None
-        if accept and rm["path"] == last.rm["path"] and threshold == last.threshold:
+        if accept and not ce.trust_audit_per_task:
+            accept = audited = frozen_audited = None
+        elif accept and rm["path"] == last.rm["path"] and threshold == last.threshold:
             audited = run_dir / "accept" / f"round{r}"
             frozen_audited = audited / "current"
             audited /= run.acceptance[f"round{r}"]["chosen"]
