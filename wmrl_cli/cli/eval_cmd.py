@@ -255,6 +255,8 @@ def eval_command(
 def baseline_table(comparison: dict):
     from rich.table import Table
 
+    from wmrl_cli.evaluation.stats import format_difference
+
     table = Table(title=f"against {comparison['path']} (paired, bootstrap 95%)")
     for column in ("task", "episodes", "baseline", "this run", "difference [95%]"):
         table.add_column(column, justify="left" if column == "task" else "right")
@@ -267,7 +269,7 @@ def baseline_table(comparison: dict):
             str(d["episodes"]),
             f"{100 * d['rate_a']:.1f}%",
             f"{100 * d['rate_b']:.1f}%",
-            f"{100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]",
+            format_difference(d),
         )
     return table
 

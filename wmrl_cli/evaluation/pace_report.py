@@ -13,7 +13,12 @@ import numpy as np
 from wmrl_cli.config import RunConfig, dump_config
 from wmrl_cli.data.episodes import atomic_write_bytes, atomic_write_text
 from wmrl_cli.evaluation.reliability_report import OPEN_LOOP_VIDEO
-from wmrl_cli.evaluation.stats import format_rate, pair_by_init_id, paired_difference
+from wmrl_cli.evaluation.stats import (
+    format_difference,
+    format_rate,
+    pair_by_init_id,
+    paired_difference,
+)
 
 PLOT_FILE = "success_per_stage.png"
 # The stage that runs the same RL in the real simulator (`coevolve.simulator_control`): it
@@ -332,15 +337,12 @@ def _simulator_control_lines(report: dict[str, Any], activity: dict[str, Any]) -
         "",
         "| | against the base | real steps |",
         "|---|---|---|",
-        f"| {SIMULATOR_CONTROL} | {_difference(gain)} | {report['simulator_control_real_steps']} |",
+        f"| {SIMULATOR_CONTROL} | {format_difference(gain)} | "
+        f"{report['simulator_control_real_steps']} |",
     ]
     if last is not None:
-        lines.append(f"| {stages[-1]} (the method) | {_difference(last)} | {method} |")
+        lines.append(f"| {stages[-1]} (the method) | {format_difference(last)} | {method} |")
     return [*lines, ""]
-
-
-def _difference(d: dict[str, Any]) -> str:
-    return f"{100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
 
 
 def _rate(result: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from wmrl_cli.data.episodes import Episode, atomic_write_text
 from wmrl_cli.envs.interface import Env, Policy
 from wmrl_cli.envs.runner import iter_episodes
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.evaluation.stats import paired_difference, wilson_interval
+from wmrl_cli.evaluation.stats import format_difference, paired_difference, wilson_interval
 from wmrl_cli.evaluation.videos import tile, upscale, write_mp4
 from wmrl_cli.logging import progress_task
 
@@ -131,7 +131,7 @@ def compare_with_baseline(report: EvalReport, baseline: dict) -> dict:
 def _difference_row(name: str, d: dict) -> str:
     return (
         f"| {name} | {d['episodes']} | {100 * d['rate_a']:.1f}% | {100 * d['rate_b']:.1f}% | "
-        f"{100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] |"
+        f"{format_difference(d)} |"
     )
 
 

@@ -18,6 +18,12 @@ def format_rate(value: float | None, interval: Sequence[float] | None = None) ->
     return f"{value:.2f}" + ("" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]")
 
 
+def format_difference(d: dict) -> str:
+    """A paired difference (`PairedDifference.to_dict()`) in percentage points with its interval,
+    as reports show it: "+4.0 [-0.5, +8.5]"."""
+    return f"{100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+
+
 def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
     """The Wilson score interval of a binomial rate (95% for z = 1.96), as fractions in [0, 1].
     Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n
