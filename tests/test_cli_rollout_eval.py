@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from wmrl_cli.cli.app import app
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.reset_set import load_rlinf_reset_set
-from wmrl_cli.data.safe_npy import load_npy
+from wmrl_cli.files.safe_npy import load_npy
 
 runner = CliRunner()
 SMALL = ["--suite", "mw3", "--image-size", "32", "--num-envs", "3", "--num-workers", "0"]

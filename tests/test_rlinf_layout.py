@@ -17,8 +17,8 @@ from wmrl_cli.data.reset_set import (
     read_rlinf_file,
     reset_set_from_store,
 )
-from wmrl_cli.data.safe_npy import load_npy
 from wmrl_cli.errors import UnsafeFileError
+from wmrl_cli.files.safe_npy import load_npy
 
 
 def _same(a, b) -> bool:

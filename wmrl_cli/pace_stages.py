@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from wmrl_cli.config import RunConfig
-from wmrl_cli.data.episodes import atomic_write_text
 from wmrl_cli.evaluation.pace_report import SIMULATOR_CONTROL
+from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import console
 from wmrl_cli.runtime import config_values, covers, seed_stage
 

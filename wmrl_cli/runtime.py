@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from wmrl_cli.config import RunConfig, dump_config
-from wmrl_cli.data.episodes import atomic_write_text
+from wmrl_cli.files import atomic_write_text
 
 
 def seed_everything(seed: int) -> None:

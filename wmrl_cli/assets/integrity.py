@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wmrl_cli.data.episodes import atomic_write_text
+from wmrl_cli.files import atomic_write_text
 
 STATE_FILE = Path(".cache") / "wmrl" / "download.json"
 STATE_FORMAT = 1

@@ -10,11 +10,12 @@ import numpy as np
 from rich.table import Table
 
 from wmrl_cli.config import RunConfig
-from wmrl_cli.data.episodes import EpisodeStore, atomic_write_text
+from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.kir import Keyframe, select_keyframes
 from wmrl_cli.data.reset_set import export_rlinf
 from wmrl_cli.envs.runner import iter_episodes
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import progress_task
 from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
 

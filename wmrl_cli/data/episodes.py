@@ -10,8 +10,6 @@ and an `index.json` describing every episode. Layout in docs/formats.md.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.files import atomic_write_bytes, atomic_write_text
 
 FORMAT = "wmrl-episodes"
 VERSION = 1
@@ -88,23 +87,6 @@ class Episode:
             "suite": self.suite,
             **({"imagined": self.imagined} if self.imagined is not None else {}),
         }
-
-
-def atomic_write_bytes(path: Path, write: Any) -> None:
-    """Write through a temp file in the same directory, then rename: never a half file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
 
 
 class EpisodeStore:

@@ -24,10 +24,11 @@ from typing import Literal
 
 import numpy as np
 
-from wmrl_cli.data.episodes import Episode, EpisodeStore, atomic_write_bytes
+from wmrl_cli.data.episodes import Episode, EpisodeStore
 from wmrl_cli.data.kir import Keyframe
-from wmrl_cli.data.safe_npy import load_npy
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.files import atomic_write_bytes
+from wmrl_cli.files.safe_npy import load_npy
 
 GRIPPER_OPEN = -1.0
 

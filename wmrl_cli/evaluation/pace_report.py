@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from wmrl_cli.config import RunConfig, dump_config
-from wmrl_cli.data.episodes import atomic_write_bytes, atomic_write_text
 from wmrl_cli.evaluation.reliability_report import OPEN_LOOP_VIDEO
 from wmrl_cli.evaluation.stats import (
     format_difference,
@@ -19,6 +18,7 @@ from wmrl_cli.evaluation.stats import (
     pair_by_init_id,
     paired_difference,
 )
+from wmrl_cli.files import atomic_write_bytes, atomic_write_text
 
 PLOT_FILE = "success_per_stage.png"
 # The stage that runs the same RL in the real simulator (`coevolve.simulator_control`): it

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rich.table import Table
 
-from wmrl_cli.data.episodes import Episode, atomic_write_text
+from wmrl_cli.data.episodes import Episode
 from wmrl_cli.envs.interface import Env, Policy
 from wmrl_cli.envs.runner import iter_episodes
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.stats import format_difference, paired_difference, wilson_interval
 from wmrl_cli.evaluation.videos import tile, upscale, write_mp4
+from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import progress_task
 
 if TYPE_CHECKING:

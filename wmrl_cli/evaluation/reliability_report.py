@@ -15,10 +15,10 @@ import numpy as np
 from rich.console import Group
 from rich.table import Table
 
-from wmrl_cli.data.episodes import atomic_write_text
 from wmrl_cli.evaluation.hand_tracking import HandTrackingReport
 from wmrl_cli.evaluation.policy_shift import PolicyShiftReport
 from wmrl_cli.evaluation.world_model_eval import OpenLoopReport
+from wmrl_cli.files import atomic_write_text
 from wmrl_cli.rewards.calibration import BinaryMetrics
 
 REPORT_STEPS = (8, 16, 24, 32)

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-from wmrl_cli.data.episodes import EpisodeStore, atomic_write_text
+from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.stats import wilson_interval
+from wmrl_cli.files import atomic_write_text
 from wmrl_cli.rewards.calibration import (
     BinaryMetrics,
     best_f1_threshold,

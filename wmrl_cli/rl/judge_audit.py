@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from wmrl_cli.data.episodes import atomic_write_text
 from wmrl_cli.evaluation.stats import format_rate, wilson_interval
+from wmrl_cli.files import atomic_write_text
 
 # columns of the tally: judge and simulator agree on success / the judge alone calls success /
 # the simulator alone sees it / neither

@@ -536,8 +536,8 @@ def world_model_actions(cfg: RunConfig) -> Callable[[np.ndarray], np.ndarray] | 
 def real_eval_callback(cfg: RunConfig, run_dir: Path):
     """Evaluate in the real simulator (`simulator.name`): success_once overall and per task
     (eval/*); None when algorithm.eval_trials is 0."""
-    from wmrl_cli.data.episodes import atomic_write_text
     from wmrl_cli.evaluation.policy_eval import evaluate_with_config
+    from wmrl_cli.files import atomic_write_text
     from wmrl_cli.policies.registry import LearnedPolicy
 
     if not cfg.algorithm.eval_trials:

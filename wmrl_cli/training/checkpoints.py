@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from wmrl_cli.data.episodes import atomic_write_text
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.files import atomic_write_text
 
 LATEST = "latest"
 

@@ -35,10 +35,11 @@ import numpy as np
 import torch
 
 from wmrl_cli.config import RunConfig
-from wmrl_cli.data.episodes import EpisodeStore, atomic_write_text
+from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.windows import WindowSet, build_windows
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.world_model_eval import OpenLoopReport, open_loop_eval
+from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.runtime import resolve_precision, write_rank_summary
 from wmrl_cli.training.checkpoints import (

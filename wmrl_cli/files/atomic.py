@@ -1,0 +1,111 @@
+"""Files written whole or not at all: a temp path in the same directory, then a rename.
+
+A failed write (a full disk, an I/O error, a read-only mount) leaves the previous file or
+folder as it was and raises `WriteError`: one line with the path and the cause, which the CLI
+prints without a traceback. Running the command again resumes from what was kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from wmrl_cli.errors import WmrlError
+
+
+class WriteError(WmrlError):
+    """A write the operating system refused (no space, I/O error, read-only, permission)."""
+
+
+def _cause(exc: BaseException, path: Path) -> str:
+    """The reason a write failed, in words. Writers that wrap the OS call (torch.save's C++
+    stream: `basic_ios::clear: iostream error`) lose errno; a full disk is then read off the
+    file system."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"{os.strerror(exc.errno)} (errno {exc.errno})"
+    with contextlib.suppress(OSError):
+        probe = path if path.exists() else path.parent
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        if shutil.disk_usage(probe).free < 2**20:
+            return f"{os.strerror(errno.ENOSPC)} (errno {errno.ENOSPC})"
+    return str(exc) or type(exc).__name__
+
+
+def write_failed(path: str | Path, exc: BaseException) -> WriteError:
+    """The one-line error for a failed write of `path`."""
+    return WriteError(
+        f"cannot write {path}: {_cause(exc, Path(path))}; nothing half-written was kept: free "
+        "the space (or fix the cause) and run the same command again to resume"
+    )
+
+
+# torch.save and other C++ writers raise RuntimeError for a failed stream.
+_WRITE_ERRORS = (OSError, RuntimeError)
+_STREAM_WORDS = ("iostream", "stream", "write", "file", "space")
+
+
+def _is_write_error(exc: BaseException) -> bool:
+    """An OSError, or a C++ writer's RuntimeError about its stream (not a bug elsewhere)."""
+    if isinstance(exc, OSError):
+        return True
+    return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _STREAM_WORDS)
+
+
+def atomic_write_bytes(path: str | Path, write: Callable[[Any], Any]) -> None:
+    """`write(handle)` into a temp file beside `path`, then rename it to `path`."""
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        os.replace(tmp, path)
+    except _WRITE_ERRORS as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if not _is_write_error(exc):
+            raise
+        raise write_failed(path, exc) from None
+    except BaseException:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
+
+
+@contextlib.contextmanager
+def atomic_dir(final: str | Path) -> Iterator[Path]:
+    """Yields an empty temp folder beside `final`; when the block ends without an error the
+    folder replaces `final` (an older `final` is removed only then), else it is removed and
+    `final` is left as it was. An OS error inside the block becomes a `WriteError`."""
+    final = Path(final)
+    tmp = final.parent / f".tmp-{final.name}"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        yield tmp
+        old = final.parent / f".old-{final.name}"
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    except _WRITE_ERRORS as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not _is_write_error(exc):
+            raise
+        raise write_failed(final, exc) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
