@@ -399,18 +399,30 @@ def test_rl_activity_reads_the_training_success_curve(tmp_path) -> None:
 
 def test_eval_refuses_a_non_empty_directory_unless_overwrite(tmp_path) -> None:
     out = tmp_path / "eval"
-    (out / "videos").mkdir(parents=True)
-    (out / "videos" / "old-run_trial000_failure.mp4").write_bytes(b"old")
-    (out / "report.json").write_text("{}")
     args = ["eval", "--policy", "expert", "--suite", "mw2", "-n", "1", "--image-size", "32",
             "-o", str(out), *SMALL_SIM]  # fmt: skip
+    first = runner.invoke(app, [*args, "--save-video"])
+    assert first.exit_code == 0, first.output
+    assert any((out / "videos").iterdir())
+    (out / "notes.txt").write_text("mine")  # the user's, written after the run
     refused = runner.invoke(app, args)
-    _one_error_line(refused, 2, "not empty", "--overwrite")
-    assert (out / "videos" / "old-run_trial000_failure.mp4").is_file()
+    _one_error_line(refused, 2, "earlier evaluation", "--overwrite")
+    assert (out / "videos").is_dir()
     replaced = runner.invoke(app, [*args, "--overwrite"])
     assert replaced.exit_code == 0, replaced.output
     assert not (out / "videos").exists()
     assert json.loads((out / "report.json").read_text())["suite"] == "mw2"
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_eval_refuses_a_directory_it_did_not_write(tmp_path) -> None:
+    out = tmp_path / "eval"
+    (out / "videos").mkdir(parents=True)
+    (out / "report.json").write_text("{}")
+    args = ["eval", "--policy", "expert", "--suite", "mw2", "-n", "1", "--image-size", "32",
+            "-o", str(out), *SMALL_SIM, "--overwrite"]  # fmt: skip
+    _one_error_line(runner.invoke(app, args), 2, "did not write")
+    assert (out / "report.json").read_text() == "{}"
 
 
 # -- (1) (2) the run-directory rule ----------------------------------------------------------

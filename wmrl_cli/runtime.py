@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from wmrl_cli.config import RunConfig, dump_config
+from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import atomic_write_text
 
 
@@ -150,14 +152,30 @@ def make_run_dir(run_dir: Path) -> Path:
     return run_dir
 
 
-def prepare_run_dir(config: RunConfig, command: str, default: Path | None = None) -> Path:
-    """Create the run directory and write the resolved `config.yaml` into it."""
-    run_dir = (
+def prepare_run_dir(
+    config: RunConfig,
+    command: str,
+    default: Path | None = None,
+    *,
+    overwrite: bool = False,
+    record: dict | None = None,
+) -> Path:
+    """Create the run directory, claim it for `command` (`own_run_dir`) and write the resolved
+    `config.yaml` and the run record into it. `overwrite`: an earlier run of the same command
+    there is removed first (only the files it wrote)."""
+    import json
+
+    run_dir = Path(
         config.output_dir or default or Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
-    run_dir = make_run_dir(Path(run_dir))
+    owned = own_run_dir(run_dir, command, overwrite=overwrite)
+    run_dir = make_run_dir(run_dir)
     config.output_dir = run_dir
     atomic_write_text(run_dir / "config.yaml", dump_config(config))
+    body = dict(record or run_record(config, command))
+    body.update(owned)
+    atomic_write_text(run_dir / RUN_RECORD, json.dumps(body, indent=1))
+    _OPEN.append(run_dir)
     return run_dir
 
 
@@ -363,8 +381,6 @@ def claim_run_dir(
     directory is emptied) or `update` (co-evolve: the new config is adopted, and the pipeline
     reruns the stages it affects). `write`: create it and write config.yaml and the record
     (False on the ranks other than the main one, which only adopt the config)."""
-    import json
-
     from wmrl_cli.errors import ConfigError
     from wmrl_cli.logging import console
 
@@ -372,6 +388,8 @@ def claim_run_dir(
         raise ConfigError("--resume, --overwrite and --update exclude each other: pass one")
     run_dir = Path(config.output_dir or default)
     config.output_dir = run_dir
+    if write or "WORLD_SIZE" not in os.environ:  # ranks other than the main one only adopt
+        own_run_dir(run_dir, command, check_only=True)
     old = _read_record(run_dir) if run_dir.is_dir() else None
     wipe = False
     if old is not None:
@@ -404,14 +422,123 @@ def claim_run_dir(
         elif overwrite:
             wipe = True
     if write:
-        if wipe:
-            shutil.rmtree(run_dir)
-        prepare_run_dir(config, command, default=run_dir)
         # --resume keeps the record the run was started with (a pre-record run gets one now)
         kept = old is not None and resume and "command" in old
         record = old if kept else run_record(config, command, inputs)
-        atomic_write_text(run_dir / RUN_RECORD, json.dumps(record, indent=1))
+        prepare_run_dir(config, command, default=run_dir, overwrite=wipe, record=record)
     return run_dir
+
+
+# -- what a run owns ----------------------------------------------------------------------------
+#
+# A run directory owns only what wmrl wrote into it. Its record keeps the top-level names the
+# run created (`files`) and the ones it found there and leaves alone (`foreign`); `active` is
+# true while a command writes. --overwrite removes the run's own names and nothing else. A name
+# that appeared while no command ran is the user's; one that appeared while a command was
+# killed (active still true) is the run's.
+
+_TRANSIENT = (".tmp-", ".old-", ".write-test-")
+_OPEN: list[Path] = []  # run directories this process writes; closed by `close_run_dirs`
+
+
+def _entries(run_dir: Path) -> set[str]:
+    if not run_dir.is_dir():
+        return set()
+    return {
+        p.name
+        for p in run_dir.iterdir()
+        if not p.name.startswith(_TRANSIENT) and not p.name.endswith(".tmp")
+    }
+
+
+def _protected(run_dir: Path) -> str | None:
+    """Why `run_dir` can never be a run directory wmrl creates, or None."""
+    where = run_dir.resolve()
+    if where == Path.cwd().resolve():
+        return "is the current directory"
+    if where == Path.home().resolve():
+        return "is your home directory"
+    if where == Path(where.anchor):
+        return "is the file system's root"
+    return None
+
+
+def own_run_dir(
+    run_dir: Path, command: str, *, overwrite: bool = False, check_only: bool = False
+) -> dict[str, Any]:
+    """Check that `command` may write into `run_dir` and return the ownership fields of its
+    record (`files`, `foreign`, `active`). Refused in one line (ConfigError): a directory wmrl did
+    not create (the current or home directory, or one holding other files), and another
+    command's run. `overwrite`: the earlier run's own files are removed (never the others)."""
+    from wmrl_cli.errors import ConfigError
+
+    run_dir = Path(run_dir)
+    old = _read_record(run_dir) if run_dir.is_dir() else None
+    present = _entries(run_dir)
+    if old is None:
+        why = _protected(run_dir) if run_dir.is_dir() else None
+        if why or present:
+            shown = ", ".join(sorted(present)[:3]) + (", ..." if len(present) > 3 else "")
+            reason = why or f"holds files wmrl did not write ({shown})"
+            raise ConfigError(
+                f"--out {run_dir} {reason}; choose a new or empty directory for this run"
+            )
+        return {"files": [], "foreign": [], "active": True}
+    if _family(old.get("command", command)) != _family(command):
+        raise ConfigError(
+            f"--out {run_dir} holds a {old['command']} run; choose another --out for this "
+            f"{command} (nothing there is replaced)"
+        )
+    files, foreign = _ownership(old, present)
+    if overwrite and not check_only:
+        for name in sorted(files):
+            _remove(run_dir / name)
+        files = set()
+    return {"files": sorted(files), "foreign": sorted(foreign), "active": True}
+
+
+def _family(command: str) -> str:
+    """Evaluations of every kind (eval, eval-wm, eval-rm) share their directories' rule."""
+    return "eval" if command.startswith("eval") else command
+
+
+def _ownership(old: dict, present: set[str]) -> tuple[set[str], set[str]]:
+    """The run's names and the user's, from its record and what the directory holds now. A run
+    recorded before ownership existed owns everything but what the user put there since."""
+    if "files" not in old:
+        return set(present), set()
+    files, foreign = set(old["files"]), set(old.get("foreign", []))
+    unknown = present - files - foreign
+    if old.get("active"):
+        files |= unknown  # written by a command that was killed before it closed the record
+    else:
+        foreign |= unknown
+    return files & present | {"config.yaml", RUN_RECORD} & present, foreign & present
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def close_run_dirs() -> None:
+    """When a command ends (in any way but kill -9): each run directory it wrote records the
+    names it now owns, and that no command is writing it."""
+    import json
+
+    while _OPEN:
+        run_dir = _OPEN.pop()
+        record = _read_record(run_dir)
+        if record is None or "files" not in record:
+            continue
+        present = _entries(run_dir)
+        foreign = set(record.get("foreign", [])) & present
+        record.update(files=sorted(present - foreign), foreign=sorted(foreign), active=False)
+        # On failure the record stays active: its names are still the run's on the next start.
+        with contextlib.suppress(WmrlError):
+            atomic_write_text(run_dir / RUN_RECORD, json.dumps(record, indent=1))
 
 
 def write_rank_summary(run_dir: Path, rank: int, tensors: dict[str, Any], **extra: Any) -> None:

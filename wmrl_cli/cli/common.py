@@ -16,7 +16,7 @@ from rich.text import Text
 from wmrl_cli.config import RunConfig, resolve_config
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import err_console
-from wmrl_cli.runtime import discard_unused_run_dirs
+from wmrl_cli.runtime import close_run_dirs, discard_unused_run_dirs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -115,6 +115,8 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(130) from None
+        finally:
+            close_run_dirs()
 
     return wrapper  # type: ignore[return-value]
 

@@ -94,32 +94,19 @@ OverwriteOpt = Annotated[
     ),
 ]
 
-# What an evaluation writes into its directory; an earlier evaluation's are removed with
-# --overwrite, so that a report never sits beside another run's videos.
-EVAL_OUTPUTS = ("report.json", "report.md", "videos", "judge_audit.json")
-
-
 def check_out_dir(out: Path | None, overwrite: bool) -> None:
-    """Refuse a non-empty --out (one line, exit 2) unless --overwrite; checked before the
-    evaluation starts."""
+    """Refuse (one line, exit 2) an --out that is not an evaluation's directory, and an earlier
+    evaluation's unless --overwrite; checked before the evaluation starts."""
+    from wmrl_cli.runtime import own_run_dir
+
     if out is None or not out.is_dir() or not any(out.iterdir()):
         return
+    own_run_dir(out, "eval", check_only=True)
     if not overwrite:
         raise ConfigError(
-            f"--out {out} is not empty (an earlier run's files would mix with this evaluation's);"
-            " pass --overwrite to replace its report and videos, or choose another directory"
+            f"--out {out} holds an earlier evaluation; pass --overwrite to replace it (only "
+            "the files it wrote), or choose another directory"
         )
-
-
-def clear_eval_outputs(run_dir: Path) -> None:
-    import shutil
-
-    for name in EVAL_OUTPUTS:
-        path = run_dir / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
 
 
 @handle_errors
@@ -229,8 +216,7 @@ def eval_command(
     )
     if warning:
         err_console.print(warning, style="yellow", soft_wrap=True, markup=False)
-    run_dir = prepare_run_dir(cfg, "eval")
-    clear_eval_outputs(run_dir)
+    run_dir = prepare_run_dir(cfg, "eval", overwrite=True)  # check_out_dir allowed it
     configure_threads(cfg.num_threads)
     seed_everything(sim_cfg.seed)
     # Without videos only the frames the policy observes are rendered.
@@ -282,8 +268,7 @@ def _audit_policy(cfg: RunConfig) -> None:
 
     # A config that cannot be audited, or a missing input, fails before the run folder exists.
     inputs = check_inputs(audit_config(cfg))
-    run_dir = prepare_run_dir(cfg, "eval")
-    clear_eval_outputs(run_dir)
+    run_dir = prepare_run_dir(cfg, "eval", overwrite=True)  # check_out_dir allowed it
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
     tally = audit_policy(cfg, cfg.eval.episodes_per_task, inputs)
@@ -342,8 +327,8 @@ def _eval_world_model(cfg: RunConfig, data: Path | None, with_policy: bool = Fal
         ).model
     height, width = store.load(ids[0]).frames.shape[1:3]  # a published model's frame size
     wm = load_imagining_world_model(Path(wm_path), height, width, cfg, device)
-    run_dir = prepare_run_dir(cfg, "eval-wm")  # only once the inputs are known to be good
-    clear_eval_outputs(run_dir)
+    # only once the inputs are known to be good; check_out_dir allowed an overwrite
+    run_dir = prepare_run_dir(cfg, "eval-wm", overwrite=True)
     seed_everything(cfg.simulator.seed)
     threshold, source = verdict_threshold(cfg.reward_model, rm, rm_path)
     report = evaluate_world_model(
@@ -389,8 +374,8 @@ def _eval_reward_model(cfg: RunConfig, data: Path | None) -> None:
     configure_threads(cfg.num_threads)
     rm = load_reward_model_from(rm_path)
     threshold, source = verdict_threshold(cfg.reward_model, rm, rm_path)
-    run_dir = prepare_run_dir(cfg, "eval-rm")  # only once the inputs are known to be good
-    clear_eval_outputs(run_dir)
+    # only once the inputs are known to be good; check_out_dir allowed an overwrite
+    run_dir = prepare_run_dir(cfg, "eval-rm", overwrite=True)
     report = evaluate_reward_model(rm, store, ids, threshold, source, str(rm_path))
     report.save(run_dir)
     console.print(report.table())

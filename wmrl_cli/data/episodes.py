@@ -10,6 +10,8 @@ and an `index.json` describing every episode. Layout in docs/formats.md.
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,14 +112,34 @@ class EpisodeStore:
         return list(data["episodes"])
 
     @classmethod
-    def open(cls, root: str | Path) -> EpisodeStore:
-        """An existing store; a clear error if `root` is not one."""
+    def open(cls, root: str | Path, verify: bool = True) -> EpisodeStore:
+        """An existing store; a clear error if `root` is not one. `verify`: every episode file
+        is read once and its checksums compared (`verify`), so that a damaged file stops the
+        command before it writes anything."""
         if not (Path(root) / "index.json").is_file():
             raise WmrlError(
                 f"{root}: not an episode store (no index.json); create one with "
                 "`wmrl rollout --out DIR`"
             )
-        return cls(root)
+        store = cls(root)
+        if verify:
+            store.verify()
+        return store
+
+    def verify(self) -> None:
+        """Every episode file is present and whole (its zip checksums match); one line naming
+        the first damaged file otherwise."""
+        import zipfile
+
+        for meta in self._index:
+            path = self.root / meta["file"]
+            try:
+                with zipfile.ZipFile(path) as archive:
+                    bad = archive.testzip()
+                if bad is not None:
+                    raise zipfile.BadZipFile(f"checksum mismatch in {bad}")
+            except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+                raise _damaged(path, exc) from None
 
     def __len__(self) -> int:
         return len(self._index)
@@ -188,8 +210,11 @@ class EpisodeStore:
         try:
             with np.load(path, allow_pickle=False) as data:
                 arrays = {key: data[key] for key in data.files}
-        except (OSError, ValueError) as exc:
-            raise WmrlError(f"{path}: unreadable episode file ({exc})") from None
+            missing = [k for k in _REQUIRED if k not in arrays]
+            if missing:
+                raise ValueError(f"no {', '.join(missing)}")
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            raise _damaged(path, exc) from None
         steps = arrays.get("sim_state_steps", np.zeros(0, dtype=np.int64))
         states = arrays.get("sim_states")
         return Episode(
@@ -287,6 +312,19 @@ def open_stores(paths: list[str | Path]) -> EpisodeStore:
         sizes = ", ".join(f"{root}: {'x'.join(map(str, shape))}" for root, shape in shapes.items())
         raise WmrlError(f"the stores' frames differ in size ({sizes})")
     return PooledStore(stores)
+
+
+_REQUIRED = ("frames", "actions", "rewards", "success")
+
+
+def _damaged(path: Path, exc: BaseException) -> WmrlError:
+    """The one line for an episode file that cannot be read."""
+    reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return WmrlError(
+        f"{path}: damaged episode file ({reason}); restore it, rerun `wmrl rollout` to rebuild "
+        f"the store, or remove the episode (its file and its entry in {path.parent.parent.name}"
+        "/index.json)"
+    )
 
 
 def _executed(meta: dict[str, Any]) -> bool:
