@@ -4,6 +4,7 @@ no third-party noise."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -80,3 +81,31 @@ def test_a_bad_preset_file_is_one_line_exit_2(content: bytes, needle: str, tmp_p
         assert len(lines) == 1 and lines[0].startswith("error:"), result.output
         assert str(path) in lines[0] and needle in lines[0]
     assert not Path(run).exists()
+
+
+@pytest.mark.parametrize("command", ["train-wm", "train-reward"])
+def test_training_commands_take_a_seed(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "--seed" in result.output, result.output
+
+
+def test_train_reward_seed_reproduces_and_changes_the_run(tmp_path: Path) -> None:
+    from tests.test_train_reward import visible_success_episode
+    from wmrl_cli.data.episodes import EpisodeStore
+
+    EpisodeStore(tmp_path / "eps").add(
+        [visible_success_episode(i, succeed=i % 3 != 0) for i in range(12)]
+    )
+
+    def losses(seed: int, name: str) -> list[dict[str, float]]:
+        out = tmp_path / name
+        args = ["train-reward", "--data", str(tmp_path / "eps"), "--out", str(out)]
+        args += ["--steps", "4", "--width", "4", "--set", "reward_model.batch_size=8"]
+        result = runner.invoke(app, [*args, "--seed", str(seed)])
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+        return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
+
+    first = losses(1, "a")
+    assert losses(1, "b") == first
+    assert losses(2, "c") != first

@@ -79,6 +79,13 @@ EpisodesOpt = Annotated[
 SeedOpt = Annotated[
     int | None, typer.Option(help="Base seed; an episode's seed is base seed + its init id.")
 ]
+TrainSeedOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Seed of the run (simulator.seed): the held-out split, the initial weights, the "
+        "batches and the noise."
+    ),
+]
 NumEnvsOpt = Annotated[int | None, typer.Option(help="Environments stepped as one batch.")]
 WorkersOpt = Annotated[
     int | None, typer.Option(help="Simulator worker processes (0 runs in this process).")

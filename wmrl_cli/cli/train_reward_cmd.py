@@ -14,6 +14,7 @@ from wmrl_cli.cli.common import (
     PresetOpt,
     ResumeOpt,
     SetOpt,
+    TrainSeedOpt,
     build_config,
     handle_errors,
 )
@@ -51,6 +52,7 @@ def train_reward_command(
         ),
     ] = None,
     assets_dir: AssetsDirOpt = None,
+    seed: TrainSeedOpt = None,
     resume: ResumeOpt = False,
     overwrite: OverwriteOpt = False,
     out: OutOpt = None,
@@ -75,6 +77,7 @@ def train_reward_command(
         preset,
         set_,
         reward_model__kind=kind,
+        simulator__seed=seed,
         reward_model__steps=steps,
         reward_model__width=width,
         assets_dir=assets_dir,

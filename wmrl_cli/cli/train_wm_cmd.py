@@ -15,6 +15,7 @@ from wmrl_cli.cli.common import (
     PresetOpt,
     ResumeOpt,
     SetOpt,
+    TrainSeedOpt,
     build_config,
     handle_errors,
     relaunch_ranks,
@@ -53,6 +54,7 @@ def train_wm_command(
         ),
     ] = False,
     assets_dir: AssetsDirOpt = None,
+    seed: TrainSeedOpt = None,
     steps: Annotated[int | None, typer.Option(help="Denoiser optimizer steps.")] = None,
     vae_steps: Annotated[
         int | None, typer.Option(help="Autoencoder steps when training from scratch.")
@@ -94,6 +96,7 @@ def train_wm_command(
         preset,
         set_,
         world_model__backend=backend,
+        simulator__seed=seed,
         world_model__steps=steps,
         world_model__vae_steps=vae_steps,
         assets_dir=assets_dir,
