@@ -99,7 +99,8 @@ class WorldModelConfig(Section):
         None,
         ge=0.0,
         description="sampling: guidance scale on the actions (1: none); None: the model's own "
-        "(a new model: 1). Applied wherever a world model imagines (RL, eval, co-evolve)",
+        "(a new model: 1). Applied wherever a world model imagines (RL, eval, co-evolve). "
+        "Why: docs/results.md#action-guidance-at-2-sampling-steps",
     )
     train_shift: float | None = Field(
         None,
@@ -174,9 +175,9 @@ class RewardModelConfig(Section):
         ge=1,
         le=64,
         description="a success is called when the score has reached the threshold on this "
-        "many consecutive frames (1: the first such frame, RLinf's rule). A one-frame call "
-        "often comes a chunk or more before the simulator's success (docs/results.md, "
-        "session 22); the threshold train-reward sets on policy episodes follows the same rule",
+        "many consecutive frames (1: the first such frame, RLinf's rule); the threshold "
+        "train-reward sets on policy episodes follows the same rule. Why: "
+        "docs/results.md#the-verdict-under-rl",
     )
     confirm_draws: int = Field(
         0,
@@ -184,15 +185,13 @@ class RewardModelConfig(Section):
         le=8,
         description="in imagination, further draws of the world model (the same actions, other "
         "noise) that must each call success too before a call counts; each costs one more "
-        "world-model pass. Session 24: one draw lifted the judge's precision on an RL policy's "
-        "own episodes from 0.56 to 0.74 at 70% of the true calls (docs/results.md)",
+        "world-model pass. Why: docs/results.md#the-verdict-under-rl",
     )
     confirm_world_models: list[str] = Field(
         default_factory=list,
         description="the world models that draw the confirming draws, one per draw (draw j in "
-        "the j-th; as many as confirm_draws); empty: the run's world model draws them. A world "
-        "model trained with another seed errs on other starts than the run's (docs/results.md, "
-        "session 27)",
+        "the j-th; as many as confirm_draws); empty: the run's world model draws them. "
+        "Measured: docs/results.md#the-verdict-under-rl",
     )
     use_rel_reward: bool = False
     reward_coef: float = Field(5.0, gt=0.0)
@@ -484,8 +483,7 @@ class CoEvolveConfig(Section):
         le=8,
         description="world-model refinements per round, each with its own training seed (its "
         "batches and train/val split); more than one needs accept_audit_per_task to choose. "
-        "The seed alone moves a 300-step refinement's precision 0.63 -> 0.70 and its "
-        "drawer-close misses 9 -> 3 of 12-16 (docs/results.md, session 26)",
+        "Why: docs/results.md#refining-the-world-model",
     )
     accept_audit_per_task: int = Field(
         0,
@@ -494,7 +492,8 @@ class CoEvolveConfig(Section):
         "episodes per task in the current world model and in every refinement, judged as RL "
         "judges them (the last stage's judge and threshold) and replayed in the simulator "
         "(`eval --audit`; real steps); the stage then runs in the world model whose verdicts "
-        "agree best with the replays (F1), the current one on a tie; 0: the refinement is used",
+        "agree best with the replays (F1), the current one on a tie; 0: the refinement is used. "
+        "Why: docs/results.md#refining-the-world-model",
     )
     trust_audit_per_task: int = Field(
         0,
@@ -504,7 +503,7 @@ class CoEvolveConfig(Section):
         "replayed in the simulator (real steps; where acceptance audited the same policy, "
         "world model and judge, its tally is used instead); the stage then draws its starts "
         "only from the tasks whose verdict clears trust_precision_floor "
-        "(algorithm.train_tasks). 0: every task",
+        "(algorithm.train_tasks). 0: every task. Measured: docs/results.md#per-task-trust",
     )
     trust_precision_floor: float = Field(
         0.5,
@@ -517,7 +516,8 @@ class CoEvolveConfig(Section):
         True,
         description="each refinement also retrains (sft) or fine-tunes (given) the reward model "
         "on the merged data; false: the judge that gave the last stage its signal judges the "
-        "next one too, at its threshold, and only the world model is refined",
+        "next one too, at its threshold, and only the world model is refined. Why: "
+        "docs/results.md#the-judge-through-pace",
     )
     reward_imagined_start_every: int = Field(
         0,
@@ -537,7 +537,8 @@ class CoEvolveConfig(Section):
         "imagined episodes per task of the policy RL will start from, acting in that world "
         "model from the RL reset set's starts, labelled by executing its actions in the "
         "simulator (`wmrl rollout --world-model --policy --reset-set`; real steps); its "
-        "threshold is then their episode-level best F1; 0: none",
+        "threshold is then their episode-level best F1; 0: none. Why: "
+        "docs/results.md#labelled-imagined-episodes",
     )
     reward_real_rollouts_per_task: int = Field(
         0,
@@ -545,7 +546,8 @@ class CoEvolveConfig(Section):
         description="N > 0: every reward model of the run also learns from N real rollouts per "
         "task of the policy stage 1 starts from, without action noise and run on after "
         "success (the policy's own successes, near misses and the states after a success, "
-        "which the perturbed world-model rollouts and the demonstrations lack); 0: none",
+        "which the perturbed world-model rollouts and the demonstrations lack); 0: none. Why: "
+        "docs/results.md#real-rollouts-in-the-judges-data",
     )
     frozen_control: bool = Field(False, description="also run the last stage in the frozen WM")
     simulator_control: bool = Field(
@@ -554,7 +556,7 @@ class CoEvolveConfig(Section):
         "algorithm and training settings, for as many steps as the imagined stages took in all "
         "((refinements + 1) x training.steps), evaluated like them: what the same RL gains with "
         "a perfect world model and verdict, and the real steps it costs (counted apart from "
-        "the method's)",
+        "the method's). Measured: docs/results.md#the-simulator-control",
     )
     eval_trials: int = Field(10, ge=1, description="real evaluation trials per task per stage")
     videos: bool = Field(True, description="save videos of the final evaluation")
@@ -568,7 +570,8 @@ class CoEvolveConfig(Section):
     recalibrate_threshold: bool = Field(
         True,
         description="RL judges imagined success at the reward-model threshold recalibrated on "
-        "the world model's frames by the check (best F1 of imagined vs real success)",
+        "the world model's frames by the check (best F1 of imagined vs real success). Why the "
+        "default profile turns it off: docs/results.md#the-judge-through-pace",
     )
     min_action_gap_db: float | None = Field(
         None, description="stop before RL when the checked action gap at step 8 is below (dB)"
@@ -617,12 +620,11 @@ class RunConfig(Section):
         "fp32",
         description="world models' forward passes (training and imagination): bf16 autocast "
         "with float32 master weights and losses; auto: bf16 where the device supports it. "
-        "fp32 by default: at the tiny sizes bf16 is barely faster on a CPU (docs/benchmarks.md)",
+        "fp32 by default: at the tiny sizes bf16 gains little on a CPU (docs/benchmarks.md)",
     )
     compile_world_model: bool = Field(
         False,
         description="torch.compile the world model's denoiser for imagination (train-policy, "
-        "co-evolve's RL): with precision=bf16, 2.2x the imagined frames/s of fp32 for the tiny "
-        "OpenSora on a CPU (docs/benchmarks.md); the first chunk pays a minute or two of "
-        "compilation",
+        "co-evolve's RL), best with precision=bf16 (docs/benchmarks.md); the first chunk pays "
+        "a minute or two of compilation",
     )
