@@ -14,12 +14,12 @@ A call can be required to repeat in other draws of the world model (`confirm_dra
 env imagines every episode n more times from the same start with the same actions and other
 noise, and a call counts only once each of those draws has called success too. The policy sees
 the first draw only. Most of the successes RL learns to fool a judge with are drawn by the
-world model and do not repeat under other noise (docs/results.md, session 24). A draw imagines
-an episode only once the first draw calls it: it then catches up on the episode's chunks so far
-in one go and follows it from there, so an episode never called costs one pass of the world
-model, as without confirmation. The draws may come from other world models
-(`confirm_models`, one per draw): one trained with another seed errs on other starts, where a
-redraw of the same model repeats its error (docs/results.md, sessions 26 and 27).
+world model and do not repeat under other noise (docs/results.md#the-verdict-under-rl). A
+draw imagines an episode only once the first draw calls it: it then catches up on the episode's
+chunks so far in one go and follows it from there, so an episode never called costs one pass
+of the world model, as without confirmation. The draws may come from other world models
+(`confirm_models`, one per draw), the ensemble check; measured, a world model refined with
+another seed repeated the run's model's false calls (docs/results.md#the-verdict-under-rl).
 
 RLinf's variants, each an option (docs/parity.md): scores rounded to 0/1 (`round_scores`),
 r_0 = 0 rather than the reset frame's score (`zero_first_baseline`), the same sampling noise on

@@ -6,7 +6,7 @@ RL in imagination; every chunk it takes is also executed in the real simulator f
 stored state and seed. The episode keeps the imagined frames and the simulator's success flags,
 so a reward model trained on it learns whether the policy's imagined rollout succeeds for real.
 A judge trained on recorded actions' open-loop rollouts ranks these episodes far worse
-(docs/results.md, "A judge of the policy's own imagined rollouts").
+(docs/results.md#labelled-imagined-episodes).
 
 The simulator never ends an episode here (success flags hold as long as the task stays solved,
 frames after a success are positives too); the imagined env truncates it at

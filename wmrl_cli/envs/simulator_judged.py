@@ -20,7 +20,8 @@ actions is only recorded (`info["real_success"]`): how much of the signal RL tra
 With a single-frame judge it also scores the simulator's own frame at each chunk's end
 (`info["real_frame_passes"]`), which tells a false call's two causes apart: the judge passing a
 real frame that is not a success, or the world model drawing a success the simulator does not
-reach (docs/results.md, session 24: the second, 27 of 31 false calls after 15 steps of RL).
+reach (docs/results.md#the-verdict-under-rl: the second, 27 of 31 false calls after 15 steps
+of RL).
 """
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ def judge_threshold(
     RL, `eval --world-model`, `eval --reward-model` and co-evolve's check all resolve it here,
     so a report measures the verdict a run with the same configuration would use. A threshold
     set on frames judges episodes at a lower precision than one set on episodes
-    (docs/results.md, "A judge of the policy's own imagined rollouts"); the source says which."""
+    (docs/results.md#labelled-imagined-episodes); the source says which."""
     if configured is not None:
         return float(configured), "reward_model.success_threshold"
     own = getattr(reward_model, "threshold", None)

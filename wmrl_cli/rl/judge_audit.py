@@ -5,7 +5,8 @@ same actions) or `reward_model.source=simulator` beside a reward model (the simu
 reward, the judge only watches), every training episode has two verdicts. The per-step metrics
 `env/model_*` average them over all tasks; this tally keeps them per task over the whole run,
 which is where reward hacking shows: a task whose judged successes climb while its real ones
-do not (docs/results.md, session 21: button-press-topdown, judged 8 of 10, real 0 of 10).
+do not (docs/results.md#the-verdict-under-rl: button-press-topdown, judged 8 of 10, real 0 of
+10).
 
 With a single-frame judge the audit also scores the simulator's frame where the judge called
 success (envs/simulator_judged.py): a false call whose real frame passes too is the judge's
@@ -164,7 +165,7 @@ def trusted_tasks(tasks: dict[str, dict[str, Any]], floor: float) -> list[str]:
     """The tasks of an audit's per-task rows (`JudgeAudit.summary()["tasks"]`) whose verdict RL
     may train on: true on at least `floor` of the successes it called. A task the judge called
     no success on is kept: nothing speaks against it, and its groups, all judged failures, carry
-    no gradient until the verdict calls one. docs/results.md, session 28: button-press-topdown's
+    no gradient until the verdict calls one. docs/results.md#co-evolution: button-press-topdown's
     calls were false 18 of 23 times under RL, and the policy lost 10-30 points on it in five of
     six runs."""
     return [

@@ -7,8 +7,8 @@ draws) with the simulator replaying every episode, for one policy from seeded st
 without a gradient step. Two world models, judges or verdict rules can then be compared on the
 episodes a policy would train on before any RL is spent on them: the false calls it would be
 rewarded for, and whether each is the judge's (it passes the real frame too) or the world
-model's (it drew a success the simulator does not reach). docs/results.md, session 26: PACE's
-refinements of the world model compared this way for the evolved policy.
+model's (it drew a success the simulator does not reach). docs/results.md#refining-the-world-model:
+PACE's refinements of the world model compared this way for the evolved policy.
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ def policy_episode_metrics(
     is the episode's highest score (`held_score`) against its real outcome, not each frame's
     score: on the default profile's held-out policy episodes the frame-level best-F1
     threshold judged 41% of them successes at precision 0.33, the episode-level one 29% at
-    precision 0.70 (docs/results.md, "A judge of the policy's own imagined rollouts")."""
+    precision 0.70 (docs/results.md#labelled-imagined-episodes)."""
     labelled = {
         int(m["id"])
         for m in store.index
