@@ -11,7 +11,7 @@ with the same starts and seeds, in rotating order:
 - "lazy": the confirming draw imagines an episode from the chunk the first draw calls it
   (catching up on its chunks so far), as the imagined env does;
 - "every chunk": the confirming draw imagines every running episode at every chunk (the
-  behaviour before session 25).
+  behaviour before 2026-11-27).
 Printed per arm: wall seconds per rollout, world-model seconds, env-chunks the world model
 imagined (its cost in batch rows), calls; then the ratios of medians. Results:
 docs/benchmarks.md.

@@ -7,8 +7,8 @@ action distribution and how often the most likely action token stays the same, o
 The frames are `--episodes` episodes drawn (seeded) from the episode store STORE, read at
 every `--every`-th chunk boundary, each with its episode's instruction. Both policies read the
 same frames, so the KL says how differently they would act in the same real states: a run whose
-real success did not change can have moved a lot (or not at all). Results: docs/results.md
-(session 30).
+real success did not change can have moved a lot (or not at all). Results:
+docs/results.md#more-steps-on-a-gpu.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ duration, then the same command again to the end: the weights are identical (sha
 uninterrupted run's and metrics.jsonl matches it, no step logged twice.
 
 The delays come from a seeded RNG: WMRL_KILL_SEED=N chooses the seed (by default a new one each
-session); a failure names it, with the delays and the log of every run, so
+run); a failure names it, with the delays and the log of every run, so
 `WMRL_KILL_SEED=N pytest ...` draws the same delays again. The CI variant kills each command
 once, co-evolve aside (a smoke pipeline runs 30-40 s; one kill and a rerun would double this
 file's time); the slow one (`pytest -m slow tests/test_random_kill.py`) runs three trials of two
