@@ -32,7 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from wmrl_cli.config.schema import RunConfig, SimulatorConfig  # noqa: E402
 from wmrl_cli.sims.suites import get_suite  # noqa: E402
-from wmrl_cli.training.world_model_trainer import build_world_model  # noqa: E402
+from wmrl_cli.world_models.factory import build_world_model  # noqa: E402
 from wmrl_cli.world_models.interface import WorldModel  # noqa: E402
 
 ACTION_DIM = 4  # Meta-World

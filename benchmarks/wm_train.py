@@ -25,7 +25,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from wmrl_cli.config.loading import resolve_config
-from wmrl_cli.training.world_model_trainer import build_world_model
+from wmrl_cli.world_models.factory import build_world_model
 from wmrl_cli.world_models.interface import WorldModel
 
 ACTION_DIM, K, C, SIZE = 4, 4, 8, 64

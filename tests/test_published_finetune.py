@@ -30,7 +30,7 @@ from wmrl_cli.config import resolve_config
 from wmrl_cli.data.episodes import Episode, EpisodeStore
 from wmrl_cli.rewards.loading import load_reward_model, save_reward_model
 from wmrl_cli.rl.setup import load_any_world_model, reward_model_source, reward_task_ids
-from wmrl_cli.training.world_model_trainer import load_world_model
+from wmrl_cli.world_models.factory import load_world_model
 
 runner = CliRunner()
 SIZE = 64

@@ -20,7 +20,7 @@ from wmrl_cli.config import resolve_config
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.rewards.loading import save_reward_model
 from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
-from wmrl_cli.training.world_model_trainer import build_world_model
+from wmrl_cli.world_models.factory import build_world_model
 
 runner = CliRunner()
 

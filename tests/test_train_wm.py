@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from wmrl_cli.cli.app import app
 from wmrl_cli.data.episodes import EpisodeStore
-from wmrl_cli.training.world_model_trainer import load_world_model
+from wmrl_cli.world_models.factory import load_world_model
 
 runner = CliRunner()
 

@@ -386,7 +386,7 @@ def load_any_world_model(
     """A wmrl world model (run or model directory) or a published one (RLinf's Wan or OpenSora
     directory, told apart by its files); frames of the reset set's size for published ones. A
     damaged weights file is a one-line error. The same loader as `train-wm --init`'s."""
-    from wmrl_cli.training.world_model_trainer import load_init_world_model
+    from wmrl_cli.world_models.factory import load_init_world_model
 
     return load_init_world_model(path, height, width, cfg).to(device)
 

@@ -23,7 +23,7 @@ import torch
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.rewards.loading import AnyRewardModel, export_reward_pth, load_reward_model
-from wmrl_cli.training.world_model_trainer import load_world_model, saved_world_model
+from wmrl_cli.world_models.factory import load_world_model, saved_world_model
 from wmrl_cli.world_models.published import published_layout
 from wmrl_cli.world_models.published_export import export_published_world_model
 

@@ -50,108 +50,16 @@ from wmrl_cli.training.checkpoints import (
     save_checkpoint,
 )
 from wmrl_cli.training.latent_cache import WindowLatents
+from wmrl_cli.world_models.factory import (
+    MODEL_DIR,
+    apply_objective,
+    build_world_model,
+    load_init_world_model,
+    load_world_model,
+)
 from wmrl_cli.world_models.interface import WorldModel
 
-MODEL_DIR = "world_model"
 RELIABILITY_FILE = "reliability.json"
-
-
-def build_world_model(cfg: RunConfig, action_dim: int) -> WorldModel:
-    """A fresh world model of the configured backend and size at the simulator's image size."""
-    wm, size = cfg.world_model, cfg.simulator.image_size
-    if wm.backend == "wan":
-        from wmrl_cli.world_models.wan import WanWorldModel, WanWorldModelConfig
-
-        config = (
-            WanWorldModelConfig.full()
-            if wm.size == "full"
-            else WanWorldModelConfig.tiny(action_dim=action_dim)
-        )
-        config.transformer.action_dim = action_dim
-        model_cls = WanWorldModel
-    else:
-        from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
-
-        config = (
-            OpenSoraWorldModelConfig.full()
-            if wm.size == "full"
-            else OpenSoraWorldModelConfig.tiny()
-        )
-        config.transformer.action_dim = action_dim
-        model_cls = OpenSoraWorldModel
-    config.height = config.width = size
-    config.num_context_frames = wm.context_frames
-    config.num_target_frames = cfg.simulator.chunk_size
-    config.carry_detail = wm.carry_detail
-    if wm.num_inference_steps is not None:
-        config.num_inference_steps = wm.num_inference_steps
-    config.transformer.action_tokens = wm.action_tokens
-    config.transformer.null_action = wm.action_dropout > 0 or wm.action_guidance not in (None, 1.0)
-    if wm.action_modulation == "all" and wm.backend == "opensora":
-        config.transformer.action_modulation = "all"
-    apply_objective(config, cfg)
-    return model_cls(config)
-
-
-def apply_objective(config: Any, cfg: RunConfig) -> None:
-    """The run's training objective and sampling settings on a model config (a fresh model's
-    or one trained before, e.g. `--init`): loss weighting, noise levels, action dropout and
-    guidance."""
-    wm = cfg.world_model
-    config.motion_loss_weight = wm.motion_loss_weight
-    if wm.train_shift is not None:
-        config.train_shift = wm.train_shift
-    guided = wm.action_guidance not in (None, 1.0)
-    if (wm.action_dropout > 0 or guided) and not config.transformer.null_action:
-        raise WmrlError(
-            "world_model.action_dropout / action_guidance need a model built with a null action; "
-            "this one was not (train it from scratch with the option set)"
-        )
-    config.action_dropout = wm.action_dropout
-    if wm.action_guidance is not None:
-        config.action_guidance = wm.action_guidance
-
-
-def saved_world_model(path: str | Path) -> tuple[Path, str]:
-    """(the model directory, its backend) of a wmrl run or model directory, from config.json."""
-    path = Path(path)
-    directory = path / MODEL_DIR if (path / MODEL_DIR / "config.json").is_file() else path
-    if not (directory / "config.json").is_file():
-        raise WmrlError(f"{path}: no world model here (expected config.json or {MODEL_DIR}/)")
-    try:
-        config = json.loads((directory / "config.json").read_text())
-    except json.JSONDecodeError as exc:
-        raise WmrlError(f"{directory / 'config.json'} is not valid JSON ({exc.msg})") from None
-    opensora = "depth" in (config.get("transformer") or {}) if isinstance(config, dict) else False
-    return directory, "opensora" if opensora else "wan"
-
-
-def load_world_model(path: str | Path, device: str | None = None) -> WorldModel:
-    """A saved world model directory of either backend (config.json names the backend)."""
-    directory, backend = saved_world_model(path)
-    if backend == "opensora":
-        from wmrl_cli.world_models.opensora import OpenSoraWorldModel as model_cls
-    else:
-        from wmrl_cli.world_models.wan import WanWorldModel as model_cls
-    return model_cls.from_pretrained(directory, device=device)
-
-
-def load_init_world_model(path: str | Path, height: int, width: int, cfg: RunConfig) -> WorldModel:
-    """The world model a run starts from (`--init`): a wmrl run or model directory as saved, or
-    a published folder (RLinf's Wan or OpenSora, world_models/published.py) predicting frames of
-    the episodes' size with the run's context and chunk lengths, as train-policy loads it."""
-    from safetensors import SafetensorError
-
-    from wmrl_cli.world_models.published import load_published_world_model, published_layout
-
-    if published_layout(path) is None:
-        return load_world_model(path)
-    try:
-        return load_published_world_model(
-            path, height, width, cfg.world_model.context_frames, cfg.simulator.chunk_size
-        )
-    except SafetensorError as exc:
-        raise WmrlError(f"{path}: the world model's weights are unreadable ({exc})") from None
 
 
 def calibrate_latents(model: WorldModel, clips: torch.Tensor) -> None:
