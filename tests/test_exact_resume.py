@@ -28,8 +28,8 @@ from tests.resume_check import (
     train_wm_args,
 )
 from tests.test_train_reward import visible_success_episode
+from wmrl_cli.coevolve.stage_cache import StageCache
 from wmrl_cli.data.episodes import EpisodeStore
-from wmrl_cli.pace_stages import Pipeline
 
 
 def test_sft_killed_then_rerun_matches_uninterrupted(tmp_path) -> None:
@@ -116,17 +116,17 @@ def _draws() -> list[float]:
 def test_co_evolve_seeds_each_stage_from_the_run_seed_and_its_name(tmp_path) -> None:
     """A stage run again from scratch (the earlier stages skipped, having consumed no random
     numbers in this process) draws what it drew in the uninterrupted pipeline."""
-    first = Pipeline(tmp_path / "a", seed=7)
+    first = StageCache(tmp_path / "a", seed=7)
     (tmp_path / "a").mkdir()
     first.run("sft", lambda: [_draws() for _ in range(3)])
     straight = first.run("world_model", _draws)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "stages.json").write_text(json.dumps({"sft": first.state["sft"]}))
     torch.manual_seed(123)  # whatever state the process is in
-    again = Pipeline(tmp_path / "b", seed=7)
+    again = StageCache(tmp_path / "b", seed=7)
     assert again.run("sft", _draws) == first.state["sft"]["result"]  # skipped
     assert again.run("world_model", _draws) == straight
-    other_seed = Pipeline(tmp_path / "c", seed=8)
+    other_seed = StageCache(tmp_path / "c", seed=8)
     (tmp_path / "c").mkdir()
     assert other_seed.run("world_model", _draws) != straight
     assert first.run("reward_model", _draws) != straight  # another stage, other draws

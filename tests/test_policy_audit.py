@@ -112,15 +112,15 @@ def test_a_call_confirmed_by_another_world_model(assets, tmp_path) -> None:  # n
     assert not (tmp_path / "wrong").exists()
 
 
-def test_pace_acceptance_audits_each_world_model_on_the_same_starts(
+def test_coevolve_acceptance_audits_each_world_model_on_the_same_starts(
     assets,  # noqa: F811
     tmp_path,
 ) -> None:
-    """co-evolve's acceptance (pace_tasks.audit_world_models): each world model runs the same
-    seeded episodes, so the same world model named twice gets the same tally, and the current
-    one (first) wins the tie."""
+    """co-evolve's acceptance (coevolve/tasks.py: audit_world_models): each world model runs the
+    same seeded episodes, so the same world model named twice gets the same tally, and the
+    current one (first) wins the tie."""
+    from wmrl_cli.coevolve.tasks import audit_world_models
     from wmrl_cli.config import resolve_config
-    from wmrl_cli.pace_tasks import audit_world_models
 
     sets = options(tmp_path / "unused", 1, "grpo", 4, eval_trials=0)[4:]
     cfg = resolve_config(overrides=sets[1::2])

@@ -300,7 +300,7 @@ def test_eval_warns_when_a_policy_runs_outside_its_training_setting(sft_run, tmp
 
 
 def test_co_evolve_takes_a_seed(tmp_path, monkeypatch) -> None:
-    import wmrl_cli.pace as pace
+    import wmrl_cli.coevolve.pipeline as pipeline
 
     seen = {}
 
@@ -308,7 +308,7 @@ def test_co_evolve_takes_a_seed(tmp_path, monkeypatch) -> None:
         seen["seed"] = cfg.simulator.seed
         return {"success": {"base": {"overall": 0.5}}}
 
-    monkeypatch.setattr(pace, "co_evolve", fake_co_evolve)
+    monkeypatch.setattr(pipeline, "co_evolve", fake_co_evolve)
     result = runner.invoke(
         app, ["co-evolve", "--profile", "smoke", "--seed", "11", "--out", str(tmp_path / "ce")]
     )
@@ -341,7 +341,7 @@ def test_eval_world_model_opens_a_published_layout(models, demo_store, tmp_path,
 
 
 def test_co_evolve_report_flags_rl_without_updates_and_skips_empty_charts(tmp_path) -> None:
-    from wmrl_cli.evaluation.pace_report import PLOT_FILE, rl_activity, write_report
+    from wmrl_cli.coevolve.report import PLOT_FILE, rl_activity, write_report
 
     stage = tmp_path / "stage1"
     stage.mkdir()
@@ -376,7 +376,7 @@ def test_co_evolve_report_flags_rl_without_updates_and_skips_empty_charts(tmp_pa
 
 
 def test_rl_activity_reads_the_training_success_curve(tmp_path) -> None:
-    from wmrl_cli.evaluation.pace_report import rl_activity
+    from wmrl_cli.coevolve.report import rl_activity
 
     successes = [0.1] * 5 + [0.2] * 10 + [0.4] * 5  # 20 steps: first 5 at 10%, last 5 at 40%
     rows = [
@@ -493,13 +493,13 @@ def test_default_out_makes_a_rerun_resume(demo_store, tmp_path, monkeypatch) -> 
 
 
 def test_co_evolve_rerun_with_another_suite_is_refused(tmp_path, monkeypatch) -> None:
-    import wmrl_cli.pace as pace
+    import wmrl_cli.coevolve.pipeline as pipeline
 
     def finished(cfg, run_dir):
         (run_dir / "report.md").write_text(f"Suite {cfg.simulator.suite}")
         return {"success": {"base": {"overall": 0.5}}}
 
-    monkeypatch.setattr(pace, "co_evolve", finished)
+    monkeypatch.setattr(pipeline, "co_evolve", finished)
     out = tmp_path / "ce"
     base = ["co-evolve", "--profile", "smoke", "--out", str(out)]
     assert runner.invoke(app, base).exit_code == 0

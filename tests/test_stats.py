@@ -40,8 +40,8 @@ def test_pair_by_init_id_keeps_shared_episodes_in_order() -> None:
 
 
 def test_co_evolve_report_shows_intervals_and_paired_differences(tmp_path) -> None:
+    from wmrl_cli.coevolve.report import stage_differences, write_report
     from wmrl_cli.config import resolve_config
-    from wmrl_cli.evaluation.pace_report import stage_differences, write_report
 
     def stage(successes: list[bool]) -> dict:
         n = len(successes)

@@ -463,7 +463,7 @@ class SftConfig(Section):
 
 
 class CoEvolveConfig(Section):
-    """PACE co-evolution (`wmrl co-evolve`): stage 1 RL in WM_base, real rollouts of the evolved
+    """Co-evolution (`wmrl co-evolve`): stage 1 RL in WM_base, real rollouts of the evolved
     policy refine the world and reward models, stage 2 RL in WM_evo (WoVR, REFERENCE.md)."""
 
     start: Literal["sft", "given"] = Field(
@@ -560,7 +560,7 @@ class CoEvolveConfig(Section):
     )
     eval_trials: int = Field(10, ge=1, description="real evaluation trials per task per stage")
     videos: bool = Field(True, description="save videos of the final evaluation")
-    # Between a world model and RL in it (pace_gate.py).
+    # Between a world model and RL in it (coevolve/gate.py).
     check_episodes: int = Field(
         10,
         ge=0,

@@ -16,7 +16,7 @@ Two ways to draw the entries:
 
 `tasks` restricts both to the entries of some tasks (`algorithm.train_tasks`): co-evolve's
 per-task trust leaves out the tasks whose imagined verdict an audit found mostly false
-(pace.py), and a user can train on a subset of a suite without a new reset set.
+(coevolve/pipeline.py), and a user can train on a subset of a suite without a new reset set.
 
 The sampler's state is a seed, a counter and (varied_outcome) the per-task counts, so a
 resumed run draws the same initial states as an uninterrupted one.

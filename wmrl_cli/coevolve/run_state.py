@@ -1,4 +1,4 @@
-"""One `wmrl co-evolve` run's state and the stage helpers its graph (pace.py) shares: the stage
+"""One `wmrl co-evolve` run's state and the stage helpers its graph (pipeline.py) shares: the stage
 cache, what the report collects, and the stages several places of the graph run (the world
 model's check, the judge's data, evaluations, per-task trust)."""
 
@@ -8,11 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wmrl_cli.config import RunConfig
-from wmrl_cli.errors import WmrlError
-from wmrl_cli.pace_gate import check_world_model, enforce_gate
-from wmrl_cli.pace_stages import Pipeline
-from wmrl_cli.pace_tasks import (
+from wmrl_cli.coevolve.gate import check_world_model, enforce_gate
+from wmrl_cli.coevolve.stage_cache import StageCache
+from wmrl_cli.coevolve.tasks import (
     audit_trust,
     collect,
     eval_steps,
@@ -22,14 +20,16 @@ from wmrl_cli.pace_tasks import (
     store_steps,
     trust_from_audit,
 )
+from wmrl_cli.config import RunConfig
+from wmrl_cli.errors import WmrlError
 
 
-class PaceRun:
+class CoevolveRun:
     """One co-evolution run: its stage cache and what the report collects."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path) -> None:
         self.cfg, self.run_dir = cfg, run_dir
-        self.p = Pipeline(run_dir, cfg.simulator.seed, cfg)
+        self.cache = StageCache(run_dir, cfg.simulator.seed, cfg)
         self.evals: dict[str, dict[str, Any]] = {}
         self.checks: dict[str, dict[str, Any]] = {}
         self.reliability: dict[str, dict[str, Any]] = {}
@@ -49,7 +49,7 @@ class PaceRun:
         if not cfg.coevolve.check_episodes:
             return None
         out = self.run_dir / "check" / name
-        self.checks[name] = self.p.run(
+        self.checks[name] = self.cache.run(
             f"eval_{name}",
             lambda: check_world_model(cfg, out, wm, rm_path, data),
             lambda result: int(result["real_steps"]),
@@ -78,7 +78,7 @@ class PaceRun:
         audit_stage = None
         if audited is None:
             audit_stage, out = f"trust_{stage}", self.run_dir / "trust" / stage
-            rows = self.p.run(
+            rows = self.cache.run(
                 audit_stage,
                 lambda: audit_trust(cfg, out, *inputs),
                 lambda result: int(result["real_steps"]),
@@ -107,7 +107,7 @@ class PaceRun:
         if not self.cfg.coevolve.reward_imagined_start_every:
             return None, None
         out = self.run_dir / "data" / name
-        store = self.p.run(
+        store = self.cache.run(
             name,
             lambda: imagine(self.cfg, wm, data, out),
             reads="imagine",
@@ -125,7 +125,7 @@ class PaceRun:
         if not self.cfg.coevolve.reward_policy_rollouts_per_task:
             return None, None
         out = self.run_dir / "data" / name
-        store = self.p.run(
+        store = self.cache.run(
             name,
             lambda: imagine_policy(self.cfg, policy, wm, reset_set, out, seed),
             store_steps,  # the labels' replays are real steps
@@ -144,7 +144,7 @@ class PaceRun:
         per_task = self.cfg.coevolve.reward_real_rollouts_per_task
         if not per_task:
             return self.real_reward
-        store = self.p.run(
+        store = self.cache.run(
             "reward_rollouts",
             lambda: collect(
                 self.cfg,
@@ -163,7 +163,7 @@ class PaceRun:
         return self.real_reward
 
     def evaluate(self, name: str, policy: str, after: tuple[str, ...], videos: bool) -> None:
-        self.evals[name] = self.p.run(
+        self.evals[name] = self.cache.run(
             f"eval_{name}",
             lambda: evaluate(self.cfg, policy, self.run_dir / "eval" / name, videos),
             eval_steps,

@@ -1,5 +1,5 @@
 """co-evolve's stage cache: a changed config reruns exactly the stages it reaches
-(pace_stages.py), and `co-evolve --update` adopts the new config."""
+(coevolve/stage_cache.py), and `co-evolve --update` adopts the new config."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from wmrl_cli.cli.app import app
+from wmrl_cli.coevolve.stage_cache import StageCache
 from wmrl_cli.config import resolve_config
-from wmrl_cli.pace_stages import Pipeline
 
 # name, kind of stage (READS), the stages whose outputs it uses: a miniature of co_evolve
 STAGES = (
@@ -25,7 +25,7 @@ STAGES = (
 
 def _run(run_dir: Path, cfg) -> list[str]:
     ran: list[str] = []
-    p = Pipeline(run_dir, 0, cfg)
+    p = StageCache(run_dir, 0, cfg)
     for name, reads, after in STAGES:
 
         def work(name: str = name) -> str:
@@ -70,15 +70,15 @@ def test_a_changed_setting_reruns_the_stages_it_reaches(tmp_path) -> None:
 
 def test_stages_recorded_before_fingerprints_are_kept(tmp_path) -> None:
     cfg = resolve_config("mw-coevolve-smoke")
-    old = Pipeline(tmp_path, 0)  # no config: no fingerprints, as runs made before them
+    old = StageCache(tmp_path, 0)  # no config: no fingerprints, as runs made before them
     old.run("sft", lambda: "sft", reads="sft")
     assert old.state["sft"]["fingerprint"] is None
     assert _run(tmp_path, cfg) == [name for name, _, _ in STAGES[1:]]
-    assert Pipeline(tmp_path, 0, cfg).state["sft"]["fingerprint"] is not None
+    assert StageCache(tmp_path, 0, cfg).state["sft"]["fingerprint"] is not None
 
 
 def test_co_evolve_update_adopts_the_new_config(tmp_path, monkeypatch) -> None:
-    import wmrl_cli.pace as pace
+    import wmrl_cli.coevolve.pipeline as pipeline
 
     seen = []
 
@@ -87,7 +87,7 @@ def test_co_evolve_update_adopts_the_new_config(tmp_path, monkeypatch) -> None:
         (run_dir / "report.md").write_text("a finished run")
         return {"success": {"base": {"overall": 0.5}}}
 
-    monkeypatch.setattr(pace, "co_evolve", finished)
+    monkeypatch.setattr(pipeline, "co_evolve", finished)
     runner = CliRunner()
     base = ["co-evolve", "--profile", "smoke", "--out", str(tmp_path / "ce")]
     assert runner.invoke(app, base).exit_code == 0

@@ -1,6 +1,7 @@
-"""co_evolve's stage graph (pace.py) with every task replaced by a recorder: which stages run,
-on which world and reward models, for `coevolve.refine_reward_model` and the frozen control;
-and options added after a run was recorded keep its fingerprints (pace_stages.py)."""
+"""co_evolve's stage graph (coevolve/pipeline.py) with every task replaced by a recorder: which
+stages run, on which world and reward models, for `coevolve.refine_reward_model` and the frozen
+control; and options added after a run was recorded keep its fingerprints
+(coevolve/stage_cache.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ from typing import Any
 
 import pytest
 
-import wmrl_cli.pace as pace
-import wmrl_cli.pace_run as pace_run
+import wmrl_cli.coevolve.pipeline as pipeline
+import wmrl_cli.coevolve.run_state as run_state
+from wmrl_cli.coevolve.stage_cache import ADDED_OPTIONS, STAGES_FILE, StageCache
 from wmrl_cli.config import resolve_config
-from wmrl_cli.pace_stages import ADDED_OPTIONS, STAGES_FILE, Pipeline
 
 
 def patch(monkeypatch, name: str, value: Any) -> None:
-    """Replace a task where the stage graph (pace.py) or the run's helpers (pace_run.py) call it."""
-    modules = [module for module in (pace, pace_run) if hasattr(module, name)]
+    """Replace a task where the stage graph (pipeline.py) or the run's helpers (run_state.py)
+    call it."""
+    modules = [module for module in (pipeline, run_state) if hasattr(module, name)]
     assert modules, name
     for module in modules:
         monkeypatch.setattr(module, name, value)
@@ -27,7 +29,7 @@ def patch(monkeypatch, name: str, value: Any) -> None:
 @pytest.fixture
 def recorded(monkeypatch) -> list[tuple]:
     """The tasks co_evolve calls, as (task, its arguments that name models and data)."""
-    import wmrl_cli.evaluation.pace_report as pace_report
+    import wmrl_cli.coevolve.report as coevolve_report
     import wmrl_cli.training.sft as sft
 
     calls: list[tuple] = []
@@ -86,7 +88,7 @@ def recorded(monkeypatch) -> list[tuple]:
     }
     for name, fake in fakes.items():
         patch(monkeypatch, name, fake)
-    monkeypatch.setattr(pace_report, "write_report", lambda *a, **k: {})
+    monkeypatch.setattr(coevolve_report, "write_report", lambda *a, **k: {})
     return calls
 
 
@@ -104,7 +106,7 @@ def _config(**coevolve: Any):
 
 
 def test_each_refinement_can_retrain_the_judge(tmp_path, recorded) -> None:
-    pace.co_evolve(_config(frozen_control=True, refine_reward_model=True), tmp_path)
+    pipeline.co_evolve(_config(frozen_control=True, refine_reward_model=True), tmp_path)
     assert [c for c in recorded if c[0] == "train_rm"] == [
         ("train_rm", "rm_base", True),
         ("train_rm", "rm_evo1", True),
@@ -118,7 +120,7 @@ def test_each_refinement_can_retrain_the_judge(tmp_path, recorded) -> None:
 
 
 def test_without_refine_reward_model_the_last_judge_judges_stage_2(tmp_path, recorded) -> None:
-    pace.co_evolve(_config(frozen_control=True, refine_reward_model=False), tmp_path)
+    pipeline.co_evolve(_config(frozen_control=True, refine_reward_model=False), tmp_path)
     assert [c for c in recorded if c[0] == "train_rm"] == [("train_rm", "rm_base", True)]
     assert [c for c in recorded if c[0] == "rl"] == [
         ("rl", "stage1", "wm_base", "rm_base"),
@@ -135,7 +137,7 @@ def test_the_simulator_control_runs_the_same_rl_from_the_base_for_every_imagined
     tmp_path, recorded
 ) -> None:
     cfg = _config(simulator_control=True, refinements=2)
-    pace.co_evolve(cfg, tmp_path)
+    pipeline.co_evolve(cfg, tmp_path)
     steps = 3 * cfg.training.steps  # stage 1 and two refined stages
     assert [c for c in recorded if c[0] == "simulator_rl"] == [
         ("simulator_rl", "simulator_control", "sft", steps)
@@ -145,24 +147,24 @@ def test_the_simulator_control_runs_the_same_rl_from_the_base_for_every_imagined
     # Its real steps are not data the method collected: later RL stages do not count them.
     stages["simulator_control"]["real_steps"] = 10**6
     (tmp_path / STAGES_FILE).write_text(json.dumps(stages))
-    assert Pipeline(tmp_path, 0, cfg).data_steps() < 10**6
+    assert StageCache(tmp_path, 0, cfg).data_steps() < 10**6
     recorded.clear()
-    pace.co_evolve(_config(simulator_control=False, refinements=2), tmp_path)
+    pipeline.co_evolve(_config(simulator_control=False, refinements=2), tmp_path)
     assert not [c for c in recorded if c[0] == "simulator_rl"]
 
 
 def test_switching_the_judge_reruns_stage_2_and_keeps_stage_1(
     tmp_path, recorded, monkeypatch
 ) -> None:
-    import wmrl_cli.evaluation.pace_report as pace_report
+    import wmrl_cli.coevolve.report as coevolve_report
 
-    pace.co_evolve(_config(refine_reward_model=True), tmp_path)
+    pipeline.co_evolve(_config(refine_reward_model=True), tmp_path)
     recorded.clear()
     reported = {}
     monkeypatch.setattr(
-        pace_report, "write_report", lambda *a, **k: reported.update(walls=a[5]) or {}
+        coevolve_report, "write_report", lambda *a, **k: reported.update(walls=a[5]) or {}
     )
-    pace.co_evolve(_config(refine_reward_model=False), tmp_path)
+    pipeline.co_evolve(_config(refine_reward_model=False), tmp_path)
     # Only what the judge reaches runs again: the refined world model's check and stage 2.
     assert recorded == [
         ("check", "wm_evo1", "wm_evo1", "rm_base"),
@@ -177,7 +179,7 @@ def test_the_judge_learns_from_the_policys_labelled_imagined_episodes(tmp_path, 
     """Each reward model also learns from the episodes of the policy its RL stage starts from,
     imagined in the world model that stage uses, from that stage's starts."""
     cfg = _config(refine_reward_model=True, reward_policy_rollouts_per_task=3)
-    pace.co_evolve(cfg, tmp_path)
+    pipeline.co_evolve(cfg, tmp_path)
     assert [c for c in recorded if c[0] in ("imagine_policy", "labelled_by")] == [
         ("imagine_policy", "labelled_base", "sft", "wm_base", "base_merged"),
         ("labelled_by", "rm_base", "labelled_base"),
@@ -187,14 +189,14 @@ def test_the_judge_learns_from_the_policys_labelled_imagined_episodes(tmp_path, 
     # Off (the schema's default): no such stage.
     recorded.clear()
     off = _config(refine_reward_model=True, reward_policy_rollouts_per_task=0)
-    pace.co_evolve(off, tmp_path / "off")
+    pipeline.co_evolve(off, tmp_path / "off")
     assert not [c for c in recorded if c[0] in ("imagine_policy", "labelled_by")]
 
 
 def test_every_judge_learns_from_the_stage_1_policys_real_rollouts(tmp_path, recorded) -> None:
     """One unperturbed real collection of the base policy, shared by every reward model."""
     cfg = _config(refine_reward_model=True, reward_real_rollouts_per_task=2)
-    pace.co_evolve(cfg, tmp_path)
+    pipeline.co_evolve(cfg, tmp_path)
     collected = [c for c in recorded if c[0] == "collect"]
     assert collected == [
         ("collect", "base", "policy", True),
@@ -207,13 +209,13 @@ def test_every_judge_learns_from_the_stage_1_policys_real_rollouts(tmp_path, rec
     ]
     # Changing how many reruns the collection and the judges built on it, not the world model.
     recorded.clear()
-    pace.co_evolve(_config(refine_reward_model=True, reward_real_rollouts_per_task=3), tmp_path)
+    pipeline.co_evolve(_config(refine_reward_model=True, reward_real_rollouts_per_task=3), tmp_path)
     reran = [c[:2] for c in recorded if c[0] in ("collect", "train_rm", "rl")]
     assert ("collect", "reward_real") in reran and ("train_rm", "rm_base") in reran
     assert ("collect", "base") not in reran
     # Off (the schema's default): no such stage.
     recorded.clear()
-    pace.co_evolve(
+    pipeline.co_evolve(
         _config(refine_reward_model=True, reward_real_rollouts_per_task=0), tmp_path / "off"
     )
     assert not [c for c in recorded if c[0] == "real_for"]
@@ -226,14 +228,14 @@ def test_given_start_judges_learn_from_the_given_policys_real_rollouts(tmp_path,
     cfg.world_model.path = str(tmp_path / "given" / "world_model")
     cfg.reward_model.path = str(tmp_path / "given" / "reward_model")
     cfg.world_model.reset_set = str(tmp_path / "given" / "reset_set")
-    pace.co_evolve(cfg, tmp_path / "run")
+    pipeline.co_evolve(cfg, tmp_path / "run")
     assert ("collect", "reward_real", "policy", False) in recorded
     assert [c for c in recorded if c[0] == "real_for"] == [("real_for", "rm_evo1", "reward_real")]
 
 
 def test_collect_without_perturbation_keeps_the_policys_actions(tmp_path, monkeypatch) -> None:
     import wmrl_cli.data.collection as collection
-    from wmrl_cli.pace_tasks import collect
+    from wmrl_cli.coevolve.tasks import collect
 
     seen = []
 
@@ -286,14 +288,14 @@ def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path
         kind = READ_BY[key]
         section, name = key.split(".")
         assert getattr(getattr(cfg, section), name) == default
-        now = Pipeline(tmp_path, 0, cfg)
+        now = StageCache(tmp_path, 0, cfg)
         assert key not in now.values
-        recorded_before = Pipeline(tmp_path, 0, cfg)  # a run recorded before the option existed
+        recorded_before = StageCache(tmp_path, 0, cfg)  # a run recorded before the option existed
         recorded_before.values = {k: v for k, v in now.values.items() if k != key}
         assert now.fingerprint(kind, ()) == recorded_before.fingerprint(kind, ())
         other = OTHER_VALUE[key] if key in OTHER_VALUE else type(default)(not default)
         setattr(getattr(cfg, section), name, other)
-        assert Pipeline(tmp_path, 0, cfg).fingerprint(kind, ()) != now.fingerprint(kind, ())
+        assert StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) != now.fingerprint(kind, ())
         setattr(getattr(cfg, section), name, default)
 
 
@@ -305,7 +307,7 @@ def test_the_audit_chooses_the_world_model_of_stage_2(
     0 and 1), the evolved policy is audited in the current world model and in each, and stage 2
     runs in the one chosen; the current one means stage 2 runs where stage 1 did, from the
     frozen control's inputs, so the control is stage 2 and is not run apart."""
-    import wmrl_cli.evaluation.pace_report as pace_report
+    import wmrl_cli.coevolve.report as coevolve_report
 
     seeds, audited, reported = [], [], {}
 
@@ -318,14 +320,14 @@ def test_the_audit_chooses_the_world_model_of_stage_2(
                                                    for k, v in world_models.items()}))  # fmt: skip
         return {"world_models": {}, "chosen": chosen, "real_steps": 0}
 
-    monkeypatch.setattr(pace, "train_wm", train_wm)
-    monkeypatch.setattr(pace, "audit_world_models", audit)
+    monkeypatch.setattr(pipeline, "train_wm", train_wm)
+    monkeypatch.setattr(pipeline, "audit_world_models", audit)
     monkeypatch.setattr(
-        pace_report, "write_report", lambda *a, **k: reported.update(same_as=a[9]) or {}
+        coevolve_report, "write_report", lambda *a, **k: reported.update(same_as=a[9]) or {}
     )
     cfg = _config(refine_reward_model=False, refine_candidates=2, accept_audit_per_task=4)
     cfg.coevolve.frozen_control = True
-    pace.co_evolve(cfg, tmp_path)
+    pipeline.co_evolve(cfg, tmp_path)
     seed = cfg.simulator.seed
     assert seeds == [("wm_base", seed), ("wm_evo1", seed), ("wm_evo1_seed1", seed + 1)]
     assert audited == [
@@ -356,14 +358,14 @@ def test_an_acceptance_run_again_to_the_same_choice_keeps_stage_2_without_trust(
         audits.append(cfg.coevolve.accept_audit_per_task)
         return {"world_models": {}, "chosen": "wm_evo1", "real_steps": 0}
 
-    monkeypatch.setattr(pace, "audit_world_models", audit)
+    monkeypatch.setattr(pipeline, "audit_world_models", audit)
     cfg = _config(refine_reward_model=False, refine_candidates=2, accept_audit_per_task=4)
     cfg.coevolve.frozen_control = True
-    pace.co_evolve(cfg, tmp_path)
+    pipeline.co_evolve(cfg, tmp_path)
     assert ("rl", "stage2", "wm_evo1", "rm_base") in recorded
     recorded.clear()
     cfg.coevolve.accept_audit_per_task = 5
-    pace.co_evolve(cfg, tmp_path)
+    pipeline.co_evolve(cfg, tmp_path)
     assert audits == [4, 5] and not [c for c in recorded if c[0] == "rl"]
 
 
@@ -373,13 +375,13 @@ def test_a_kept_world_model_with_a_new_judge_still_runs_the_control(
     """Acceptance keeps the current world model, but stage 2 has a retrained judge: its inputs
     are not the control's, so the control runs."""
     monkeypatch.setattr(
-        pace,
+        pipeline,
         "audit_world_models",
         lambda *a: {"world_models": {}, "chosen": "current", "real_steps": 0},
     )
     cfg = _config(refine_reward_model=True, refine_candidates=2, accept_audit_per_task=4)
     cfg.coevolve.frozen_control = True
-    pace.co_evolve(cfg, tmp_path)
+    pipeline.co_evolve(cfg, tmp_path)
     assert [c for c in recorded if c[0] == "rl"][1:] == [
         ("rl", "stage2", "wm_base", "rm_evo1"),
         ("rl", "frozen_control", "wm_base", "rm_base"),
@@ -391,11 +393,11 @@ def test_refinement_candidates_need_the_audit() -> None:
 
     cfg = _config(refine_candidates=2)
     with pytest.raises(ConfigError, match="needs coevolve.accept_audit_per_task"):
-        pace.prepare_co_evolve(cfg)
+        pipeline.prepare_co_evolve(cfg)
 
 
 def test_the_acceptance_prefers_the_current_world_model_on_a_tie() -> None:
-    from wmrl_cli.pace_tasks import choose_world_model
+    from wmrl_cli.coevolve.tasks import choose_world_model
 
     assert choose_world_model({"current": 0.7, "a": 0.7, "b": 0.6}) == "current"
     assert choose_world_model({"current": 0.7, "a": 0.75, "b": 0.8}) == "b"
@@ -421,7 +423,7 @@ def test_stage_1_trains_on_the_tasks_whose_audited_verdict_clears_the_floor(
     """trust_audit_per_task: an audit of stage 1's inputs runs first (its own stage), and stage
     1 draws its starts from the tasks whose precision is at least the floor or that had no
     call; without acceptance, stage 2 and the control have their own audits."""
-    import wmrl_cli.evaluation.pace_report as pace_report
+    import wmrl_cli.coevolve.report as coevolve_report
 
     rows = _audit_rows(
         {"drawer-close": (6, 3), "button-press-topdown": (1, 2), "door-open": (0, 0)}
@@ -433,9 +435,11 @@ def test_stage_1_trains_on_the_tasks_whose_audited_verdict_clears_the_floor(
         return {"tasks": rows, "real_steps": 7}
 
     patch(monkeypatch, "audit_trust", audit_trust)
-    monkeypatch.setattr(pace_report, "write_report", lambda *a, **k: reported.update(trust=a[10]))
+    monkeypatch.setattr(
+        coevolve_report, "write_report", lambda *a, **k: reported.update(trust=a[10])
+    )
     cfg = _config(refine_reward_model=False, frozen_control=True, trust_audit_per_task=10)
-    pace.co_evolve(cfg, tmp_path)
+    pipeline.co_evolve(cfg, tmp_path)
     assert audited == [
         ("stage1", "sft", "wm_base"),
         ("stage2", "stage1", "wm_evo1"),
@@ -456,7 +460,7 @@ def test_stage_1_trains_on_the_tasks_whose_audited_verdict_clears_the_floor(
     recorded.clear()
     audited.clear()
     cfg.coevolve.trust_precision_floor = 0.7
-    pace.co_evolve(cfg, tmp_path)
+    pipeline.co_evolve(cfg, tmp_path)
     assert [name for name, *_ in audited] == ["stage2", "frozen_control"]
     assert [c for c in recorded if c[0] == "train_tasks"][0] == (
         "train_tasks", "stage1", ("door-open",)
@@ -470,7 +474,7 @@ def test_acceptances_audit_is_stage_2s_and_the_controls_trust_audit(
     """With acceptance and the judge kept, the tally of the world model chosen decides stage
     2's tasks and that of the current one the control's: no new audit. When the current one is
     chosen, the control is stage 2 (same inputs, same tasks)."""
-    import wmrl_cli.evaluation.pace_report as pace_report
+    import wmrl_cli.coevolve.report as coevolve_report
 
     tallies = {
         "current": {"drawer-close": (6, 3), "button-press-topdown": (1, 2)},
@@ -491,8 +495,10 @@ def test_acceptances_audit_is_stage_2s_and_the_controls_trust_audit(
         return {"world_models": {}, "chosen": chosen, "real_steps": 0}
 
     patch(monkeypatch, "audit_trust", audit_trust)
-    monkeypatch.setattr(pace, "audit_world_models", acceptance)
-    monkeypatch.setattr(pace_report, "write_report", lambda *a, **k: reported.update(trust=a[10]))
+    monkeypatch.setattr(pipeline, "audit_world_models", acceptance)
+    monkeypatch.setattr(
+        coevolve_report, "write_report", lambda *a, **k: reported.update(trust=a[10])
+    )
     cfg = _config(
         refine_reward_model=False,
         refine_candidates=2,
@@ -500,7 +506,7 @@ def test_acceptances_audit_is_stage_2s_and_the_controls_trust_audit(
         frozen_control=True,
         trust_audit_per_task=10,
     )
-    pace.co_evolve(cfg, tmp_path)
+    pipeline.co_evolve(cfg, tmp_path)
     assert trusted == ["stage1"]  # stage 2's and the control's come from the acceptance
     tasks = {c[1]: c[2] for c in recorded if c[0] == "train_tasks"}
     if chosen == "current":
@@ -523,5 +529,5 @@ def test_a_floor_no_task_clears_stops_with_one_line(tmp_path, recorded, monkeypa
     patch(monkeypatch, "audit_trust", lambda *a: {"tasks": rows, "real_steps": 0})
     cfg = _config(trust_audit_per_task=10)
     with pytest.raises(WmrlError, match="stage1: no task's verdict clears"):
-        pace.co_evolve(cfg, tmp_path)
+        pipeline.co_evolve(cfg, tmp_path)
     assert not [c for c in recorded if c[0] == "rl"]

@@ -355,7 +355,7 @@ def _rate(result: dict[str, Any]) -> str:
 
 def stage_differences(evals: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Paired differences that answer the pipeline's questions: every stage against the base,
-    each stage against the one before it, and PACE against the frozen-world-model control
+    each stage against the one before it, and the refinement against the frozen-world-model control
     (the last refined stage minus the control), and the simulator control against the base
     and the last stage. Stages evaluated without per-episode outcomes are skipped."""
     names = [n for n in evals if evals[n].get("outcomes")]

@@ -1,12 +1,12 @@
-"""The world-model health gate between a world model's training and RL in it (pace_gate.py)."""
+"""The world-model health gate between a world model's training and RL in it (coevolve/gate.py)."""
 
 from __future__ import annotations
 
 import pytest
 
+from wmrl_cli.coevolve.gate import enforce_gate, gate_failures
 from wmrl_cli.config import RunConfig, resolve_config
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.pace_gate import enforce_gate, gate_failures
 
 
 def _check(gap: float | None, recall: float | None, raw_recall: float = 0.2) -> dict:

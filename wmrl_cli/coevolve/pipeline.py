@@ -1,4 +1,5 @@
-"""PACE co-evolution (WoVR) as one resumable pipeline: `wmrl co-evolve`.
+"""Co-evolution of the policy and its world model (WoVR) as one resumable pipeline:
+`wmrl co-evolve`.
 
 Two starts (`coevolve.start`), then the same refinements:
 
@@ -7,10 +8,11 @@ Two starts (`coevolve.start`), then the same refinements:
             -> eval                                                       (Meta-World)
     given:  eval base (the given policy) -> stage 1 RL in the given world model, reward model
             and reset set (published assets or wmrl runs) -> eval          (LIBERO presets)
-    then, `coevolve.refinements` times: real rollouts of the evolved policy -> the world model
-    fine-tuned on them (sft: with the base data) and the reward model retrained (sft) or
-    fine-tuned (given), or kept (`coevolve.refine_reward_model: false`) -> check -> RL in
-    WM_evo from the new rollouts and their KIR keyframes -> eval; optionally the frozen-WM
+    then, `coevolve.refinements` times (the refinement step, WoVR's PACE): real rollouts of
+    the evolved policy -> the world model fine-tuned on them (sft: with the base data) and
+    the reward model retrained (sft) or fine-tuned (given), or kept
+    (`coevolve.refine_reward_model: false`) -> check -> RL in WM_evo from the new rollouts
+    and their KIR keyframes -> eval; optionally the frozen-WM
     control and the simulator control (the same RL from the base policy in the real
     simulator, for as many steps as the imagined stages took) -> eval; report
 
@@ -37,7 +39,7 @@ rollouts and evaluations: their episodes' lengths; RL in imagination: 0); runnin
 command again skips finished stages, and the stage that was interrupted resumes from its own
 checkpoints (SFT, world model and RL trainers all resume). The RL stages' `env/real_steps`
 start at the real steps the pipeline's data collection consumed before them. What each stage
-does is in pace_tasks.py.
+does is in tasks.py.
 """
 
 from __future__ import annotations
@@ -46,11 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wmrl_cli.config import RunConfig
-from wmrl_cli.errors import ConfigError
-from wmrl_cli.evaluation.pace_report import SIMULATOR_CONTROL
-from wmrl_cli.pace_run import PaceRun
-from wmrl_cli.pace_tasks import (
+from wmrl_cli.coevolve.report import SIMULATOR_CONTROL
+from wmrl_cli.coevolve.run_state import CoevolveRun
+from wmrl_cli.coevolve.tasks import (
     audit_world_models,
     collect,
     merge,
@@ -63,6 +63,8 @@ from wmrl_cli.pace_tasks import (
     train_wm,
     wm_reliability,
 )
+from wmrl_cli.config import RunConfig
+from wmrl_cli.errors import ConfigError
 
 
 def prepare_co_evolve(cfg: RunConfig) -> None:
@@ -106,11 +108,11 @@ def _after(*names: str | None) -> tuple[str, ...]:
     return tuple(n for n in names if n is not None)
 
 
-def _sft_start(run: PaceRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
+def _sft_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     """Stage 1 from scratch; (its result, the base data, the stage that made it)."""
     from wmrl_cli.training.sft import collect_demos, train_bc
 
-    cfg, run_dir, p, ce = run.cfg, run.run_dir, run.p, run.cfg.coevolve
+    cfg, run_dir, p, ce = run.cfg, run.run_dir, run.cache, run.cfg.coevolve
     seed = cfg.simulator.seed
 
     def sft() -> str:
@@ -211,11 +213,11 @@ def _sft_start(run: PaceRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     return _Evolved(policy, wm, rm, threshold, stages), [base_data], ("merge0",)
 
 
-def _given_start(run: PaceRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
+def _given_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     """Stage 1 in the given world model, reward model and reset set (published assets or
     wmrl runs) from the given policy; no base data: the refinements learn from the evolved
     policy's rollouts alone (the published models' own data is not published)."""
-    cfg, run_dir, p, ce = run.cfg, run.run_dir, run.p, run.cfg.coevolve
+    cfg, run_dir, p, ce = run.cfg, run.run_dir, run.cache, run.cfg.coevolve
     wm, rm_path = str(cfg.world_model.path), str(cfg.reward_model.path)
     run.evaluate("base", str(cfg.policy.name), (), False)
     run.base = (str(cfg.policy.name), ())
@@ -241,12 +243,17 @@ def _given_start(run: PaceRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
 
 
 def _refine_world_model(
-    run: PaceRun, r: int, last: _Evolved, made: dict[str, str | None], merged: str, merge_stage: str
+    run: CoevolveRun,
+    r: int,
+    last: _Evolved,
+    made: dict[str, str | None],
+    merged: str,
+    merge_stage: str,
 ) -> tuple[str, str | None]:
     """Refinement r's world model and its stage: `last.wm` fine-tuned on the merged data, or,
     with `coevolve.accept_audit_per_task`, the one of `last.wm` and its `refine_candidates`
     fine-tunings (training seeds simulator.seed + c) that the evolved policy's audit chooses."""
-    cfg, ce, p = run.cfg, run.cfg.coevolve, run.p
+    cfg, ce, p = run.cfg, run.cfg.coevolve, run.cache
     candidates: dict[str, tuple[str, str]] = {}  # name -> (path, stage)
     for c in range(ce.refine_candidates):
         name = f"wm_evo{r}" if c == 0 else f"wm_evo{r}_seed{c}"
@@ -290,7 +297,7 @@ def _refine_world_model(
 
 
 def _refine_reward_model(
-    run: PaceRun,
+    run: CoevolveRun,
     r: int,
     last: _Evolved,
     made: dict[str, str | None],
@@ -312,7 +319,7 @@ def _refine_reward_model(
     )  # fmt: skip
     rm_init = last.rm["path"] if ce.start == "given" else None
     real, real_stage = run.real_reward
-    rm = run.p.run(
+    rm = run.cache.run(
         f"refine_rm{r}",
         lambda: train_rm(
             cfg,
@@ -336,11 +343,11 @@ def _refine_reward_model(
 
 def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     """The whole pipeline; returns the report (also written to report.json / report.md)."""
-    from wmrl_cli.evaluation.pace_report import rl_activity, write_report
+    from wmrl_cli.coevolve.report import rl_activity, write_report
 
     ce = cfg.coevolve
-    run = PaceRun(cfg, run_dir)
-    p, seed = run.p, cfg.simulator.seed
+    run = CoevolveRun(cfg, run_dir)
+    p, seed = run.cache, cfg.simulator.seed
     evolved, data, data_stages = (_sft_start if ce.start == "sft" else _given_start)(run)
     # The frozen control's RL inputs (policy, world model, judge, starts, threshold) and the
     # last refined stage's: equal when acceptance kept the current world model and judge.

@@ -1,4 +1,4 @@
-"""The stage cache of `wmrl co-evolve` (pace.py): each stage runs once, is recorded in
+"""The stage cache of `wmrl co-evolve` (pipeline.py): each stage runs once, is recorded in
 stages.json with its result, wall time, real environment steps and a fingerprint of what it
 read, and is skipped when the same command runs again; a stage whose fingerprint changed runs
 again (with every stage built on it)."""
@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from wmrl_cli.coevolve.report import SIMULATOR_CONTROL
 from wmrl_cli.config import RunConfig
-from wmrl_cli.evaluation.pace_report import SIMULATOR_CONTROL
 from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import console
 from wmrl_cli.runtime import config_values, covers, seed_stage
@@ -129,7 +129,7 @@ NOT_READ: dict[str, tuple[str, ...]] = {
 }
 
 
-class Pipeline:
+class StageCache:
     """Runs named stages once each, recording outputs, wall times, real steps and a fingerprint
     of what the stage read in stages.json. Each stage starts with the global RNGs (Python,
     numpy, torch) seeded from the run seed and its name, so a stage started over (after a kill,

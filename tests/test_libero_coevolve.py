@@ -191,7 +191,7 @@ STAGES = [
     ],
 )
 def test_one_pace_cycle_on_published_layouts(tmp_path, preset, write_world, world) -> None:
-    from wmrl_cli.training.world_model_trainer import saved_world_model
+    from wmrl_cli.world_models.factory import saved_world_model
 
     run, args = _pace(tmp_path, preset, write_world, world)
     stages = json.loads((run / "stages.json").read_text())

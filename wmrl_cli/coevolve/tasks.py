@@ -1,4 +1,4 @@
-"""What each stage of `wmrl co-evolve` does (pace.py orders them): collect real rollouts, merge
+"""What each stage of `wmrl co-evolve` does (pipeline.py orders them): collect real rollouts, merge
 stores, evaluate a policy in the real simulator, train or fine-tune the world and reward models,
 RL in imagination, and RL in the simulator as the control. The simulator is the one the config
 names (Meta-World, or LIBERO); inputs are wmrl runs, published folders or asset names, as
@@ -366,12 +366,13 @@ def audit_world_models(
     reset_set: str,
     threshold: float | None,
 ) -> dict[str, Any]:
-    """PACE's acceptance: `policy`'s imagined episodes (`coevolve.accept_audit_per_task` per
-    task, the same seeded starts) in each of `world_models` (name -> path; the current one
-    first), judged by `reward_model` at `threshold` (None: its own) as the next RL stage would
-    judge them and replayed in the simulator (`eval --audit`). Returns each one's overall
-    tally, the name of the one chosen (`choose_world_model`) and the real steps the replays
-    took; out/<name>/judge_audit.json per world model, out/acceptance.json."""
+    """The refinement's acceptance: `policy`'s imagined episodes
+    (`coevolve.accept_audit_per_task` per task, the same seeded starts) in each of
+    `world_models` (name -> path; the current one first), judged by `reward_model` at
+    `threshold` (None: its own) as the next RL stage would judge them and replayed in the
+    simulator (`eval --audit`). Returns each one's overall tally, the name of the one chosen
+    (`choose_world_model`) and the real steps the replays took; out/<name>/judge_audit.json
+    per world model, out/acceptance.json."""
     from wmrl_cli.logging import console
 
     tallies, real_steps = {}, 0
