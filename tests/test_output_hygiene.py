@@ -41,6 +41,9 @@ def test_table_in_a_log_keeps_every_cell_whole(monkeypatch: pytest.MonkeyPatch) 
     for cell in (*cells, "x" * 120, "precision of the judge on held-out replays"):
         assert cell in text, text
     assert max(map(len, text.splitlines())) > 80  # laid out wider than $COLUMNS
+    with console.capture() as capture:
+        console.rule("stage: x")  # the rest keeps the console's width
+    assert len(capture.get().rstrip("\n")) == 80
 
 
 def test_presets_list_on_a_narrow_terminal_shows_every_name() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -29,25 +29,17 @@ from rich.progress import (
 from rich.segment import Segment
 from rich.table import Table
 
-# The width a console writing to no terminal (a log, a pipe) lays tables out in: wider than any
-# table, which then takes only the columns it needs; a log is never cut at 80 columns or $COLUMNS.
-LOG_WIDTH = 10_000
+# The width a table is laid out in where the output is no terminal (a log, a pipe): wider than
+# any table, which then takes only the columns it needs, so a log is never cut at 80 columns
+# or $COLUMNS.
+LOG_TABLE_WIDTH = 10_000
 
 
 class _Console(Console):
-    """Where the output is no terminal, as wide as LOG_WIDTH; and no table cell is ever cut
-    with an ellipsis: on a narrow terminal cells fold onto more lines, and a table's first
-    column (its key: a task, metric or preset name) stays on one line while the others can
-    give up width."""
-
-    @property
-    def size(self) -> ConsoleDimensions:
-        size = Console.size.fget(self)  # type: ignore[attr-defined]
-        return size if self.is_terminal else ConsoleDimensions(LOG_WIDTH, size.height)
-
-    @size.setter
-    def size(self, new_size: tuple[int, int]) -> None:
-        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+    """No table cell is ever cut with an ellipsis: where the output is no terminal a table is
+    as wide as it needs (LOG_TABLE_WIDTH); on a narrow terminal cells fold onto more lines,
+    and a table's first column (its key: a task, metric or preset name) stays on one line
+    while the others can give up width."""
 
     def render(
         self, renderable: RenderableType, options: ConsoleOptions | None = None
@@ -58,6 +50,8 @@ class _Console(Console):
                     column.overflow = "fold"
                 if i == 0 and column.width is None:
                     column.no_wrap = True
+            if not self.is_terminal:
+                options = (options or self.options).update_width(LOG_TABLE_WIDTH)
         return super().render(renderable, options)
 
 
