@@ -234,7 +234,7 @@ def test_given_start_judges_learn_from_the_given_policys_real_rollouts(tmp_path,
 
 
 def test_collect_without_perturbation_keeps_the_policys_actions(tmp_path, monkeypatch) -> None:
-    import wmrl_cli.data.collection as collection
+    import wmrl_cli.evaluation.rollouts as collection
     from wmrl_cli.coevolve.tasks import collect
 
     seen = []

@@ -130,7 +130,7 @@ def rollout_command(
     ] = None,
 ) -> None:
     """Run a policy (its actions optionally perturbed: --noise-kind, --random-chunk-prob) for N episodes per task in Meta-World or LIBERO (--suite libero_*) and store every frame, action, reward and success flag, with the exact simulator state at each chunk boundary; with --world-model and --replay, store the world model's imagined episodes under the recorded actions instead, labelled with the recorded success; with --world-model, --policy and --reset-set, store the policy's own imagined episodes from the store's starts, labelled by executing its actions in the simulator."""  # noqa: E501
-    from wmrl_cli.data.collection import collect_rollouts
+    from wmrl_cli.evaluation.rollouts import collect_rollouts
 
     given = locals()
     if reset_set is not None:
@@ -247,8 +247,8 @@ def _check_policy_imagined_options(world_model: Path | None, policy: str | None,
 
 def _imagine_policy(cfg: RunConfig, append: bool) -> None:
     """Checks the output and inputs (nothing is written before they pass), hands over."""
-    from wmrl_cli.data.collection import check_output_store, store_summary
     from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.evaluation.rollouts import check_output_store, store_summary
     from wmrl_cli.rl.labelled_rollouts import imagine_policy, resolve_labelling_inputs
     from wmrl_cli.runtime import configure_threads, prepare_run_dir
 
@@ -271,9 +271,9 @@ def _imagine(
     """Checks the inputs (nothing is written before they pass), loads, hands over."""
     import torch
 
-    from wmrl_cli.data.collection import check_output_store, store_summary
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.data.imagined import imagined_starts
+    from wmrl_cli.evaluation.rollouts import check_output_store, store_summary
     from wmrl_cli.rl.setup import imagine_replay, load_replay_world_model
     from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
 

@@ -55,7 +55,7 @@ def collect(
     keyframes; the actions perturbed as `rollout.perturbation` says, or (`perturbed` false) as
     the policy chose them."""
     from wmrl_cli.config.schema import PerturbationConfig
-    from wmrl_cli.data.collection import collect_rollouts
+    from wmrl_cli.evaluation.rollouts import collect_rollouts
 
     if (out / "index.json").is_file():
         return str(out)
@@ -79,7 +79,7 @@ def collect(
 
 def merge(stores: list[str], out: Path, cfg: RunConfig) -> str:
     """One store holding the episodes of several (copied), KIR recomputed over all."""
-    from wmrl_cli.data.collection import write_keyframes
+    from wmrl_cli.data.kir import write_keyframes
 
     if (out / "index.json").is_file():
         return str(out)
@@ -89,7 +89,7 @@ def merge(stores: list[str], out: Path, cfg: RunConfig) -> str:
     for path in stores:
         for episode in EpisodeStore.open(path):
             merged.add([episode])
-    write_keyframes(merged, cfg)
+    write_keyframes(merged, cfg.rollout.kir)
     tmp.rename(out)
     return str(out)
 

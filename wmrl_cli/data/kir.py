@@ -14,12 +14,17 @@ error depth. The rule (documented in docs/formats.md#kir):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 from wmrl_cli.config.schema import KirConfig
-from wmrl_cli.data.episodes import Episode
+from wmrl_cli.data.episodes import Episode, EpisodeStore
+from wmrl_cli.files import atomic_write_text
+
+KIR_FILE = "kir.json"  # a store's keyframes, beside its index
 
 
 @dataclass(frozen=True)
@@ -48,3 +53,19 @@ def select_keyframes(episode: Episode, episode_id: int, cfg: KirConfig) -> list[
         if change < cfg.stall_threshold:
             out.append(Keyframe(episode_id, step, "stall"))
     return out
+
+
+def read_keyframes(store_dir: Path) -> list[Keyframe]:
+    """The keyframes recorded beside a store (none where it has no kir.json)."""
+    path = store_dir / KIR_FILE
+    if not path.is_file():
+        return []
+    return [Keyframe(**item) for item in json.loads(path.read_text())["keyframes"]]
+
+
+def write_keyframes(store: EpisodeStore, rule: KirConfig) -> list[Keyframe]:
+    """Every episode's keyframes under `rule`, written to the store's kir.json with the rule."""
+    keys = [k for i, ep in enumerate(store) for k in select_keyframes(ep, i, rule)]
+    body = {"rule": rule.model_dump(), "keyframes": [asdict(k) for k in keys]}
+    atomic_write_text(store.root / KIR_FILE, json.dumps(body, indent=1))
+    return keys

@@ -321,7 +321,7 @@ def evaluation_simulator(cfg: RunConfig) -> type:
 
 def load_reset_set(cfg: RunConfig, path: Path | None = None) -> tuple[list[ResetEntry], list[str]]:
     """Reset entries and task names from an episode store (with its kir.json) or RLinf layout."""
-    from wmrl_cli.data.collection import read_keyframes
+    from wmrl_cli.data.kir import read_keyframes
 
     path = path or Path(_required(cfg.world_model.reset_set, "world_model.reset_set"))
     if (path / "index.json").is_file():

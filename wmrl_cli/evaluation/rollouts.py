@@ -1,9 +1,10 @@
-"""Collecting real-simulator rollouts into an episode store (`wmrl rollout`)."""
+"""Collecting real-simulator rollouts of a policy into an episode store (`wmrl rollout`, SFT's
+demonstrations, co-evolve's rollouts): the policy run in the simulator, as in evaluation, with
+every frame, action and simulator state kept."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -11,15 +12,21 @@ from rich.table import Table
 
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
-from wmrl_cli.data.kir import Keyframe, select_keyframes
+from wmrl_cli.data.kir import read_keyframes, write_keyframes
 from wmrl_cli.data.reset_set import export_rlinf
 from wmrl_cli.envs.runner import iter_episodes
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import progress_task
+from wmrl_cli.policies.perturbation import perturb
+from wmrl_cli.policies.registry import build_policy
 from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
-
-KIR_FILE = "kir.json"
+from wmrl_cli.sims.backends import (
+    check_scripted_policy,
+    resolve_simulator,
+    simulator_action_dim,
+    simulator_class,
+    simulator_suite,
+)
 
 
 @dataclass
@@ -49,20 +56,6 @@ class RolloutSummary:
         if extra:
             table.caption = ", ".join(extra)
         return table
-
-
-def read_keyframes(store_dir: Path) -> list[Keyframe]:
-    path = store_dir / KIR_FILE
-    if not path.is_file():
-        return []
-    return [Keyframe(**item) for item in json.loads(path.read_text())["keyframes"]]
-
-
-def write_keyframes(store: EpisodeStore, cfg: RunConfig) -> list[Keyframe]:
-    keys = [k for i, ep in enumerate(store) for k in select_keyframes(ep, i, cfg.rollout.kir)]
-    body = {"rule": cfg.rollout.kir.model_dump(), "keyframes": [asdict(k) for k in keys]}
-    atomic_write_text(store.root / KIR_FILE, json.dumps(body, indent=1))
-    return keys
 
 
 def check_output_store(out: Path, append: bool, imagined: bool = False) -> None:
@@ -96,16 +89,6 @@ def store_summary(store: EpisodeStore, task_names: list[str]) -> RolloutSummary:
 def collect_rollouts(
     cfg: RunConfig, append: bool = False, write_rlinf: bool = False
 ) -> RolloutSummary:
-    from wmrl_cli.policies.perturbation import perturb
-    from wmrl_cli.policies.registry import build_policy
-    from wmrl_cli.sims.backends import (
-        check_scripted_policy,
-        resolve_simulator,
-        simulator_action_dim,
-        simulator_class,
-        simulator_suite,
-    )
-
     out = Path(cfg.output_dir) if cfg.output_dir else None
     if out is None:
         raise WmrlError("rollout needs an output directory (--out DIR)")
@@ -158,7 +141,7 @@ def collect_rollouts(
     summary = store_summary(store, suite.task_names)
     keyframes = read_keyframes(out)
     if cfg.rollout.kir.enabled:
-        keyframes = write_keyframes(store, cfg)
+        keyframes = write_keyframes(store, cfg.rollout.kir)
         summary.keyframes = len(keyframes)
     if write_rlinf:
         summary.rlinf_files = len(
