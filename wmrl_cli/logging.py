@@ -229,8 +229,13 @@ class MetricsLogger:
         clean = {k: v for k, v in ((k, _scalar(v)) for k, v in metrics.items()) if v is not None}
         if self.real_steps is not None:
             clean.setdefault("env/real_steps", float(self.real_steps))
-        self._jsonl.write(json.dumps({"step": int(step), **clean}) + "\n")
-        self._jsonl.flush()
+        try:  # a torn last line (a full disk) is dropped by truncate_metrics on resume
+            self._jsonl.write(json.dumps({"step": int(step), **clean}) + "\n")
+            self._jsonl.flush()
+        except OSError as exc:
+            from wmrl_cli.files import write_failed
+
+            raise write_failed(self.run_dir / "metrics.jsonl", exc) from None
         if self._writer is not None:
             for key, value in clean.items():
                 self._writer.add_scalar(key, value, int(step))

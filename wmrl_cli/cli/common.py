@@ -15,6 +15,7 @@ from rich.text import Text
 
 from wmrl_cli.config import RunConfig, resolve_config
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.files import environment_error
 from wmrl_cli.logging import err_console
 from wmrl_cli.runtime import close_run_dirs, discard_unused_run_dirs
 
@@ -108,20 +109,25 @@ def build_config(preset: str | None, overrides: list[str] | None, **options: Any
 
 
 def handle_errors(func: F) -> F:
-    """User errors become one red line on stderr and a non-zero exit code, no traceback; a
-    run directory the command created and left empty but for config.yaml is removed."""
+    """User errors and the machine's (a full disk, an I/O error) become one red line on stderr
+    and a non-zero exit code, no traceback; a run directory the command created and left empty
+    but for config.yaml is removed; every run directory it wrote closes its record."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except WmrlError as exc:
-            discard_unused_run_dirs()
-            err_console.print(Text.assemble(("error: ", "bold red"), str(exc)), soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(130) from None
+        except (WmrlError, OSError, RuntimeError) as exc:
+            # a full disk or an I/O error anywhere is the machine's: one line too
+            failed = exc if isinstance(exc, WmrlError) else environment_error(exc)
+            if failed is None:
+                raise
+            discard_unused_run_dirs()
+            err_console.print(Text.assemble(("error: ", "bold red"), str(failed)), soft_wrap=True)
+            raise typer.Exit(failed.exit_code) from None
         finally:
             close_run_dirs()
 

@@ -105,11 +105,22 @@ class EpisodeStore:
     def _read_index(path: Path) -> list[dict[str, Any]]:
         try:
             data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise WmrlError(f"{path}: unreadable episode index ({exc})") from None
+        except (OSError, ValueError) as exc:  # ValueError: bad JSON or bytes that are not UTF-8
+            raise WmrlError(
+                f"{path}: unreadable episode index ({exc}); restore it or rerun `wmrl rollout`"
+            ) from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise WmrlError(f"{path}: not a wmrl episode index (expected format '{FORMAT}')")
-        return list(data["episodes"])
+        episodes = data.get("episodes")
+        if not isinstance(episodes, list) or not all(
+            isinstance(e, dict) and e.keys() >= _INDEX_KEYS for e in episodes
+        ):
+            needed = ", ".join(sorted(_INDEX_KEYS))
+            raise WmrlError(
+                f"{path}: damaged episode index (every episode needs {needed}); restore it or "
+                "rerun `wmrl rollout`"
+            )
+        return list(episodes)
 
     @classmethod
     def open(cls, root: str | Path, verify: bool = True) -> EpisodeStore:
@@ -315,6 +326,7 @@ def open_stores(paths: list[str | Path]) -> EpisodeStore:
 
 
 _REQUIRED = ("frames", "actions", "rewards", "success")
+_INDEX_KEYS = {"id", "file", "task_id", "task_name", "length"}
 
 
 def _damaged(path: Path, exc: BaseException) -> WmrlError:

@@ -9,6 +9,8 @@ from pathlib import Path
 import imageio.v2 as imageio
 import numpy as np
 
+from wmrl_cli.files import write_failed
+
 
 def upscale(frames: np.ndarray, min_side: int = 128) -> np.ndarray:
     """Nearest-neighbour upscale so that small simulator frames stay legible in a player."""
@@ -40,6 +42,8 @@ def write_mp4(path: str | Path, frames: np.ndarray, fps: int = 20) -> Path:
             for frame in frames:
                 writer.append_data(np.ascontiguousarray(frame))
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:  # ffmpeg's pipe on a full disk, among others
+        raise write_failed(path, exc) from None
     finally:
         tmp.unlink(missing_ok=True)
     return path

@@ -6,6 +6,7 @@ from wmrl_cli.files.atomic import (
     atomic_dir,
     atomic_write_bytes,
     atomic_write_text,
+    environment_error,
     write_failed,
 )
 from wmrl_cli.files.safe_npy import load_npy
@@ -15,6 +16,7 @@ __all__ = [
     "atomic_dir",
     "atomic_write_bytes",
     "atomic_write_text",
+    "environment_error",
     "load_npy",
     "write_failed",
 ]

@@ -38,6 +38,26 @@ def _cause(exc: BaseException, path: Path) -> str:
     return str(exc) or type(exc).__name__
 
 
+# The errors of the machine rather than of wmrl: a command stopped by one ends in one line.
+_ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM,
+    errno.EMFILE, errno.ENFILE, errno.EFBIG,
+}  # fmt: skip
+
+
+def environment_error(exc: BaseException) -> WriteError | None:
+    """A write error from anywhere (a writer not made atomic, a library's own file) as the one
+    line `write_failed` gives; None for an error that is not the machine's (a bug: keep its
+    traceback)."""
+    if isinstance(exc, WriteError):
+        return exc
+    if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRNOS:
+        return write_failed(exc.filename or "a file", exc)
+    if isinstance(exc, RuntimeError) and _is_write_error(exc):
+        return write_failed("a file", exc)
+    return None
+
+
 def write_failed(path: str | Path, exc: BaseException) -> WriteError:
     """The one-line error for a failed write of `path`."""
     return WriteError(

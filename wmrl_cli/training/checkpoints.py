@@ -24,9 +24,47 @@ import numpy as np
 import torch
 
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.files import atomic_write_text
+from wmrl_cli.files import atomic_dir, atomic_write_text
 
 LATEST = "latest"
+CHECKSUMS = "checksums.json"  # per file: sha256 (over 64 MiB: its size), checked on resume
+_HASHED_BYTES = 64 * 2**20
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def _checksum(path: Path) -> str:
+    import hashlib
+
+    size = path.stat().st_size
+    if size > _HASHED_BYTES:
+        return f"size:{size}"
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def verify_checkpoint(checkpoint: Path) -> None:
+    """Every file of the checkpoint as it was saved (a checkpoint saved before checksums
+    existed is taken as it is); one line naming the first damaged file otherwise."""
+    sums_path = checkpoint / CHECKSUMS
+    if not sums_path.is_file():
+        return
+    try:
+        sums = json.loads(sums_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise _unreadable(checkpoint, sums_path, exc) from None
+    for name, expected in sorted(sums.items()):
+        path = checkpoint / name
+        if not path.is_file() or _checksum(path) != expected:
+            raise _unreadable(checkpoint, path, "missing" if not path.is_file() else "damaged")
+
+
+def _unreadable(checkpoint: Path, path: Path, why: Any) -> WmrlError:
+    return WmrlError(
+        f"{path}: cannot resume from this checkpoint ({why}); remove {checkpoint} to resume "
+        "from the one before it, or pass --overwrite to start over"
+    )
 
 
 def capture_rng() -> dict[str, Any]:
@@ -97,17 +135,16 @@ def save_checkpoint(
     root = Path(run_dir) / "checkpoints"
     name = f"step_{step:06d}"
     final = root / name
-    tmp = root / f".tmp-{name}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "training_state").mkdir(parents=True)
-    save_model(tmp / "model")
-    canonical_safetensors(tmp / "model")
-    for i, obj in enumerate(stateful):
-        torch.save(obj.state_dict(), tmp / "training_state" / f"state_{i}.pt")
-    state = {"step": step, "rng": capture_rng(), "extra": extra or {}}
-    (tmp / "training_state" / "state.json").write_text(json.dumps(_numpy_safe(state)))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    with atomic_dir(final) as tmp:  # a failed write (a full disk) keeps the last checkpoint
+        (tmp / "training_state").mkdir(parents=True)
+        save_model(tmp / "model")
+        canonical_safetensors(tmp / "model")
+        for i, obj in enumerate(stateful):
+            torch.save(obj.state_dict(), tmp / "training_state" / f"state_{i}.pt")
+        state = {"step": step, "rng": capture_rng(), "extra": extra or {}}
+        (tmp / "training_state" / "state.json").write_text(json.dumps(_numpy_safe(state)))
+        sums = {name: _checksum(tmp / name) for name in _files(tmp)}
+        (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
     atomic_write_text(root / LATEST, name)
     steps = sorted(p for p in root.glob("step_*") if p.is_dir())
     for old in steps[:-keep] if keep else []:
@@ -153,13 +190,16 @@ def load_checkpoint(
     (UnsafeFileError)."""
     from wmrl_cli.rewards.loading import safe_torch_load
 
+    verify_checkpoint(checkpoint)
     folder = checkpoint / "training_state"
+    path = folder / "state.json"
     try:
-        state = json.loads((folder / "state.json").read_text())
+        state = json.loads(path.read_text())
         for i, obj in enumerate(stateful):
-            obj.load_state_dict(safe_torch_load(folder / f"state_{i}.pt"))
-    except (OSError, json.JSONDecodeError, RuntimeError, KeyError, ValueError) as exc:
-        raise WmrlError(f"{checkpoint}: cannot resume from this checkpoint ({exc})") from None
+            path = folder / f"state_{i}.pt"
+            obj.load_state_dict(safe_torch_load(path))
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        raise _unreadable(checkpoint, path, exc) from None
     if restore_rng_state:
         restore_rng(state["rng"])
     return {"step": int(state["step"]), "extra": state.get("extra", {}), "rng": state["rng"]}
