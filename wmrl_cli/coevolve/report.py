@@ -26,27 +26,49 @@ PLOT_FILE = "success_per_stage.png"
 SIMULATOR_CONTROL = "simulator_control"
 
 
-def plot_success(evals: dict[str, dict[str, Any]], path: Path) -> Path:
+def plot_success(evals: dict[str, dict[str, Any]], path: Path, trials_per_task: int) -> Path:
+    """Real success per task and overall, one bar per stage, with Wilson 95% intervals. A 0%
+    bar is drawn as a flat mark with "0" above it; a task a stage did not evaluate reads
+    "n/a". The legend sits above the axes, clear of every bar."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from wmrl_cli.evaluation.stats import wilson_interval
+
     stages = list(evals)
     tasks = list(next(iter(evals.values()))["per_task"])
     x = np.arange(len(tasks) + 1)
     width = 0.8 / len(stages)
-    fig, ax = plt.subplots(figsize=(max(8, len(tasks) * 0.9), 4.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(max(8, len(tasks) * 0.9), 4.6), dpi=110)
     for i, stage in enumerate(stages):
-        values = [100 * evals[stage]["per_task"][t] for t in tasks] + [
-            100 * evals[stage]["overall"]
-        ]
-        ax.bar(x + (i - (len(stages) - 1) / 2) * width, values, width, label=stage)
+        rates = [evals[stage]["per_task"].get(t) for t in tasks] + [evals[stage]["overall"]]
+        intervals = [
+            None if r is None else wilson_interval(round(r * trials_per_task), trials_per_task)
+            for r in rates[:-1]
+        ] + [evals[stage].get("interval95")]
+        offsets = x + (i - (len(stages) - 1) / 2) * width
+        heights = [0.0 if r is None else 100 * r for r in rates]
+        bars = ax.bar(offsets, heights, width, label=stage)
+        color = bars.patches[0].get_facecolor()
+        for at, rate, interval in zip(offsets, rates, intervals):
+            if rate is None:
+                ax.text(at, 1, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
+                continue
+            if interval is not None:
+                low, high = 100 * interval[0], 100 * interval[1]
+                ax.errorbar(at, 100 * rate, yerr=[[100 * rate - low], [high - 100 * rate]],
+                            fmt="none", ecolor="black", elinewidth=0.8, capsize=2)  # fmt: skip
+            if rate == 0:
+                ax.hlines(0.6, at - width / 2, at + width / 2, colors=[color], linewidth=2)
+                ax.text(at, 1.5, "0", ha="center", va="bottom", fontsize=6)
     ax.set_xticks(x, [*tasks, "OVERALL"], rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("real success_once (%)")
     ax.set_ylim(0, 105)
-    ax.set_title("Real-simulator success per stage")
-    ax.legend(fontsize=8)
+    ax.set_title(f"Real-simulator success per stage ({trials_per_task} trials per task, 95% CI)")
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.08), ncol=len(stages),
+              frameon=False)  # fmt: skip
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
 
@@ -118,7 +140,7 @@ def write_report(
         e["overall"] > 0 or any(v > 0 for v in e["per_task"].values()) for e in evals.values()
     )
     if plotted:
-        plot_success(evals, run_dir / PLOT_FILE)
+        plot_success(evals, run_dir / PLOT_FILE, cfg.coevolve.eval_trials)
     else:
         (run_dir / PLOT_FILE).unlink(missing_ok=True)
     stages = list(evals)
@@ -175,8 +197,8 @@ def write_report(
         lines.append(
             f"**Warning: RL stage `{name}` made no update**: in its {act['steps']} steps, "
             f"kept groups {act['kept_groups_fraction']:.2f} on average and gradient norm "
-            f"{act['max_grad_norm']:.3g} at most (every imagined group had the same outcome, "
-            "so GRPO had no signal); its policy is the one it started from."
+            f"{act['max_grad_norm']:.3g} at most (every group had the same outcome, so GRPO "
+            "had no signal); its policy moved only by AdamW's weight decay."
         )
     lines += [""] if idle else []
     if rl_activity:

@@ -371,9 +371,9 @@ class ReliabilityReport:
         atomic_write_text(run_dir / "report.json", self.to_json())
         atomic_write_text(run_dir / "report.md", self.markdown())
         if save_video and self.videos is not None:
-            from wmrl_cli.evaluation.videos import tile, upscale, write_mp4
+            from wmrl_cli.evaluation.videos import label_panes, tile, upscale, write_mp4
 
-            grid = tile([upscale(v) for v in self.videos])
+            grid = tile([label_panes(upscale(v), ["real", "imagined"]) for v in self.videos])
             write_mp4(run_dir / "videos" / OPEN_LOOP_VIDEO, grid, fps)
 
 

@@ -49,6 +49,23 @@ def write_mp4(path: str | Path, frames: np.ndarray, fps: int = 20) -> Path:
     return path
 
 
+def label_panes(frames: np.ndarray, labels: list[str], band: int = 14) -> np.ndarray:
+    """Frames [T,H,W,3] holding len(labels) panes side by side -> [T,band+H,W,3] with each
+    pane's label written in a white band above it (real | imagined, say)."""
+    from PIL import Image, ImageDraw
+
+    t, _, w, _ = frames.shape
+    header = Image.new("RGB", (w, band), "white")
+    draw = ImageDraw.Draw(header)
+    pane = w // len(labels)
+    for i, label in enumerate(labels):
+        left, _, right, bottom = draw.textbbox((0, 0), label)
+        draw.text((i * pane + (pane - (right - left)) // 2, (band - bottom) // 2), label,
+                  fill="black")  # fmt: skip
+    strip = np.repeat(np.asarray(header)[None], t, axis=0)
+    return np.concatenate([strip, frames], axis=1)
+
+
 def tile(videos: list[np.ndarray], columns: int | None = None, pad: int = 2) -> np.ndarray:
     """Videos [T_i,H,W,3] -> one grid video; shorter ones hold their last frame."""
     n = len(videos)

@@ -1,0 +1,39 @@
+"""The co-evolve report's figures: the success plot with intervals, 0 told from missing, and
+the check videos' labelled panes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from wmrl_cli.coevolve.report import plot_success
+from wmrl_cli.evaluation.videos import label_panes
+
+
+def test_success_plot_draws_zero_and_missing_apart(tmp_path, monkeypatch) -> None:
+    import matplotlib.axes
+
+    texts: list[str] = []
+    real_text = matplotlib.axes.Axes.text
+
+    def record(self, x, y, s, *args, **kwargs):
+        texts.append(s)
+        return real_text(self, x, y, s, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "text", record)
+    evals = {
+        "base": {"overall": 0.25, "interval95": [0.1, 0.5], "per_task": {"a": 0.5, "b": 0.0}},
+        "stage1": {"overall": 0.5, "interval95": [0.2, 0.8], "per_task": {"a": 1.0}},
+    }
+    path = plot_success(evals, tmp_path / "success.png", trials_per_task=4)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert texts.count("0") == 1 and texts.count("n/a") == 1
+
+
+def test_label_panes_adds_a_band_with_text() -> None:
+    frames = np.full((2, 32, 64, 3), 100, np.uint8)
+    labelled = label_panes(frames, ["real", "imagined"])
+    assert labelled.shape == (2, 46, 64, 3)
+    band = labelled[0, :14]
+    assert (band < 128).any() and (band == 255).any()  # black text on white
+    assert (band[:, :32] < 128).any() and (band[:, 32:] < 128).any()  # a label on each pane
+    assert np.array_equal(labelled[:, 14:], frames)
