@@ -136,7 +136,7 @@ def write_diffsynth_dit(
 
 def write_wan22_vae(vae, path: Path) -> None:
     """`Wan2.2_VAE.pth`: the original Wan2.2 key names, a plain torch.save'd state dict."""
-    from wmrl_cli.world_models.wan_convert import diffusers_to_original_vae
+    from wmrl_cli.world_models.wan.converter import diffusers_to_original_vae
 
     torch.save(diffusers_to_original_vae(vae.state_dict()), path)
 

@@ -14,7 +14,6 @@ from published_layouts import to_diffsynth_name, write_diffsynth_dit, write_wan2
 from safetensors.torch import save_file
 
 from wmrl_cli.errors import UnsafeFileError, WmrlError
-from wmrl_cli.world_models import wan_convert as wc
 from wmrl_cli.world_models.wan import (
     WanActionTransformer,
     WanTransformerConfig,
@@ -22,6 +21,7 @@ from wmrl_cli.world_models.wan import (
     WanWorldModelConfig,
     tiny_vae_config,
 )
+from wmrl_cli.world_models.wan import converter as wc
 
 
 @pytest.fixture(autouse=True)

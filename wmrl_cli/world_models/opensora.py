@@ -72,7 +72,7 @@ from wmrl_cli.world_models.interface import (
     check_frames,
     config_from_dict,
 )
-from wmrl_cli.world_models.wan import load_into
+from wmrl_cli.world_models.state_dicts import load_into
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"

@@ -43,8 +43,7 @@ from wmrl_cli.world_models.opensora import (
     action_statistics,
     vae_downsample_factor,
 )
-from wmrl_cli.world_models.wan import load_into
-from wmrl_cli.world_models.wan_convert import load_state_dict_file, strip_wrapper_prefix
+from wmrl_cli.world_models.state_dicts import load_into, load_state_dict_file, strip_wrapper_prefix
 
 StateDict = dict[str, torch.Tensor]
 

@@ -66,7 +66,7 @@ def infer_wan_vae_config(state_dict: Mapping[str, torch.Tensor]) -> dict[str, An
     Gives exactly `wan22_vae_config()` for the published Wan2.2 VAE. The latent statistics are
     not in the weights: the published Wan2.2 ones for a 48-channel latent, identity otherwise.
     """
-    from wmrl_cli.world_models.wan import wan22_vae_config
+    from wmrl_cli.world_models.wan.blocks import wan22_vae_config
 
     try:
         conv_in = state_dict["encoder.conv_in.weight"]
@@ -120,12 +120,12 @@ def load_published_world_model(
 
     height, width: the frames it predicts, those of the reset set (RLinf: 256x256).
     """
-    from wmrl_cli.world_models.wan import WanWorldModel, WanWorldModelConfig
-    from wmrl_cli.world_models.wan_convert import (
+    from wmrl_cli.world_models.wan.converter import (
         infer_transformer_config,
         read_dit_state_dict,
         read_vae_state_dict,
     )
+    from wmrl_cli.world_models.wan.model import WanWorldModel, WanWorldModelConfig
 
     directory = Path(directory)
     layout = published_layout(directory)

@@ -34,7 +34,8 @@ from safetensors.torch import load_file, save_file
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.world_models.interface import WorldModel
 from wmrl_cli.world_models.published import RLINF_WAN, published_layout, weights_checkpoint
-from wmrl_cli.world_models.wan_convert import WRAPPER_PREFIXES, diffusers_to_diffsynth_dit
+from wmrl_cli.world_models.state_dicts import WRAPPER_PREFIXES
+from wmrl_cli.world_models.wan.converter import diffusers_to_diffsynth_dit
 
 
 def published_tensors(model: WorldModel, layout: str) -> dict[str, torch.Tensor]:
