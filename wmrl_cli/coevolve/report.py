@@ -186,6 +186,7 @@ def write_report(
             "",
         ]
     lines += _simulator_control_lines(report, rl_activity)
+    lines += _verdict_lines(cfg.reward_model.source)
     lines += [
         f"![success per stage]({PLOT_FILE})" if plotted else "(no chart: every success is 0)",
         "",
@@ -274,6 +275,21 @@ def write_report(
     ]
     atomic_write_text(run_dir / "report.md", "\n".join(lines))
     return report
+
+
+# What judged success in the imagined RL stages, by `reward_model.source`.
+_VERDICTS = {
+    "model": "the reward model alone (the learned verdict)",
+    "verified": "verified imagination: the reward model's calls, each confirmed by the real "
+    "simulator replaying the episode up to the call; the replays' real steps are the RL "
+    "stages' real steps, counted in the method's",
+    "simulator": "the real simulator replaying every step of every episode (the exact verdict, "
+    "a control: its replays cost as many real steps as RL in the simulator)",
+}
+
+
+def _verdict_lines(source: str) -> list[str]:
+    return [f"Success in the imagined RL stages was judged by {_VERDICTS[source]}.", ""]
 
 
 def _check_videos(run_dir: Path, reliability: dict[str, dict[str, Any]]) -> list[str]:

@@ -1,0 +1,164 @@
+"""Verified imagination (`reward_model.source=verified`): the learned judge calls, the real
+simulator confirms.
+
+RL runs in the world model and the reward model judges its frames, as in plain imagination;
+but a success the judge calls is paid only if the real simulator, replaying the episode from
+the reset entry's stored state and seed with the same actions, succeeds by the called step.
+An unconfirmed call ends the episode as a failure (reward 0): the imagined episode has left
+what the simulator can reach. So the verdict RL trains on has precision 1 and keeps the
+judge's recall, and real steps are spent only on the calls, each up to its call (counted in
+`env/real_steps` through `pop_real_steps`), where the exact verdict (`source=simulator`)
+replays every step of every episode.
+
+Per RL step the trainer logs `verify/calls` (called episodes), `verify/call_rate` (calls per
+episode started), `verify/confirmed_fraction` (confirmed calls per call) and
+`verify/real_steps` (the replays' steps).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from wmrl_cli.envs.imagined import ImaginedEnv
+from wmrl_cli.envs.interface import ChunkResult, Obs
+from wmrl_cli.errors import WmrlError
+
+
+def check_resettable(imagined: ImaginedEnv, mode: str) -> None:
+    """One line for a reset set the simulator cannot be put back to (no stored state or seed:
+    an RLinf layout without wmrl's states, say)."""
+    missing = [i for i, e in enumerate(imagined.reset_set) if e.sim_state is None or e.seed is None]
+    if missing:
+        raise WmrlError(
+            f"reward_model.source={mode} replays episodes in the real simulator from their "
+            f"stored start, but reset entry {missing[0]} has no stored simulator state and seed "
+            "(use a wmrl episode store as the reset set)"
+        )
+
+
+def first_call(success: np.ndarray) -> int:
+    """The step of a chunk's success row [C] at which the judge's call falls."""
+    return int(np.argmax(success))
+
+
+def replay_confirms(sim, entry, chunks: list[np.ndarray], call_step: int) -> tuple[bool, int]:
+    """Replays `chunks` ([C, A] each, the last holding the call at `call_step`) in `sim` (one
+    env) from `entry`'s stored state and seed: whether the simulator succeeds by the call, and
+    the real steps the replay took."""
+    sim.reset([entry.task_id], [entry.sim_state], seeds=[entry.seed])
+    steps = 0
+    for k, actions in enumerate(chunks):
+        result = sim.chunk_step(np.asarray(actions, dtype=np.float32)[None])
+        upto = call_step + 1 if k == len(chunks) - 1 else actions.shape[0]
+        valid = result.info["valid"][0][:upto]
+        steps += int(valid.sum())
+        if (result.success[0][:upto] & valid).any():
+            return True, steps
+        if (result.terminated[0][:upto] | result.truncated[0][:upto]).any():
+            return False, steps
+    return False, steps
+
+
+class VerifiedEnv:
+    real = False  # the policy's steps are imagined; the replays' are real (pop_real_steps)
+    imagines = True
+
+    def __init__(self, imagined: ImaginedEnv, sim) -> None:
+        """`imagined` judges with its reward model as it would alone (it ends an episode at a
+        called success); `sim` holds one env that terminates on success and truncates no
+        earlier than the imagined env."""
+        check_resettable(imagined, "verified")
+        if imagined.reward_model is None:
+            raise WmrlError("reward_model.source=verified needs a reward model to call successes")
+        if imagined.use_rel_reward:
+            raise WmrlError(
+                "reward_model.source=verified pays confirmed successes: set "
+                "reward_model.use_rel_reward=false"
+            )
+        if sim.num_envs != 1:
+            raise ValueError(f"the replay simulator holds {sim.num_envs} envs, expected 1")
+        self.imagined, self.sim = imagined, sim
+        self.num_envs = imagined.num_envs
+        self.action_dim = imagined.action_dim
+        self.task_names = imagined.task_names
+        self.reset_set = imagined.reset_set
+        self.entry_task_ids = imagined.entry_task_ids
+        self._entries: list = []
+        self._chunks: list[list[np.ndarray]] = [[] for _ in range(self.num_envs)]
+        self._done = np.zeros(self.num_envs, dtype=bool)
+        self._tally = {"episodes": 0, "calls": 0, "confirmed": 0, "real_steps": 0}
+        self._real_steps = 0
+        self._sim_time = 0.0
+
+    @property
+    def generator(self):
+        """The world model's noise generator (RL reseeds it every step: exact resume)."""
+        return self.imagined.generator
+
+    def pop_timings(self) -> dict[str, float]:
+        out = dict(self.imagined.pop_timings(), simulator=self._sim_time)
+        self._sim_time = 0.0
+        return out
+
+    def pop_real_steps(self) -> int:
+        """The real steps the replays took since the last call (the trainer's env/real_steps)."""
+        steps, self._real_steps = self._real_steps, 0
+        return steps
+
+    def pop_metrics(self) -> dict[str, float]:
+        """The verification's tally since the last call, as per-step metrics."""
+        tally = self._tally
+        self._tally = dict.fromkeys(tally, 0)
+        return {
+            "verify/calls": float(tally["calls"]),
+            "verify/call_rate": tally["calls"] / max(tally["episodes"], 1),
+            "verify/confirmed_fraction": tally["confirmed"] / max(tally["calls"], 1),
+            "verify/real_steps": float(tally["real_steps"]),
+        }
+
+    def reset(self, init_ids: list[int], sim_states: list | None = None) -> Obs:
+        obs = self.imagined.reset(init_ids)
+        self._entries = [self.reset_set[i] for i in init_ids]
+        self._chunks = [[] for _ in range(self.num_envs)]
+        self._done = np.zeros(self.num_envs, dtype=bool)
+        self._tally["episodes"] += len(init_ids)
+        return obs
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkResult:
+        out = self.imagined.chunk_step(actions)
+        valid = out.info["valid"] & ~self._done[:, None]
+        success = out.success & valid
+        rewards = np.where(valid, out.rewards, 0.0).astype(np.float32)
+        for i in np.flatnonzero(~self._done):
+            self._chunks[i].append(np.asarray(actions[i]))
+        for i in np.flatnonzero(success.any(axis=1)):
+            t0 = time.perf_counter()
+            confirmed, steps = replay_confirms(
+                self.sim, self._entries[i], self._chunks[i], first_call(success[i])
+            )
+            self._sim_time += time.perf_counter() - t0
+            self._real_steps += steps
+            self._tally["calls"] += 1
+            self._tally["confirmed"] += int(confirmed)
+            self._tally["real_steps"] += steps
+            if not confirmed:  # ends as a failure: the judge's call was not real
+                success[i] = False
+                rewards[i] = 0.0
+        terminated = out.terminated & valid
+        truncated = out.truncated & valid
+        self._done |= (terminated | truncated).any(axis=1)
+        info = dict(out.info, valid=valid, model_success=out.success & valid)
+        return ChunkResult(
+            obs=out.obs,
+            frames=out.frames,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            success=success,
+            info=info,
+        )
+
+    def close(self) -> None:
+        self.sim.close()
