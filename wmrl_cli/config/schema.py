@@ -70,6 +70,16 @@ class WorldModelConfig(Section):
     bf16_timesteps: bool = Field(
         False, description="Wan: round the denoiser's timesteps to bfloat16, as RLinf runs it"
     )
+    dtype: Literal["auto", "bf16", "fp32"] = Field(
+        "auto",
+        description="the weights of a world model that imagines (RL, eval, co-evolve), its "
+        "VAE's too: auto is bf16 on a GPU (as RLinf's envs load them) and float32 on a CPU",
+    )
+    offload_during_update: bool | None = Field(
+        None,
+        description="move the frozen world and reward models to CPU memory for each policy "
+        "update and back for the next rollout; null: where the memory plan needs it",
+    )
     # training (`wmrl train-wm`)
     carry_detail: bool = Field(
         True,
@@ -372,6 +382,44 @@ class TrainingConfig(Section):
     keep_checkpoints: int = Field(
         2, ge=0, description="step checkpoints kept on disk, the newest (0: every one)"
     )
+    # Memory at full size (training/memory_plan.py, training/sharding.py; docs/libero.md).
+    sharding: Literal["none", "fsdp"] = Field(
+        "none",
+        description="none: every rank holds the whole policy and its optimizer state (data "
+        "parallel); fsdp: weights, gradients and optimizer state are sharded over the ranks "
+        "(torch FSDP2), and each rollout gathers the whole policy in its compute dtype",
+    )
+    param_dtype: Literal["float32", "bf16"] = Field(
+        "float32",
+        description="the trained policy's weights and gradients: float32 (master weights; "
+        "training.bf16 runs the forward in bf16) or bf16 (RLinf's `precision: bf16`: AdamW "
+        "updates bf16 weights, and an update below 1/256 of a weight rounds away)",
+    )
+    optimizer_dtype: Literal["param", "float32", "bf16"] = Field(
+        "param", description="AdamW's two moments: in the weights' dtype (param), float32 or bf16"
+    )
+    activation_checkpointing: bool = Field(
+        False,
+        description="keep only each Llama and vision block's input and recompute the block in "
+        "the backward pass (less memory, about a third more compute)",
+    )
+    cpu_offload: bool = Field(
+        False,
+        description="with sharding=fsdp on GPUs: the sharded weights, gradients and AdamW state "
+        "live in CPU memory and AdamW steps there (FSDP2's CPUOffloadPolicy)",
+    )
+    memory_budget_gb: float | None = Field(
+        None,
+        gt=0.0,
+        description="GiB per device the memory plan must fit in, else the run stops before "
+        "loading, naming what to change (default: the GPU's memory; not checked on a CPU)",
+    )
+
+    @model_validator(mode="after")
+    def _offload_needs_fsdp(self) -> TrainingConfig:
+        if self.cpu_offload and self.sharding != "fsdp":
+            raise ValueError("cpu_offload offloads FSDP's shards: set training.sharding=fsdp")
+        return self
 
 
 class EvalConfig(Section):

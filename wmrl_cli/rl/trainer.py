@@ -52,7 +52,9 @@ from wmrl_cli.rl.buffer import Rollout, collect_rollout
 from wmrl_cli.rl.judge_audit import JudgeAudit
 from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_batches
 from wmrl_cli.runtime import write_rank_summary
-from wmrl_cli.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from wmrl_cli.training.checkpoints import latest_checkpoint, save_checkpoint
+from wmrl_cli.training.memory_plan import rl_memory_plan
+from wmrl_cli.training.sharding import PolicySharding, frozen_models, offloaded
 
 POLICY_DIR = "policy"
 
@@ -113,13 +115,27 @@ class PolicyTrainer:
             tasks=None if train_tasks is None else task_ids(train_tasks, env.task_names),
         )
         self.rank = rank
+        # The memory plan, before the first step (one line, exit 2, where it does not fit).
+        wms, rms = frozen_models(env)
+        self.memory = rl_memory_plan(
+            cfg,
+            model.config,
+            sum(p.numel() for m in wms for p in m.parameters()),
+            sum(p.numel() * p.element_size() for m in rms for p in m.parameters()),
+            world,
+            str(accelerator.device),
+        )
+        if accelerator.is_main_process:
+            self.memory.print()
+        self.sharding = PolicySharding(cfg.training, accelerator)
         # KL anchor (algorithm.kl_coef > 0): a frozen copy of the policy as given, before any
         # checkpoint or LoRA adapter replaces it, so that a resumed run keeps the same anchor.
         self.reference = None
         if self.alg.kl_coef > 0:
             import copy
 
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+            reference = copy.deepcopy(model).eval().requires_grad_(False)
+            self.reference = self.sharding.cast(reference)
         checkpoint = latest_checkpoint(run_dir)
         if checkpoint is not None:  # the saved policy, LoRA adapters and value head included
             from wmrl_cli.policies.checkpoint import from_pretrained
@@ -136,6 +152,7 @@ class PolicyTrainer:
             apply_lora(model, LoraSpec(rank=r, alpha=r))
         if self.alg.name == "ppo":
             ensure_value_head(model)
+        model = self.sharding.prepare_model(model)  # dtype, checkpointing, sharding
         critic = [p for n, p in model.named_parameters() if n.startswith("value_head.")]
         actor = [
             p
@@ -146,7 +163,7 @@ class PolicyTrainer:
         groups = [{"params": actor, "lr": t.lr}]
         if critic:
             groups.append({"params": critic, "lr": t.value_lr})
-        self.optimizer = torch.optim.AdamW(
+        self.optimizer = self.sharding.optimizer(
             groups, betas=t.adam_betas, eps=t.adam_eps, weight_decay=t.weight_decay
         )
         self.model = model
@@ -157,15 +174,18 @@ class PolicyTrainer:
         # per task, the judge against the simulator on training episodes (when both judge)
         self.audit = JudgeAudit(list(getattr(env, "task_names", [])))
         if checkpoint is not None:
-            info = load_checkpoint(checkpoint, [self.optimizer])
+            info = self.sharding.load_checkpoint(checkpoint, model, self.optimizer)
             self.step = info["step"]
             self.sampler.load_state_dict(info["extra"]["sampler"])
             self.real_steps = int(info["extra"].get("real_steps", real_steps))
             if "judge_audit" in info["extra"]:
                 self.audit.load_state_dict(info["extra"]["judge_audit"])
             self._resumed_from = checkpoint.name
-        self.wrapped, self.optimizer = accelerator.prepare(model, self.optimizer)
-        self.unwrapped = accelerator.unwrap_model(self.wrapped)
+        self.wrapped, self.optimizer = self.sharding.prepare(model, self.optimizer)
+        self.unwrapped = self.sharding.unwrap(self.wrapped)
+        self._frozen = wms + rms  # moved off the device for updates (offload_during_update)
+        # every rank enters an evaluation (under fsdp they gather the policy for it)
+        self._evaluates = self._global_sum(int(evaluate is not None)) > 0
         self.loss_rule = LossAggregation(
             self.alg.aggregation,
             self.alg.filtered_in_denominator,
@@ -234,31 +254,35 @@ class PolicyTrainer:
         # Each epoch draws fresh initial states. Dynamic sampling (min_kept_groups > 0) goes on
         # drawing while too few groups carry a gradient; the decision is global, so every rank
         # collects the same number of epochs (DDP needs equal backward passes).
-        while len(rollouts) < alg.rollout_epochs or (
-            kept_groups < alg.min_kept_groups and len(rollouts) < alg.max_rollout_epochs
-        ):
-            drawn = self.sampler.sample()
-            global_ids.append(drawn)
-            shard = drawn[self.rank * self.local_envs :][: self.local_envs]
-            ids += shard
-            epoch = collect_rollout(
-                self.env,
-                self.unwrapped,
-                shard,
-                max_chunks,
-                self.cfg.policy.temperature,
-                self.cfg.policy.top_k,
-                self.generator,
-            )
-            rollouts.append(epoch)
-            if alg.min_kept_groups:
-                kept_groups += self._global_sum(int(self._kept_groups(epoch).sum()))
+        # the whole policy on every rank for the rollouts (fsdp: no collective per call)
+        with self.sharding.gathered(self.wrapped):
+            while len(rollouts) < alg.rollout_epochs or (
+                kept_groups < alg.min_kept_groups and len(rollouts) < alg.max_rollout_epochs
+            ):
+                drawn = self.sampler.sample()
+                global_ids.append(drawn)
+                shard = drawn[self.rank * self.local_envs :][: self.local_envs]
+                ids += shard
+                epoch = collect_rollout(
+                    self.env,
+                    self.unwrapped,
+                    shard,
+                    max_chunks,
+                    self.cfg.policy.temperature,
+                    self.cfg.policy.top_k,
+                    self.generator,
+                )
+                rollouts.append(epoch)
+                if alg.min_kept_groups:
+                    kept_groups += self._global_sum(int(self._kept_groups(epoch).sum()))
         ro = concat_rollouts(rollouts)
         timings["time/rollout"] = time.time() - t0
         self._observe_outcomes(global_ids, ro)
         self.real_steps += self._real_steps_taken(ro)
         if hasattr(self.env, "pop_timings"):
             timings.update({f"time/{k}": v for k, v in self.env.pop_timings().items()})
+        if hasattr(self.env, "pop_metrics"):  # e.g. verified imagination's call tally
+            timings.update(self.env.pop_metrics())
 
         adv, returns, keep = self.advantages(ro)
         step_mask = ro.step_mask & keep[:, None]
@@ -268,25 +292,28 @@ class PolicyTrainer:
         stats: dict[str, list[float]] = {}
         b = ro.tokens.shape[0]
         mb_size = alg.minibatch_trajectories
-        for _ in range(alg.update_epochs):
-            order = torch.randperm(b, generator=self.generator)
-            for batch in optimizer_batches(order, alg.optimizer_steps):
-                self.optimizer.zero_grad(set_to_none=True)
-                for start in range(0, len(batch), mb_size):
-                    idx = batch[start : start + mb_size]
-                    mb_mask = step_mask[idx]
-                    loss, mb_stats = self._minibatch_loss(
-                        ro, idx, mb_mask, adv[idx], returns[idx], c, a
+        # the frozen world and reward models leave the device for the update where planned
+        with offloaded(self._frozen, acc.device, self.memory.offload_world_model):
+            for _ in range(alg.update_epochs):
+                order = torch.randperm(b, generator=self.generator)
+                for batch in optimizer_batches(order, alg.optimizer_steps):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    for start in range(0, len(batch), mb_size):
+                        idx = batch[start : start + mb_size]
+                        mb_mask = step_mask[idx]
+                        loss, mb_stats = self._minibatch_loss(
+                            ro, idx, mb_mask, adv[idx], returns[idx], c, a
+                        )
+                        # the minibatches of a batch add up to the batch's aggregate, exactly
+                        acc.backward(loss * self.loss_rule.share(mb_mask, step_mask[batch]))
+                        for k, v in mb_stats.items():
+                            stats.setdefault(k, []).append(float(v))
+                    grad_norm = acc.clip_grad_norm_(
+                        self.wrapped.parameters(), self.cfg.training.grad_clip
                     )
-                    # the minibatches of a batch add up to the batch's aggregate, exactly
-                    acc.backward(loss * self.loss_rule.share(mb_mask, step_mask[batch]))
-                    for k, v in mb_stats.items():
-                        stats.setdefault(k, []).append(float(v))
-                grad_norm = acc.clip_grad_norm_(
-                    self.wrapped.parameters(), self.cfg.training.grad_clip
-                )
-                self.optimizer.step()
-                stats.setdefault("train/actor/grad_norm", []).append(float(grad_norm))
+                    self.optimizer.step()
+                    stats.setdefault("train/actor/grad_norm", []).append(float(grad_norm))
+            self.optimizer.zero_grad(set_to_none=True)  # no gradients held in the rollout
         timings["time/update"] = time.time() - t1
 
         metrics = {k: float(np.mean(v)) for k, v in stats.items()}
@@ -442,15 +469,13 @@ class PolicyTrainer:
             self.sampler.observe(drawn, per_rank[:, epoch].reshape(-1).bool().tolist())
 
     def _real_steps_taken(self, ro: Rollout) -> int:
-        """Real environment steps of this rollout, summed over ranks (0 in imagination)."""
+        """Real environment steps of this rollout, summed over ranks (0 in imagination; a
+        verified env's replays: its `pop_real_steps`)."""
+        if hasattr(self.env, "pop_real_steps"):
+            return self._global_sum(int(self.env.pop_real_steps()))
         return self._global_sum(
             int(ro.episode_len.sum()) if getattr(self.env, "real", False) else 0
         )
-
-    def _save_policy(self, directory: Path) -> Path:
-        from wmrl_cli.policies.checkpoint import save_pretrained
-
-        return save_pretrained(self.unwrapped, directory)
 
     def _reduce(self, metrics: dict[str, float]) -> dict[str, float]:
         """Mean over ranks (every rank logs the same keys in the same order)."""
@@ -467,7 +492,7 @@ class PolicyTrainer:
         write_rank_summary(
             self.run_dir,
             self.rank,
-            self.unwrapped.state_dict(),
+            self.sharding.local_state(self.unwrapped),
             init_ids=self._stepped_ids,
             sampler=self.sampler.state_dict(),  # identical on every rank
             last_metrics=self._local_metrics,
@@ -492,22 +517,26 @@ class PolicyTrainer:
                 self.step += 1
                 metrics = result.metrics
                 every = self.alg.eval_every
-                if self.evaluate is not None and (
-                    (every and self.step % every == 0) or self.step == t.steps
-                ):
-                    t_eval = time.time()
-                    metrics.update(self.evaluate(self.unwrapped, self.step))
-                    metrics["time/eval"] = time.time() - t_eval
-                    self.last_eval = (self.step, metrics["eval/success_once"])
+                if self._evaluates and ((every and self.step % every == 0) or self.step == t.steps):
+                    with self.sharding.gathered(self.wrapped):  # the main process evaluates
+                        if self.evaluate is not None:
+                            t_eval = time.time()
+                            metrics.update(self.evaluate(self.unwrapped, self.step))
+                            metrics["time/eval"] = time.time() - t_eval
+                            self.last_eval = (self.step, metrics["eval/success_once"])
                 self.logger.log(metrics, self.step)
                 if self.step % t.save_every == 0 or self.step == t.steps:
                     acc.wait_for_everyone()
+                    # every rank: under fsdp each writes its optimizer shard, the policy is gathered
+                    save_model, stateful = self.sharding.checkpoint_parts(
+                        self.wrapped, self.optimizer, self.run_dir, self.step
+                    )
                     if acc.is_main_process:
                         save_checkpoint(
                             self.run_dir,
                             self.step,
-                            self._save_policy,
-                            [self.optimizer],
+                            save_model,
+                            stateful,
                             {
                                 "sampler": self.sampler.state_dict(),
                                 "real_steps": self.real_steps,
@@ -520,9 +549,8 @@ class PolicyTrainer:
         self._write_rank_summary()
         out = self.run_dir / POLICY_DIR
         acc.wait_for_everyone()
-        if acc.is_main_process:
-            self._save_policy(out)
-            if self.audit.episodes:
-                self.audit.write(self.run_dir)
-                console.print(self.audit.table())
+        self.sharding.save_policy(self.wrapped, out)  # consolidated, by the main process
+        if acc.is_main_process and self.audit.episodes:
+            self.audit.write(self.run_dir)
+            console.print(self.audit.table())
         return out

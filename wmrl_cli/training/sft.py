@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +19,9 @@ from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.runtime import seed_stage
-from wmrl_cli.training.checkpoints import (
-    latest_checkpoint,
-    load_checkpoint,
-    restore_rng,
-    save_checkpoint,
-)
+from wmrl_cli.training.checkpoints import latest_checkpoint, restore_rng, save_checkpoint
+from wmrl_cli.training.memory_plan import sft_memory_plan
+from wmrl_cli.training.sharding import PolicySharding
 
 POLICY_DIR = "policy"
 
@@ -133,7 +129,7 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
     """Clone the demonstrations in `store`; returns the saved policy directory."""
     from accelerate import Accelerator
 
-    from wmrl_cli.policies.checkpoint import from_pretrained, save_pretrained
+    from wmrl_cli.policies.checkpoint import from_pretrained
     from wmrl_cli.policies.normalization import compute_statistics
 
     s = cfg.sft
@@ -152,7 +148,15 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
         # cache leave the RNGs in different states, and the weights must not depend on it.
         seed_stage(cfg.simulator.seed, "sft")
         model = build_policy_model(cfg, data.instructions, data.chunks.shape[-1], stats)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
+    world, device = accelerator.num_processes, str(accelerator.device)
+    memory = sft_memory_plan(cfg, model.config, world, device)  # exit 2 where it cannot fit
+    if accelerator.is_main_process:
+        memory.print()
+    sharding = PolicySharding(cfg.training, accelerator)
+    model = sharding.prepare_model(model)  # dtype, checkpointing, sharding (training.*)
+    optimizer = sharding.optimizer(
+        [{"params": list(model.parameters())}], lr=s.lr, weight_decay=s.weight_decay
+    )
 
     def schedule(step: int) -> float:  # linear warm-up, then cosine to 10%
         if step < s.warmup_steps:
@@ -163,12 +167,14 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     start, rng_state = 0, None
     if checkpoint is not None:
-        state = load_checkpoint(checkpoint, [optimizer, scheduler], restore_rng_state=False)
+        state = sharding.load_checkpoint(
+            checkpoint, model, optimizer, (scheduler,), restore_rng_state=False
+        )
         start, rng_state = state["step"], state["rng"]
         console.print(f"resuming behaviour cloning from step {start} ({checkpoint.name})")
-    wrapped, optimizer = accelerator.prepare(model, optimizer)
-    unwrapped = accelerator.unwrap_model(wrapped)
-    rank, world = accelerator.process_index, accelerator.num_processes
+    wrapped, optimizer = sharding.prepare(model, optimizer)
+    unwrapped = sharding.unwrap(wrapped)
+    rank = accelerator.process_index
     per_rank = max(1, s.batch_size // world)
     instructions = np.array(data.instructions, dtype=object)
 
@@ -224,18 +230,16 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
                 logger.log(reduced, step + 1)
             if (step + 1) % s.save_every == 0 or step + 1 == s.steps:
                 accelerator.wait_for_everyone()
+                save_model, stateful = sharding.checkpoint_parts(
+                    wrapped, optimizer, run_dir, step + 1, (scheduler,)
+                )
                 if accelerator.is_main_process:
                     save_checkpoint(
-                        run_dir,
-                        step + 1,
-                        partial(save_pretrained, unwrapped),
-                        [optimizer, scheduler],
-                        keep=s.keep_checkpoints,
+                        run_dir, step + 1, save_model, stateful, keep=s.keep_checkpoints
                     )
             advance()
     logger.close()
     out_dir = run_dir / POLICY_DIR
     accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        save_pretrained(unwrapped, out_dir)
+    sharding.save_policy(wrapped, out_dir)  # consolidated, by the main process
     return out_dir

@@ -1,0 +1,141 @@
+"""The memory plan (training/memory_plan.py): parameter counts of the full-size configs built
+on the meta device, the plan's arithmetic, and the refusal of a run that cannot fit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.test_train_policy import args, assets  # noqa: F401 - the tiny RL inputs
+from wmrl_cli.cli.app import app
+from wmrl_cli.config import resolve_config
+from wmrl_cli.errors import ConfigError
+from wmrl_cli.policies.config import full_config
+from wmrl_cli.training.memory_plan import (
+    GIB,
+    PlanSettings,
+    PlanSizes,
+    activation_bytes,
+    plan_memory,
+    rl_memory_plan,
+)
+from wmrl_cli.training.param_counts import full_world_model_params, policy_size
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def full_policy():
+    return policy_size(full_config())
+
+
+def test_full_size_parameter_counts_match_the_published_models(full_policy) -> None:
+    """OpenVLA-OFT 7.5 B (Llama-2-7B 6.74 B + DINOv2 + SigLIP + projector), LoRA rank 32 on
+    the Llama's seven projections (80 M) plus the trainable projector (71 M); Wan2.2-TI2V-5B
+    (5.0 B DiT + 0.7 B VAE), OpenSora STDiT3-XL/2 without text cross-attention (0.91 B) + the
+    SDXL VAE (0.08 B): docs/libero.md's figures."""
+    assert full_policy.params == pytest.approx(7.50e9, rel=0.01)
+    assert full_policy.params - full_policy.trainable == 1024  # all but DINOv2's mask token
+    lora = policy_size(full_config(), lora_rank=32)
+    adapters = 32 * 32 * (4 * (4096 + 4096) + 2 * (4096 + 11008) + (11008 + 4096))
+    assert adapters == 79_953_920
+    assert lora.trainable == adapters + 71_385_600  # + the projector
+    assert lora.params == full_policy.params + adapters
+    assert full_world_model_params("wan") == pytest.approx(5.73e9, rel=0.01)
+    assert full_world_model_params("opensora") == pytest.approx(0.99e9, rel=0.01)
+    # the largest unit FSDP gathers: the root (embeddings, LM head, projector, ...)
+    assert 0.3e9 < full_policy.largest_unit < 0.5e9
+
+
+def test_plan_arithmetic_full_fine_tuning_fsdp_and_pure_bf16(full_policy) -> None:
+    p = full_policy.params
+    sizes = PlanSizes(full_policy, world_model=full_world_model_params("wan"))
+    base = PlanSettings(sequences=32, compute_dtype="bf16", world_model_dtype="bf16")
+    plan = plan_memory(sizes, base)
+    # float32 master weights: 4 + 4 + 8 bytes per parameter, and autocast's bf16 copies
+    assert plan.row("policy weights")[1] == pytest.approx(4 * p / GIB)
+    assert plan.row("gradients")[1] == pytest.approx(4 * p / GIB)
+    assert plan.row("AdamW moments")[1] == pytest.approx(8 * p / GIB)
+    assert plan.row("policy bf16 copies")[1] == pytest.approx(2 * p / GIB)
+    assert plan.row("world model")[0] == pytest.approx(2 * 5.73e9 / GIB, rel=0.01)
+    assert plan.peak > 120  # docs/libero.md before sharding: more than one GPU holds
+    fsdp = plan_memory(sizes, replace(base, sharding="fsdp", world_size=8))
+    assert fsdp.row("policy weights")[1] == pytest.approx(4 * p / 8 / GIB)
+    assert fsdp.row("AdamW moments")[1] == pytest.approx(8 * p / 8 / GIB)
+    assert fsdp.row("policy gathered")[0] == pytest.approx(2 * p / GIB)  # bf16, for rollouts
+    bf16 = plan_memory(sizes, replace(base, param_dtype="bf16", optimizer_dtype="bf16"))
+    assert bf16.row("gradients")[1] == pytest.approx(2 * p / GIB)
+    assert bf16.row("AdamW moments")[1] == pytest.approx(4 * p / GIB)
+    offloaded = plan_memory(sizes, replace(base, offload_world_model=True))
+    assert offloaded.row("world model")[1] == 0.0 < offloaded.row("world model")[0]
+    assert offloaded.update == pytest.approx(plan.update - plan.row("world model")[1])
+    offload = plan_memory(sizes, replace(base, sharding="fsdp", world_size=8, cpu_offload=True))
+    assert offload.row("policy weights") == offload.row("gradients") == (0.0, 0.0)
+
+
+def test_lora_trains_only_the_adapters(full_policy) -> None:
+    lora = policy_size(full_config(), lora_rank=32)
+    plan = plan_memory(PlanSizes(lora), PlanSettings(lora_rank=32, sequences=32))
+    assert plan.row("gradients")[1] == pytest.approx(4 * lora.trainable / GIB)
+    assert plan.row("AdamW moments")[1] == pytest.approx(8 * lora.trainable / GIB)
+    assert plan.row("policy weights")[1] == pytest.approx(4 * lora.params / GIB)
+
+
+def test_activations_estimate_and_checkpointing(full_policy) -> None:
+    """Per Llama layer and token 16 h + (7 h + 4 i) x 2 bytes in bf16; checkpointing keeps each
+    block's input and one block's activations."""
+    llama = full_policy.stacks[0]
+    assert llama.tokens == 1 + 256 + 32 + 56 + 1
+    one = activation_bytes(full_policy, 1, 2, checkpointing=False)
+    per_token = 16 * 4096 + (7 * 4096 + 4 * 11008) * 2
+    assert one > llama.layers * llama.tokens * per_token  # + the vision towers (trained)
+    kept = activation_bytes(full_policy, 1, 2, checkpointing=True)
+    assert kept < one / 10
+    lora = policy_size(full_config(), lora_rank=32)  # frozen towers keep nothing
+    assert activation_bytes(lora, 1, 2, False) == llama.layers * llama.tokens * per_token
+
+
+def test_over_budget_names_what_fits() -> None:
+    """The seeds' preset with full fine-tuning on one 80 GB GPU: refused in one line naming
+    LoRA and FSDP over enough ranks; each named change fits."""
+    cfg = resolve_config("wan-spatial-grpo", overrides=["training.memory_budget_gb=79"])
+    wan = full_world_model_params("wan")
+    with pytest.raises(ConfigError) as err:
+        rl_memory_plan(cfg, full_config(), wan, 45_000_000, 1, "cpu")
+    message = str(err.value)
+    assert "\n" not in message and "79.0 GiB of training.memory_budget_gb" in message
+    assert "--set training.lora_rank=32" in message
+    assert "--set training.sharding=fsdp --num-processes" in message
+    lora = resolve_config(cfg_name := "wan-spatial-grpo", overrides=["training.lora_rank=32"])
+    lora.training.memory_budget_gb = 79
+    assert rl_memory_plan(lora, full_config(), wan, 45_000_000, 1, "cpu").plan.peak < 79
+    sharded = resolve_config(cfg_name, overrides=["training.sharding=fsdp"])
+    sharded.training.memory_budget_gb = 79
+    assert rl_memory_plan(sharded, full_config(), wan, 45_000_000, 8, "cpu").plan.peak < 79
+
+
+def test_world_model_offload_turns_on_where_the_plan_needs_it() -> None:
+    cfg = resolve_config("wan-spatial-grpo", overrides=["training.lora_rank=32"])
+    wan = full_world_model_params("wan")
+    free = rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu")
+    assert not free.offload_world_model and free.budget is None  # a CPU: nothing is checked
+    cfg.training.memory_budget_gb = free.plan.peak - 1  # the world model's share frees enough
+    tight = rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu")
+    assert tight.offload_world_model and tight.plan.peak <= cfg.training.memory_budget_gb
+    cfg.world_model.offload_during_update = False
+    with pytest.raises(ConfigError, match="world_model.offload_during_update=true"):
+        rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu")
+
+
+def test_train_policy_prints_the_plan_and_refuses_over_budget(assets, tmp_path) -> None:  # noqa: F811
+    ok = runner.invoke(app, args(assets, tmp_path / "ok", 1, algo="grpo"))
+    assert ok.exit_code == 0, ok.output
+    assert "memory plan per GPU" in ok.output and "AdamW moments" in ok.output
+    over = runner.invoke(
+        app, [*args(assets, tmp_path / "over", 1), "--set", "training.memory_budget_gb=0.0001"]
+    )
+    assert over.exit_code == 2, over.output
+    assert "memory plan needs" in over.output and "Traceback" not in over.output
+    assert "0.0 GiB of training.memory_budget_gb" in over.output

@@ -1,0 +1,133 @@
+"""Sharded policy training (training/sharding.py, `training.sharding: fsdp`) on CPU ranks
+(gloo): the same update as one rank, a 2-step `train-policy` end to end whose export `eval`
+loads, and a run killed with SIGKILL that resumes to the uninterrupted run's metrics."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tests.test_train_policy import _metrics, args, assets  # noqa: F401 - the tiny RL inputs
+from wmrl_cli.cli.app import app
+from wmrl_cli.training.sharding import MixedStateAdamW
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
+FSDP = ["--set", "training.sharding=fsdp"]
+runner = CliRunner()
+
+
+def _worker(out: Path, ranks: int, *extra: str) -> dict:
+    launch = ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}"] if ranks > 1 else []
+    cmd = [sys.executable, *launch, "-m", "tests.sharding_worker", str(out), *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return torch.load(out / f"result_{ranks}.pt")
+
+
+@pytest.mark.parametrize(
+    "variant", ["full", pytest.param("lora", marks=pytest.mark.slow)], ids=["full", "lora"]
+)
+def test_two_sharded_ranks_update_as_one_rank(tmp_path, variant) -> None:
+    """The same batch split over 2 FSDP ranks: the mean of their losses is one rank's loss,
+    and after an AdamW step (lr 1e-2) the gathered weights are one rank's to float tolerance.
+    Afterwards the gathered policy decodes the same actions on both ranks although rank 0
+    calls it three times and rank 1 once. lora: adapters, activation checkpointing and float32
+    moments kept apart from the weights' dtype (MixedStateAdamW)."""
+    extra = ["lora"] if variant == "lora" else []
+    one = _worker(tmp_path, 1, *extra)
+    two = _worker(tmp_path, 2, *extra)
+    assert sum(two["losses"]) / 2 == pytest.approx(one["losses"][0], rel=1e-6)
+    assert one["weights"].keys() == two["weights"].keys()
+    moved = max((one["weights"][k] - w).abs().max() for k, w in _initial(variant).items())
+    assert moved > 1e-3  # the step moved the weights
+    for key, weight in one["weights"].items():
+        torch.testing.assert_close(two["weights"][key], weight, rtol=0, atol=1e-4, msg=key)
+    assert two["tokens"][:2] == two["tokens"][2:] == one["tokens"]
+
+
+def _initial(variant: str) -> dict[str, torch.Tensor]:
+    from tests.sharding_worker import tiny_policy
+
+    return tiny_policy(variant == "lora").state_dict()
+
+
+def test_mixed_state_adamw_is_adamw() -> None:
+    """With float32 moments on float32 weights it steps exactly as torch's AdamW; bf16 weights
+    keep float32 moments."""
+    torch.manual_seed(0)
+    a = torch.nn.Parameter(torch.randn(64))
+    b = torch.nn.Parameter(a.detach().clone())
+    ours = MixedStateAdamW([a], torch.float32, lr=1e-2, weight_decay=0.01, eps=1e-8)
+    theirs = torch.optim.AdamW([b], lr=1e-2, weight_decay=0.01, eps=1e-8, foreach=False)
+    for step in range(3):
+        grad = torch.randn(64, generator=torch.Generator().manual_seed(step))
+        a.grad, b.grad = grad.clone(), grad.clone()
+        ours.step()
+        theirs.step()
+    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    half = torch.nn.Parameter(torch.randn(8, dtype=torch.bfloat16))
+    opt = MixedStateAdamW([half], torch.float32, lr=1e-3)
+    half.grad = torch.ones_like(half)
+    opt.step()
+    assert opt.state[half]["exp_avg"].dtype == torch.float32 and half.dtype == torch.bfloat16
+
+
+def _two_ranks(cmd_args: list[str]) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "wmrl_cli", *cmd_args, "--num-processes", "2"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_sharded_train_policy_runs_and_its_export_loads_in_eval(assets, tmp_path) -> None:  # noqa: F811
+    """`train-policy --num-processes 2 --set training.sharding=fsdp`: 2 steps of GRPO in the
+    tiny imagined env, the real-simulator evaluation at the end (rank 0, the policy gathered),
+    the optimizer's shards in the checkpoint, and a consolidated policy that `eval` reads."""
+    run = tmp_path / "fsdp"
+    proc = _two_ranks([*args(assets, run, 2, algo="grpo", envs=8), *FSDP])
+    assert "memory plan per GPU" in proc.stdout and "fsdp over 2 rank(s)" in proc.stdout
+    rows = _metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2] and "eval/success_once" in rows[-1]
+    sharded = run / "checkpoints" / "step_000002" / "training_state" / "sharded"
+    assert (sharded / ".metadata").is_file() and len(list(sharded.glob("*.distcp"))) == 2
+    assert not list((run / "checkpoints").glob(".sharded-*"))  # moved into the checkpoint
+    evaluated = runner.invoke(
+        app,
+        [
+            "eval", "--policy", str(run), "--suite", "mw3", "-n", "1", "--num-envs", "3",
+            "--num-workers", "0", "--image-size", "32", "--out", str(tmp_path / "eval"),
+            "--set", "simulator.max_steps=16",
+        ],
+    )  # fmt: skip
+    assert evaluated.exit_code == 0, evaluated.output
+
+
+@pytest.mark.slow
+def test_sharded_run_killed_then_resumed_matches_uninterrupted(assets, tmp_path) -> None:  # noqa: F811
+    """A 2-rank FSDP run killed with SIGKILL (rank 0, right after its first checkpoint) and
+    started again resumes from that checkpoint (the optimizer's shards included) and logs the
+    uninterrupted run's metrics."""
+    straight, killed = tmp_path / "a", tmp_path / "b"
+    _two_ranks([*args(assets, straight, 3, algo="grpo", envs=8), *FSDP])
+    # torchrun straight into tests.kill_at: every rank installs the kill point, rank 0 hits it
+    kill = ["wmrl_cli.rl.trainer:save_checkpoint", "after", "1", "--"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    cmd += ["-m", "tests.kill_at", *kill, *args(assets, killed, 3, algo="grpo", envs=8), *FSDP]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert proc.returncode != 0 and (killed / "checkpoints" / "step_000001").is_dir()
+    resumed = _two_ranks([*args(assets, killed, 3, algo="grpo", envs=8), *FSDP])
+    assert "resuming policy training from step_000001" in resumed.stdout
+    a, b = _metrics(straight / "metrics.jsonl"), _metrics(killed / "metrics.jsonl")
+    assert [r["step"] for r in b] == [1, 2, 3]
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for key in x:
+            assert x[key] == pytest.approx(y[key], rel=1e-6, abs=1e-7), key

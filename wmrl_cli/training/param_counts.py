@@ -1,0 +1,191 @@
+"""Parameter counts for the memory plan, without allocating a weight.
+
+Models are built on the meta device (`torch.device("meta")`: shapes only), from a config (the
+full-size ones: `policies.config.full_config`, `WanWorldModelConfig.full`,
+`OpenSoraWorldModelConfig.full`) or from what a checkpoint directory records: a wmrl policy's or
+world model's config.json, a published (prismatic) policy's tensor shapes read from its
+safetensors headers. A published world model is counted from its weight files (safetensors
+headers; RLinf's Wan VAE `.pth` by its size, float32).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from wmrl_cli.policies.config import LoraSpec, OpenVLAOFTConfig
+
+# What a micro-batch's sequence holds besides image patches and actions: BOS, the prompt (an
+# instruction of about 20 Llama tokens plus the "In: What action ... Out:" template) and stop.
+PROMPT_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A stack of transformer blocks, for the activation estimate: width, MLP width, depth,
+    and tokens per sequence."""
+
+    hidden: int
+    mlp: int
+    layers: int
+    tokens: int
+    kind: str  # "llama" (SwiGLU, RMSNorm) or "vit" (GELU, LayerNorm)
+
+
+@dataclass(frozen=True)
+class PolicySize:
+    """params: every parameter; trainable: what AdamW updates (full fine-tuning: all of them;
+    LoRA: the adapters, the projector and a value head); largest_unit: the parameters of the
+    largest unit FSDP gathers at once (a block, or the root's own: embeddings, LM head,
+    projector); stacks: the Llama and the vision towers."""
+
+    params: int
+    trainable: int
+    largest_unit: int
+    stacks: tuple[Stack, ...]
+    trainable_stacks: tuple[bool, ...]  # whether activations of each stack are kept for backward
+
+
+def count(module: nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
+
+
+@lru_cache(maxsize=8)
+def _policy_size(config_json: str, lora_rank: int | None, value_head: bool) -> PolicySize:
+    from wmrl_cli.policies.openvla_oft import OpenVLAOFT
+
+    config = OpenVLAOFTConfig.from_dict(json.loads(config_json))
+    config.lora, config.value_head = None, value_head
+    with torch.device("meta"):
+        model = OpenVLAOFT(config)
+        if lora_rank:
+            from wmrl_cli.policies.lora import apply_lora
+
+            apply_lora(model, LoraSpec(rank=lora_rank, alpha=lora_rank))
+    from wmrl_cli.training.sharding import policy_blocks
+
+    blocks = [count(block) for block in policy_blocks(model)]
+    units = [*blocks, count(model) - sum(blocks)]  # FSDP's units: each block, and the root
+    llm = config.llm
+    tokens = 1 + config.num_patches + PROMPT_TOKENS + config.num_action_tokens + 1
+    stacks = [Stack(llm.hidden_size, llm.intermediate_size, llm.num_layers, tokens, "llama")]
+    for tower in config.vision:
+        patches = config.num_patches + (1 if tower.kind == "dinov2" else 0)
+        stacks.append(
+            Stack(
+                tower.hidden_size,
+                tower.mlp_dim,
+                tower.num_layers,
+                patches + tower.num_register_tokens,
+                "vit",
+            )
+        )
+    towers_train = any(p.requires_grad for p in model.vision_towers.parameters())
+    return PolicySize(
+        params=count(model),
+        trainable=count(model, trainable_only=True),
+        largest_unit=max(units),
+        stacks=tuple(stacks),
+        trainable_stacks=(True,) + (towers_train,) * len(config.vision),
+    )
+
+
+def policy_size(
+    config: OpenVLAOFTConfig, lora_rank: int | None = None, value_head: bool = False
+) -> PolicySize:
+    """The policy `config` builds (on the meta device), with LoRA of `lora_rank` applied as RL
+    applies it (the Llama's projections; vision towers frozen)."""
+    return _policy_size(json.dumps(config.to_dict(), sort_keys=True), lora_rank, value_head)
+
+
+def safetensors_shapes(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the safetensors files in `directory` (not below it), as meta tensors of
+    its shape: read from the headers, nothing loaded."""
+    from safetensors import safe_open
+
+    shapes: dict[str, torch.Tensor] = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        with safe_open(str(path), "pt", device="cpu") as f:
+            for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                shapes[key] = torch.empty(f.get_slice(key).get_shape(), device="meta")
+    return shapes
+
+
+def policy_config_of(directory: Path) -> OpenVLAOFTConfig:
+    """The config of the policy in a checkpoint directory: a wmrl policy's config.json, or a
+    published (prismatic) one's sizes from its tensor shapes (as `load_prismatic` reads them)."""
+    from wmrl_cli.policies.checkpoint import is_prismatic, read_config
+    from wmrl_cli.policies.config import full_config
+    from wmrl_cli.policies.prismatic import FEATURIZER_PREFIXES, llama_spec, tower_config
+
+    meta = read_config(directory)
+    if not is_prismatic(meta):
+        return OpenVLAOFTConfig.from_dict(meta["policy"])
+    shapes = safetensors_shapes(directory)
+    timm_ids, sizes = meta.get("timm_model_ids") or [], meta.get("image_sizes") or []
+    towers = [
+        tower_config(tid, int(size), shapes, prefix)
+        for tid, size, prefix in zip(timm_ids, sizes, FEATURIZER_PREFIXES)
+    ]
+    rows = int(shapes["language_model.model.embed_tokens.weight"].shape[0])
+    llm = llama_spec(dict(meta.get("text_config") or {}), rows)
+    update = {"vision": towers, "llm": llm, "vocab_size": max(257, rows - 64), "pad_token_id": 0}
+    return full_config().model_copy(update=update)
+
+
+def world_model_params(path: Path | None, backend: str = "wan") -> int:
+    """Parameters of a world model (denoiser and autoencoder): a wmrl run or model directory
+    built on the meta device from its config.json, a published folder from its weight files,
+    or (path None) the backend's full-size config."""
+    from wmrl_cli.world_models.published import WAN_VAE_FILE, published_layout
+
+    if path is None:
+        return full_world_model_params(backend)
+    if published_layout(path) is not None:
+        shapes = safetensors_shapes(path)
+        if (path / "vae").is_dir():
+            shapes.update(safetensors_shapes(path / "vae"))
+        vae = path / WAN_VAE_FILE
+        return sum(t.numel() for t in shapes.values()) + (
+            vae.stat().st_size // 4 if vae.is_file() else 0
+        )
+    from wmrl_cli.world_models.factory import saved_world_model
+
+    directory, saved_backend = saved_world_model(path)
+    config = json.loads((directory / "config.json").read_text())
+    return _world_model_params(saved_backend, json.dumps(config, sort_keys=True))
+
+
+def full_world_model_params(backend: str) -> int:
+    """The backend's full size (Wan2.2-TI2V-5B or STDiT3-XL/2, with its VAE)."""
+    return _world_model_params(backend, None)
+
+
+@lru_cache(maxsize=8)
+def _world_model_params(backend: str, config_json: str | None) -> int:
+    if backend == "opensora":
+        from wmrl_cli.world_models.opensora import OpenSoraWorldModel as model_cls
+        from wmrl_cli.world_models.opensora import OpenSoraWorldModelConfig as config_cls
+    else:
+        from wmrl_cli.world_models.wan import WanWorldModel as model_cls
+        from wmrl_cli.world_models.wan import WanWorldModelConfig as config_cls
+    config = (
+        config_cls.full() if config_json is None else config_cls.from_dict(json.loads(config_json))
+    )
+    with torch.device("meta"):
+        return count(model_cls(config))
+
+
+def weight_file_bytes(path: Path | None) -> int:
+    """Bytes of a model's weight files (a reward model: a `.pth` or a model directory)."""
+    if path is None:
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    files = list(path.glob("*.safetensors")) + list(path.glob("*.pth"))
+    return sum(f.stat().st_size for f in files)

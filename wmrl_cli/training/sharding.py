@@ -1,0 +1,333 @@
+"""How a policy trains on its ranks: replicated (`training.sharding: none`, data parallel
+through Accelerate, as before) or sharded (`fsdp`: torch's FSDP2, `fully_shard`), with the
+parameter and optimizer-state dtypes, activation checkpointing and CPU offload of
+`cfg.training`. Used by `train-policy` (rl/trainer.py), `sft` (training/sft.py) and
+co-evolve's RL stages (through the same trainer).
+
+Sharding is torch's `fully_shard` applied here, on GPUs and CPUs alike, not Accelerate's FSDP
+plugin: Accelerate 1.15 ignores that plugin on a CPU (a MULTI_CPU run gets DDP), so the CPU
+tests could not run the code the GPUs run. Accelerate keeps the process group, the device,
+`backward`, gradient clipping and the prepared optimizer; the model is not passed to
+`accelerator.prepare` when sharded (it would wrap the sharded module in DDP).
+
+Under FSDP each Llama decoder layer and each vision-tower block is one unit, the rest (the
+embeddings, LM head, projector, value head) the root's. The update gathers one unit at a time;
+a rollout or an evaluation gathers every unit once (`gathered`), so that ranks stepping
+different numbers of policy calls (their envs end at different chunks) run no collective in
+between. Checkpoints: the consolidated policy (`save_pretrained`, written by rank 0 from a
+gathered full state dict) and the optimizer state as each rank's shard
+(`training_state/sharded/`, torch.distributed.checkpoint), which resumes exactly, on the same
+or another number of ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from wmrl_cli.logging import console
+
+SHARDED_DIR = "sharded"  # in a checkpoint's training_state/
+DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
+
+
+class MixedStateAdamW(torch.optim.AdamW):
+    """torch's AdamW (decoupled weight decay, bias correction, no amsgrad) with its two
+    moments kept in `state_dtype` whatever the weights' dtype; each step computes in float32.
+    Used only where `training.optimizer_dtype` differs from the weights' dtype."""
+
+    def __init__(self, params: Any, state_dtype: torch.dtype, **kwargs: Any) -> None:
+        super().__init__(params, foreach=False, **kwargs)
+        self.state_dtype = state_dtype
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = None if closure is None else closure()
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.tensor(0.0)
+                    state["exp_avg"] = torch.zeros_like(p, dtype=self.state_dtype)
+                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=self.state_dtype)
+                state["step"] += 1
+                step = float(state["step"])
+                grad, m, v = p.grad.float(), state["exp_avg"].float(), state["exp_avg_sq"].float()
+                m.lerp_(grad, 1 - b1)
+                v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+                weight = p.float().mul_(1 - lr * wd)
+                denom = (v.sqrt() / math.sqrt(1 - b2**step)).add_(eps)
+                weight.addcdiv_(m, denom, value=-lr / (1 - b1**step))
+                p.copy_(weight)
+                state["exp_avg"].copy_(m)
+                state["exp_avg_sq"].copy_(v)
+        return loss
+
+
+def policy_blocks(model: nn.Module) -> list[nn.Module]:
+    """The policy's transformer blocks: the Llama's decoder layers, then each vision tower's."""
+    blocks = list(model.llm().model.layers)
+    for tower in model.vision_towers:
+        encoder = tower.model.encoder
+        blocks += list(getattr(encoder, "layer", None) or encoder.layers)
+    return blocks
+
+
+def enable_activation_checkpointing(model: nn.Module) -> None:
+    """Recompute the Llama's and the vision towers' blocks in backward (transformers' own
+    activation checkpointing, non-reentrant: it composes with FSDP2 and needs no input
+    gradients)."""
+    for module in (model.llm(), *(tower.model for tower in model.vision_towers)):
+        module.activation_checkpointing_enable({"use_reentrant": False})
+
+
+class PolicySharding:
+    """`cfg.training`'s memory settings applied to one policy on this process's rank."""
+
+    def __init__(self, training: Any, accelerator: Any) -> None:
+        self.training = training
+        self.accelerator = accelerator
+        # one rank shards nothing: FSDP over a single rank is the replicated path
+        self.fsdp = training.sharding == "fsdp" and accelerator.num_processes > 1
+        self.param_dtype = DTYPES[training.param_dtype]
+        state = training.optimizer_dtype
+        self.state_dtype = self.param_dtype if state == "param" else DTYPES[state]
+
+    # -- the model ---------------------------------------------------------------------------
+    def cast(self, model: nn.Module) -> nn.Module:
+        """The policy (or a frozen copy of it) with its parameters in the weights' dtype;
+        buffers keep theirs (the rotary frequencies and pixel statistics stay float32)."""
+        for param in model.parameters():
+            param.data = param.data.to(self.param_dtype)
+        model.config.dtype = "bfloat16" if self.param_dtype == torch.bfloat16 else "float32"
+        return model
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        """Cast, checkpointing and (fsdp) `fully_shard`, in place; before the optimizer is
+        built (sharding replaces the parameters)."""
+        self.cast(model)
+        if self.training.activation_checkpointing:
+            enable_activation_checkpointing(model)
+        if not self.fsdp:
+            return model
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import (
+            CPUOffloadPolicy,
+            MixedPrecisionPolicy,
+            fully_shard,
+            register_fsdp_forward_method,
+        )
+
+        device = self.accelerator.device
+        mesh = init_device_mesh(device.type, (self.accelerator.num_processes,))
+        compute = torch.bfloat16 if self.training.bf16 else None
+        kwargs: dict[str, Any] = dict(
+            mesh=mesh,
+            mp_policy=MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32),
+            reshard_after_forward=True,
+        )
+        if self.training.cpu_offload:
+            if device.type == "cuda":
+                kwargs["offload_policy"] = CPUOffloadPolicy()
+            elif self.accelerator.is_main_process:
+                console.print("notice: training.cpu_offload: on a CPU the shards are there already")
+        for block in policy_blocks(model):
+            fully_shard(block, **kwargs)
+        fully_shard(model, **kwargs)
+        # Rollouts and evaluations call `act`, not the module: through the root's hooks too, so
+        # that the root initializes first whichever runs first
+        register_fsdp_forward_method(model, "act")
+        # The policy returns views (logits reshaped per action); the trainer never writes into
+        # them in place, which is what FSDP2 warns about.
+        warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view")
+        return model
+
+    def optimizer(self, groups: list[dict[str, Any]], **kwargs: Any) -> torch.optim.Optimizer:
+        """AdamW over `groups` (of the prepared model's parameters), moments in the configured
+        dtype."""
+        if self.state_dtype == self.param_dtype:
+            return torch.optim.AdamW(groups, **kwargs)
+        return MixedStateAdamW(groups, self.state_dtype, **kwargs)
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Any, Any]:
+        """(what to call for training forwards, the optimizer) through Accelerate."""
+        if not self.fsdp:
+            return self.accelerator.prepare(model, optimizer)
+        return model, self.accelerator.prepare_optimizer(optimizer)
+
+    def unwrap(self, wrapped: nn.Module) -> nn.Module:
+        return wrapped if self.fsdp else self.accelerator.unwrap_model(wrapped)
+
+    @contextlib.contextmanager
+    def gathered(self, model: nn.Module) -> Iterator[None]:
+        """Every rank holds the whole policy inside (fsdp; nothing to do otherwise): its
+        forward passes run no collective, so ranks may make different numbers of them."""
+        if not self.fsdp:
+            yield
+            return
+        from torch.distributed.fsdp import FSDPModule
+
+        units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        for unit in units:
+            unit.unshard()
+            unit.set_reshard_after_forward(False, recurse=False)
+        try:
+            yield
+        finally:
+            for unit in units:
+                unit.reshard()
+                unit.set_reshard_after_forward(True, recurse=False)
+
+    def local_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """This rank's tensors (its shards under fsdp), for the rank summary."""
+        state = model.state_dict()
+        return {k: getattr(v, "to_local", lambda v=v: v)() for k, v in state.items()}
+
+    # -- saving and resuming -------------------------------------------------------------------
+    def full_policy(self, model: nn.Module) -> nn.Module | None:
+        """An unsharded copy of the policy on the main process (None elsewhere); collective.
+        Built on the meta device and filled with the gathered weights, so only they take
+        memory (CPU)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
+
+        from wmrl_cli.policies.lora import apply_lora, lora_active
+        from wmrl_cli.policies.openvla_oft import OpenVLAOFT
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        full = get_model_state_dict(model, options=options)
+        if not self.accelerator.is_main_process:
+            return None
+        config = model.config.model_copy(deep=True)
+        lora = config.lora if lora_active(model) else None
+        config.lora = None
+        config.value_head = model.value_head is not None
+        with torch.device("meta"):
+            copy = OpenVLAOFT(config, model.tokenizer, None)
+            if lora is not None:
+                apply_lora(copy, lora, freeze_vision=False)
+        copy.load_state_dict(full, strict=True, assign=True)
+        copy.norm_stats = model.norm_stats
+        return copy
+
+    def save_policy(self, model: nn.Module, directory: Path) -> None:
+        """The consolidated policy (`save_pretrained`'s folder) written by the main process;
+        every rank calls it."""
+        from wmrl_cli.policies.checkpoint import save_pretrained
+
+        full = self.full_policy(model) if self.fsdp else self.unwrap(model)
+        if self.accelerator.is_main_process:
+            save_pretrained(full, directory)
+
+    def checkpoint_parts(
+        self, model: nn.Module, optimizer: Any, run_dir: Path, step: int, others: tuple = ()
+    ) -> tuple[Callable[[Path], Any], list[Any]]:
+        """(save_model, stateful) for `save_checkpoint` on the main process; every rank calls
+        it. `others`: further objects with a state dict (a scheduler). Replicated: the policy
+        and the optimizer as they are. fsdp: the optimizer's shards written now by every rank
+        (torch.distributed.checkpoint) and moved into the checkpoint by save_model, which
+        writes the gathered policy."""
+        from wmrl_cli.policies.checkpoint import save_pretrained
+
+        if not self.fsdp:
+            unwrapped = self.unwrap(model)
+            return (lambda directory: save_pretrained(unwrapped, directory)), [optimizer, *others]
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        shards = Path(run_dir) / "checkpoints" / f".{SHARDED_DIR}-step_{step:06d}"
+        if self.accelerator.is_main_process:
+            shutil.rmtree(shards, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        optimizer = getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper
+        dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=shards)
+        full = self.full_policy(model)
+
+        def save_model(directory: Path) -> None:
+            save_pretrained(full, directory)
+            shutil.move(str(shards), str(directory.parent / "training_state" / SHARDED_DIR))
+
+        return save_model, list(others)
+
+    def load_checkpoint(
+        self,
+        checkpoint: Path,
+        model: nn.Module,
+        optimizer: Any,
+        others: tuple = (),
+        restore_rng_state: bool = True,
+    ) -> dict:
+        """`load_checkpoint`'s result, the optimizer state restored (its shard on each rank
+        under fsdp) and `others`' (as `checkpoint_parts` saved them); after `prepare_model`
+        and `optimizer`."""
+        from wmrl_cli.training.checkpoints import load_checkpoint
+
+        if not self.fsdp:
+            return load_checkpoint(checkpoint, [optimizer, *others], restore_rng_state)
+        info = load_checkpoint(checkpoint, list(others), restore_rng_state)
+        shards = checkpoint / "training_state" / SHARDED_DIR
+        if not (shards / ".metadata").is_file():
+            from wmrl_cli.errors import WmrlError
+
+            raise WmrlError(
+                f"{checkpoint}: no sharded optimizer state ({SHARDED_DIR}/); it was saved "
+                "without training.sharding=fsdp: resume it with the sharding it was saved with"
+            )
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (
+            get_optimizer_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+        dcp.load(state, checkpoint_id=shards)
+        set_optimizer_state_dict(model, optimizer, state["optimizer"])
+        return info
+
+
+# -- the frozen models of an imagined env -------------------------------------------------------
+
+
+def frozen_models(env: Any) -> tuple[list[nn.Module], list[nn.Module]]:
+    """(world models, reward models) an RL env imagines and judges with (none in the real
+    simulator; the simulator-judged env wraps an imagined one)."""
+    env = getattr(env, "imagined", env)
+    worlds = [getattr(env, "world_model", None), *getattr(env, "confirm_models", [])]
+    rewards = [getattr(env, "reward_model", None)]
+    keep = [m for m in worlds if isinstance(m, nn.Module)]
+    return keep, [m for m in rewards if isinstance(m, nn.Module)]
+
+
+@contextlib.contextmanager
+def offloaded(models: list[nn.Module], device: Any, on: bool) -> Iterator[None]:
+    """Inside, `models` are in CPU memory (`on`; nothing moves otherwise); back on `device`
+    after. A world model moves with the context it holds."""
+    if not on:
+        yield
+        return
+    for model in models:
+        (model.offload if hasattr(model, "offload") else model.cpu)()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    try:
+        yield
+    finally:
+        for model in models:
+            if hasattr(model, "onload"):
+                model.onload(device)
+            else:
+                model.to(device)
