@@ -112,3 +112,53 @@ def test_train_reward_seed_reproduces_and_changes_the_run(tmp_path: Path) -> Non
     first = losses(1, "a")
     assert losses(1, "b") == first
     assert losses(2, "c") != first
+
+
+def test_ranks_start_quiet(tmp_path: Path) -> None:
+    """torchrun's OMP_NUM_THREADS banner and DDP's gradient-stride warning stay out of the
+    ranks' output; a rank's failure is its status, without torchrun's 30-line report."""
+    import subprocess
+    import sys
+
+    from wmrl_cli.cli.common import rank_environment
+
+    env = rank_environment()
+    assert env["OMP_NUM_THREADS"]
+    warn = "import warnings; warnings.warn('Grad strides do not match bucket view strides. x')"
+    quiet = subprocess.run([sys.executable, "-c", warn], env=env, capture_output=True, text=True)
+    assert quiet.stderr == ""
+    script = tmp_path / "rank.py"
+    script.write_text("import os, sys\nsys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
+    args = ["--nproc_per_node=2", "--master_port=0", str(script)]
+    cmd = [sys.executable, "-m", "wmrl_cli.training.launch", *args]
+    failed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 3
+    assert failed.stdout == failed.stderr == "", failed.stderr
+
+
+@pytest.mark.slow  # two ranks of RL in the simulator: ~40 s on an idle 2-core CPU
+def test_two_rank_run_prints_only_its_own_lines(tmp_path: Path, expert_episodes) -> None:
+    """A 2-rank GRPO run in the simulator printed 13 lines on stderr: torchrun's banner and
+    DDP's gradient-stride warning per rank around the one progress line."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_sft import TINY
+    from tests.test_train_policy import sim_args
+    from wmrl_cli.data.episodes import EpisodeStore
+
+    EpisodeStore(tmp_path / "demos").add(expert_episodes)
+    args = ["sft", "--suite", "mw3", "--data", str(tmp_path / "demos"), "--steps", "2"]
+    sft = runner.invoke(app, [*args, "--out", str(tmp_path / "sft"), *TINY])
+    assert sft.exit_code == 0, sft.output
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    cmd = [sys.executable, "-m", "wmrl_cli", *sim_args(tmp_path, tmp_path / "ddp", 2, envs=8)]
+    proc = subprocess.run(
+        [*cmd, "--num-processes", "2"], capture_output=True, text=True, env=env, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr
+    for noise in ("OMP_NUM_THREADS", "Grad strides", "Warning", "*****"):
+        assert noise not in proc.stdout + proc.stderr, proc.stderr
+    assert _lines(proc.stderr) == [_lines(proc.stderr)[0]], proc.stderr  # the progress line
+    assert _lines(proc.stderr)[0].startswith("grpo in the simulator: 2/2")

@@ -145,6 +145,7 @@ def test_bad_num_processes_is_one_line_before_any_launch(
         raise AssertionError("torchrun was started")
 
     monkeypatch.setattr(subprocess, "call", no_launch)
+    monkeypatch.setattr(subprocess, "Popen", no_launch)
     args = _ddp_args(store, tmp_path / "run", 1) + ["--set", "world_model.batch_size=3"]
     result = runner.invoke(app, [*args, "--num-processes", processes])
     assert result.exit_code == 2, result.output

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -157,11 +159,38 @@ def relaunch_ranks(num_processes: int) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "wmrl_cli.training.launch",  # torchrun, quiet
         f"--nproc_per_node={num_processes}",
         f"--master_port={_free_port()}",
         "-m",
         "wmrl_cli",
         *argv,
     ]
-    raise typer.Exit(subprocess.call(cmd))
+    torchrun = subprocess.Popen(cmd, env=rank_environment())
+    try:
+        code = torchrun.wait()
+    except KeyboardInterrupt:
+        # A Ctrl-C at a terminal reached torchrun and the ranks too; a SIGINT sent to this
+        # process alone (kill -INT, a scheduler) is passed on, so that no rank runs on.
+        try:
+            code = torchrun.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            torchrun.send_signal(signal.SIGINT)
+            code = torchrun.wait()
+    raise typer.Exit(code)
+
+
+# A parameter whose gradient has a size-1 dimension of another stride (a vision tower's
+# register tokens at batch 1, a slice of the grad of a concatenation) makes DDP warn once
+# per rank; that dimension's stride does not matter, the copy into the bucket is the same.
+_RANK_WARNINGS = "ignore:Grad strides do not match bucket view strides:UserWarning"
+
+
+def rank_environment() -> dict[str, str]:
+    """The ranks' environment: OMP_NUM_THREADS 1 where unset, as torchrun would set it but
+    without its banner (`num_threads` sets each rank's torch threads), and DDP's warning
+    about gradient strides filtered."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONWARNINGS"] = ",".join(filter(None, (env.get("PYTHONWARNINGS"), _RANK_WARNINGS)))
+    return env
