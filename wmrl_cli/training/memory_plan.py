@@ -124,6 +124,10 @@ def _gib(n: float) -> float:
     return n / GIB
 
 
+def _params(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e8 else f"{n / 1e6:.2f} M"
+
+
 def block_bytes_per_token(stack: Stack, b: int) -> int:
     """What one block keeps for backward per token (see the module doc)."""
     h, m = stack.hidden, stack.mlp
@@ -171,7 +175,7 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
     if p.trainable < 0.99 * p.params:  # LoRA
         weight_label += f", {p.trainable / 1e6:.0f} M trained"
     rows = [
-        (f"policy weights ({p.params / 1e9:.2f} B, {weight_label})", weights, weights),
+        (f"policy weights ({_params(p.params)}, {weight_label})", weights, weights),
         (f"policy {copies[0]}", copies[1], copies_update),
         (f"gradients ({s.param_dtype})", 0.0, grads),
         (f"AdamW moments ({s.optimizer_dtype})", moments, moments),
@@ -186,7 +190,7 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
             *(2 * [_gib(p.params * wb)] if s.kl_reference else [0, 0]),
         ),
         (
-            f"world model + VAE ({sizes.world_model / 1e9:.2f} B, {s.world_model_dtype}"
+            f"world model + VAE ({_params(sizes.world_model)}, {s.world_model_dtype}"
             + (", offloaded in the update)" if s.offload_world_model else ")"),
             wm,
             wm * kept,

@@ -1,0 +1,37 @@
+"""benchmarks/gpu_fullsize.py at `--size tiny`: the code a lent GPU runs at full size (the
+same code on tiny configs), on the CPU in well under a minute, writing its JSON and markdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_tiny_size_runs_every_section_and_writes_json_and_markdown(tmp_path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, "benchmarks/gpu_fullsize.py", "--size", "tiny", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "gpu_fullsize.json").read_text())
+    assert result["size"] == "tiny" and result["device"] == "cpu"
+    imagined = {r["backend"]: r for r in result["imagination"]}
+    assert set(imagined) == {"wan", "opensora"}
+    assert all(r["frames_per_s"] > 0 for r in imagined.values())
+    variants = [r["variant"] for r in result["policy"]]
+    assert variants == [
+        "LoRA rank 32, float32 weights",
+        "full fine-tuning, float32 weights",
+        "full fine-tuning, bf16 weights",
+    ]
+    assert all(r["seconds"] > 0 and r["plan_gib"] >= 0 for r in result["policy"])
+    step = result["grpo_step"]
+    assert step["envs"] == 2 and step["seconds"] > 0 and step["plan_gib"] > 0
+    assert step["update_s"] > 0 and step["rollout_s"] > 0
+    table = (tmp_path / "gpu_fullsize.md").read_text()
+    assert "| wan | 1 | 2 |" in table and "| wan-spatial-grpo, LoRA 32 | 2 | 16 |" in table
+    assert result["wall_s"] < 60
