@@ -118,41 +118,22 @@ def train_policy_command(
         )  # fmt: skip
         relaunch_ranks(num_processes)
 
-    import torch
-    from accelerate import Accelerator
-
-    from wmrl_cli.rl.setup import build_env, load_policy, real_eval_callback, verdict_line
-    from wmrl_cli.rl.trainer import PolicyTrainer
+    from wmrl_cli.rl.train_policy import make_accelerator, train_policy
     from wmrl_cli.runtime import configure_threads, seed_everything
 
     inputs = check_inputs(effective)
-    accelerator = Accelerator(
-        cpu=not torch.cuda.is_available(),
-        mixed_precision="bf16" if effective.training.bf16 else "no",
-    )
+    accelerator = make_accelerator(effective)
     if accelerator.num_processes > 1 and cfg.output_dir is None:
         raise WmrlError("several ranks need --out so that every rank writes to the same run")
     # every rank applies the run-directory rule (with --resume, each adopts the recorded
     # config); the main process writes
     claim_run_dir(cfg, "train-policy", **_claim(inputs), write=accelerator.is_main_process)
     accelerator.wait_for_everyone()
-    run_dir = Path(cfg.output_dir)
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
-
-    device = str(accelerator.device)
-    model = load_policy(inputs, device)
-    rl_env = build_env(cfg, cfg.algorithm.num_envs // accelerator.num_processes, device, inputs)
-    if accelerator.is_main_process and (line := verdict_line(rl_env, inputs)):
-        console.print(line, markup=False)
-    try:
-        evaluate = real_eval_callback(cfg, run_dir) if accelerator.is_main_process else None
-        trainer = PolicyTrainer(cfg, run_dir, model, rl_env, accelerator, evaluate)
-        out_dir = trainer.train()
-    finally:
-        rl_env.close()
+    trained = train_policy(cfg, Path(cfg.output_dir), inputs, accelerator)
     if accelerator.is_main_process:
-        console.print(f"policy saved to {out_dir}")
-        if trainer.last_eval is not None:
-            step, success = trainer.last_eval
+        console.print(f"policy saved to {trained.path}")
+        if trained.last_eval is not None:
+            step, success = trained.last_eval
             console.print(f"real success at step {step}: {100 * success:.1f}%")

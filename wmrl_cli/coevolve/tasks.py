@@ -303,14 +303,10 @@ def simulator_rl(cfg: RunConfig, out: Path, policy: str, steps: int) -> str:
 
 
 def _train_policy(sub: RunConfig, out: Path, real_steps: int) -> str:
-    """`train-policy` on `sub` into `out`, without its periodic evaluation (the pipeline
+    """`train-policy`'s job on `sub` into `out`, without its periodic evaluation (the pipeline
     evaluates each stage apart); env/real_steps start at `real_steps`, kept across a resume."""
-    import torch
-    from accelerate import Accelerator
-
-    from wmrl_cli.logging import console
-    from wmrl_cli.rl.setup import build_env, load_policy, resolve_inputs, verdict_line
-    from wmrl_cli.rl.trainer import PolicyTrainer
+    from wmrl_cli.rl.setup import resolve_inputs
+    from wmrl_cli.rl.train_policy import make_accelerator, train_policy
 
     sub.algorithm.eval_every = 0
     out.mkdir(parents=True, exist_ok=True)
@@ -319,22 +315,13 @@ def _train_policy(sub: RunConfig, out: Path, real_steps: int) -> str:
     if not before.is_file():  # a resumed stage keeps the count it started from
         atomic_write_text(before, json.dumps(real_steps))
     real_steps = int(json.loads(before.read_text()))
-    accelerator = Accelerator(
-        cpu=not torch.cuda.is_available(), mixed_precision="bf16" if sub.training.bf16 else "no"
-    )
-    device = str(accelerator.device)
-    inputs = resolve_inputs(sub)
-    model = load_policy(inputs, device)
+    accelerator = make_accelerator(sub)
     # As `train-policy` builds it: the imagined env, with the simulator beside it where the
     # config asks (the reward audit, or the simulator-judged control), or the simulator alone.
-    env = build_env(sub, sub.algorithm.num_envs, device, inputs)
-    if line := verdict_line(env, inputs):  # who judges this stage, as train-policy says it
-        console.print(line, markup=False)
-    try:
-        trainer = PolicyTrainer(sub, out, model, env, accelerator, None, real_steps=real_steps)
-        return str(trainer.train())
-    finally:
-        env.close()
+    trained = train_policy(
+        sub, out, resolve_inputs(sub), accelerator, evaluate=False, real_steps=real_steps
+    )
+    return str(trained.path)
 
 
 def _audit(
