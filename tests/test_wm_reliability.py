@@ -18,14 +18,14 @@ from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.kir import Keyframe
 from wmrl_cli.data.reset_set import reset_set_from_store
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.evaluation.checks import episodes_per_task
 from wmrl_cli.evaluation.reliability import (
-    episodes_per_task,
     evaluate_world_model,
     imagined_successes,
-    replay_sim_config,
     start_points,
     success_agreement,
 )
+from wmrl_cli.evaluation.simulator_replay import replay_sim_config
 from wmrl_cli.rewards.calibration import binary_metrics, held_success
 from wmrl_cli.rewards.loading import save_reward_model
 from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
@@ -198,7 +198,7 @@ def test_report_fields_agreement_and_speed(report, store) -> None:
 
 
 def test_replay_reports_the_hand_where_the_actions_move_it(store) -> None:
-    from wmrl_cli.evaluation.reliability import SimulatorReplay
+    from wmrl_cli.evaluation.simulator_replay import SimulatorReplay
 
     episodes = [store.load(0), store.load(1)]
     replay = SimulatorReplay(replay_sim_config(store, episodes, small_sim_config(**SIM)), 2)
@@ -334,7 +334,7 @@ def test_imagination_loads_sample_as_rl_does(monkeypatch, tmp_path) -> None:
     from types import SimpleNamespace
 
     from wmrl_cli.config import RunConfig
-    from wmrl_cli.rl import setup
+    from wmrl_cli.envs import imagined
 
     class Loaded(torch.nn.Module):
         def __init__(self, null_action: bool = True) -> None:
@@ -345,18 +345,18 @@ def test_imagination_loads_sample_as_rl_does(monkeypatch, tmp_path) -> None:
                 transformer=SimpleNamespace(null_action=null_action),
             )
 
-    monkeypatch.setattr(setup, "load_any_world_model", lambda *a: Loaded())
+    monkeypatch.setattr(imagined, "load_any_world_model", lambda *a: Loaded())
     cfg = RunConfig.model_validate(
         {"world_model": {"num_inference_steps": 2, "action_guidance": 3.0}}
     )
-    model = setup.load_imagining_world_model(tmp_path, 64, 64, cfg, "cpu")
+    model = imagined.load_imagining_world_model(tmp_path, 64, 64, cfg, "cpu")
     assert model.config.num_inference_steps == 2 and model.config.action_guidance == 3.0
-    default = setup.load_imagining_world_model(tmp_path, 64, 64, RunConfig(), "cpu")
+    default = imagined.load_imagining_world_model(tmp_path, 64, 64, RunConfig(), "cpu")
     # the model's own when the run sets none
     assert default.config.num_inference_steps == 10 and default.config.action_guidance == 1.5
     # guidance needs the null action that action dropout trains: refused in one line
-    monkeypatch.setattr(setup, "load_any_world_model", lambda *a: Loaded(null_action=False))
+    monkeypatch.setattr(imagined, "load_any_world_model", lambda *a: Loaded(null_action=False))
     with pytest.raises(WmrlError, match="null action"):
-        setup.load_imagining_world_model(tmp_path, 64, 64, cfg, "cpu")
+        imagined.load_imagining_world_model(tmp_path, 64, 64, cfg, "cpu")
     unguided = RunConfig.model_validate({"world_model": {"action_guidance": 1.0}})
-    assert setup.load_imagining_world_model(tmp_path, 64, 64, unguided, "cpu")
+    assert imagined.load_imagining_world_model(tmp_path, 64, 64, unguided, "cpu")

@@ -94,6 +94,7 @@ OverwriteOpt = Annotated[
     ),
 ]
 
+
 def check_out_dir(out: Path | None, overwrite: bool) -> None:
     """Refuse (one line, exit 2) an --out that is not an evaluation's directory, and an earlier
     evaluation's unless --overwrite; checked before the evaluation starts."""
@@ -153,19 +154,9 @@ def eval_command(
     if baseline is not None and (world_model is not None or reward_model is not None):
         raise WmrlError("--baseline compares policy evaluations: drop --world-model/--reward-model")
     check_out_dir(out, overwrite)
-    from wmrl_cli.evaluation.policy_eval import (
-        compare_with_baseline,
-        evaluate_with_config,
-        load_baseline,
-    )
-    from wmrl_cli.policies.registry import build_policy, policy_mismatches
-    from wmrl_cli.sims.backends import (
-        check_scripted_policy,
-        resolve_simulator,
-        simulator_action_dim,
-        simulator_class,
-        simulator_suite,
-    )
+    from wmrl_cli.evaluation import checks
+    from wmrl_cli.evaluation.policy_eval import baseline_table, evaluate_in_simulator
+    from wmrl_cli.sims.backends import resolve_simulator
 
     cfg = build_config(
         preset,
@@ -186,78 +177,39 @@ def eval_command(
         reward_model__path=None if reward_model is None else str(reward_model),
         output_dir=out,
     )
+    configure_threads(cfg.num_threads)
     if audit:
         _audit_policy(cfg)
         return
     if world_model is not None:
-        _eval_world_model(cfg, data, with_policy=policy is not None)
-        return
-    if reward_model is not None:
-        _eval_reward_model(cfg, data)
-        return
-    cfg.simulator = sim_cfg = resolve_simulator(cfg.simulator)
-    before = None if baseline is None else load_baseline(baseline)
-    if before is not None and before["suite"] != sim_cfg.suite:
-        raise WmrlError(
-            f"--baseline {baseline} evaluated {before['suite']}, this run {sim_cfg.suite}"
+        report = checks.eval_world_model(
+            cfg, data, lambda: _claim(cfg, "eval-wm"), with_policy=policy is not None
         )
-    check_scripted_policy(sim_cfg, cfg.policy.name)
-    simulator = simulator_class(sim_cfg)  # LIBERO: fails here if it is not installed
-    agent = build_policy(
-        cfg.policy,
-        simulator_suite(sim_cfg),
-        simulator_action_dim(sim_cfg),
-        sim_cfg.chunk_size,
-        seed=sim_cfg.seed,
-        assets_dir=cfg.assets_dir,
-    )
-    warning = policy_mismatches(
-        cfg.policy.name, agent, sim_cfg.suite, sim_cfg.image_size, sim_cfg.chunk_size
-    )
-    if warning:
-        err_console.print(warning, style="yellow", soft_wrap=True, markup=False)
-    run_dir = prepare_run_dir(cfg, "eval", overwrite=True)  # check_out_dir allowed it
-    configure_threads(cfg.num_threads)
-    seed_everything(sim_cfg.seed)
-    # Without videos only the frames the policy observes are rendered.
-    with simulator(sim_cfg, render_every_step=cfg.eval.save_video) as sim:
-        report = evaluate_with_config(
-            sim,
-            agent,
-            sim_cfg,
+    elif reward_model is not None:
+        report = checks.eval_reward_model(cfg, data, lambda: _claim(cfg, "eval-rm", seed=False))
+    else:
+        cfg.simulator = resolve_simulator(cfg.simulator)  # its config.yaml: as it ran
+        report = evaluate_in_simulator(
             cfg,
             cfg.eval.episodes_per_task,
-            video_dir=run_dir / "videos" if cfg.eval.save_video else None,
+            lambda: _claim(cfg, "eval"),
+            videos=cfg.eval.save_video,
+            baseline=baseline,
+            warn=lambda line: err_console.print(line, style="yellow", soft_wrap=True, markup=False),
         )
-    if before is not None:
-        report.baseline = compare_with_baseline(report, before)
-    report.save(run_dir)
     console.print(report.table())
-    if report.baseline is not None:
+    if baseline is not None:
         console.print(baseline_table(report.baseline))
-    console.print(f"report: {run_dir / 'report.json'}")
+    console.print(f"report: {Path(cfg.output_dir) / 'report.json'}")
 
 
-def baseline_table(comparison: dict):
-    from rich.table import Table
-
-    from wmrl_cli.evaluation.stats import format_difference
-
-    table = Table(title=f"against {comparison['path']} (paired, bootstrap 95%)")
-    for column in ("task", "episodes", "baseline", "this run", "difference [95%]"):
-        table.add_column(column, justify="left" if column == "task" else "right")
-    rows = [*comparison["per_task"].items(), ("overall", comparison["overall"])]
-    for i, (task, d) in enumerate(rows):
-        if i == len(rows) - 1:
-            table.add_section()
-        table.add_row(
-            task,
-            str(d["episodes"]),
-            f"{100 * d['rate_a']:.1f}%",
-            f"{100 * d['rate_b']:.1f}%",
-            format_difference(d),
-        )
-    return table
+def _claim(cfg: RunConfig, command: str, seed: bool = True) -> Path:
+    """The run directory, made once the inputs are known to be good (check_out_dir allowed an
+    overwrite), and the run's seeds."""
+    run_dir = prepare_run_dir(cfg, command, overwrite=True)
+    if seed:
+        seed_everything(cfg.simulator.seed)
+    return run_dir
 
 
 def _audit_policy(cfg: RunConfig) -> None:
@@ -268,115 +220,7 @@ def _audit_policy(cfg: RunConfig) -> None:
 
     # A config that cannot be audited, or a missing input, fails before the run folder exists.
     inputs = check_inputs(audit_config(cfg))
-    run_dir = prepare_run_dir(cfg, "eval", overwrite=True)  # check_out_dir allowed it
-    configure_threads(cfg.num_threads)
-    seed_everything(cfg.simulator.seed)
-    tally = audit_policy(cfg, cfg.eval.episodes_per_task, inputs)
-    path = tally.write(run_dir)
+    run_dir = _claim(cfg, "eval")
+    tally = audit_policy(cfg, cfg.eval.episodes_per_task, inputs, out=run_dir)
     console.print(tally.table("the judge on the policy's imagined episodes (simulator replay)"))
-    console.print(f"audit: {path}")
-
-
-def _eval_world_model(cfg: RunConfig, data: Path | None, with_policy: bool = False) -> None:
-    """`wmrl eval --world-model`: checks the paths, loads, and hands over to the library. With
-    `with_policy` (--policy given), cfg.policy's shift between real and imagined frames too."""
-    import torch
-
-    from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.evaluation.reliability import (
-        episodes_per_task,
-        evaluate_world_model,
-        load_reward_model_from,
-        verdict_threshold,
-    )
-    from wmrl_cli.policies.registry import SCRIPTED, load_learned_policy
-    from wmrl_cli.rl.setup import load_imagining_world_model
-
-    wm_path, rm_path = cfg.world_model.path, cfg.reward_model.path
-    if data is None:
-        raise WmrlError("--world-model needs --data STORE: the episodes to evaluate it on")
-    if rm_path is None:
-        raise WmrlError("--world-model needs --reward-model PATH to judge imagined success")
-    if not Path(wm_path).exists():
-        raise WmrlError(
-            f"{wm_path}: no such world model (expected a train-wm run, a model directory or an "
-            "RLinf Wan/OpenSora directory)"
-        )
-    if with_policy and cfg.policy.name in SCRIPTED:
-        raise WmrlError(
-            f"--policy {cfg.policy.name} with --world-model: the policy shift needs a learned "
-            "policy's action distribution (a policy checkpoint or asset name)"
-        )
-    store = EpisodeStore.open(data)
-    ids = episodes_per_task(store, cfg.eval.episodes_per_task)
-    if not ids:
-        raise WmrlError(f"{data}: the episode store holds no episodes")
-    chunk = store.load(ids[0]).chunk_size
-    if with_policy and cfg.world_model.val_horizon < chunk:
-        raise WmrlError(
-            f"--policy with --world-model reads the policy at chunk boundaries: --horizon must "
-            f"be at least one chunk ({chunk} steps), got {cfg.world_model.val_horizon}"
-        )
-    configure_threads(cfg.num_threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    rm = load_reward_model_from(rm_path).to(device)
-    policy = None
-    if with_policy:
-        policy = load_learned_policy(
-            cfg.policy.name, top_k=cfg.policy.top_k, device=device, assets_dir=cfg.assets_dir
-        ).model
-    height, width = store.load(ids[0]).frames.shape[1:3]  # a published model's frame size
-    wm = load_imagining_world_model(Path(wm_path), height, width, cfg, device)
-    # only once the inputs are known to be good; check_out_dir allowed an overwrite
-    run_dir = prepare_run_dir(cfg, "eval-wm", overwrite=True)
-    seed_everything(cfg.simulator.seed)
-    threshold, source = verdict_threshold(cfg.reward_model, rm, rm_path)
-    report = evaluate_world_model(
-        wm,
-        rm,
-        store,
-        ids,
-        cfg.simulator,
-        horizon=cfg.world_model.val_horizon,
-        threshold=threshold,
-        threshold_source=source,
-        success_frames=cfg.reward_model.success_frames,
-        progress=cfg.logging.progress,
-        seed=cfg.simulator.seed,
-        world_model_name=str(wm_path),
-        reward_model_name=str(rm_path),
-        policy=policy,
-        policy_temperature=cfg.policy.temperature,
-    )
-    report.save(run_dir, save_video=cfg.eval.save_video, fps=cfg.eval.video_fps)
-    console.print(report.table())
-    console.print(f"report: {run_dir / 'report.json'}")
-
-
-def _eval_reward_model(cfg: RunConfig, data: Path | None) -> None:
-    """`wmrl eval --reward-model R --data STORE`: frame- and episode-level precision, recall and
-    F1 of the reward model against the simulator's success labels."""
-    from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.evaluation.reliability import (
-        episodes_per_task,
-        load_reward_model_from,
-        verdict_threshold,
-    )
-    from wmrl_cli.evaluation.reward_eval import evaluate_reward_model
-
-    rm_path = cfg.reward_model.path
-    if data is None:
-        raise WmrlError("--reward-model needs --data STORE: the episodes to score")
-    store = EpisodeStore.open(data)
-    ids = episodes_per_task(store, cfg.eval.episodes_per_task)
-    if not ids:
-        raise WmrlError(f"{data}: the episode store holds no episodes")
-    configure_threads(cfg.num_threads)
-    rm = load_reward_model_from(rm_path)
-    threshold, source = verdict_threshold(cfg.reward_model, rm, rm_path)
-    # only once the inputs are known to be good; check_out_dir allowed an overwrite
-    run_dir = prepare_run_dir(cfg, "eval-rm", overwrite=True)
-    report = evaluate_reward_model(rm, store, ids, threshold, source, str(rm_path))
-    report.save(run_dir)
-    console.print(report.table())
-    console.print(f"report: {run_dir / 'report.json'}")
+    console.print(f"audit: {run_dir / 'judge_audit.json'}")

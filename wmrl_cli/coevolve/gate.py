@@ -29,17 +29,12 @@ GATE_STEP = 8  # the horizon step whose action gap the gate reads (one chunk of 
 def check_world_model(
     cfg: RunConfig, out: Path, world_model: str, reward_model: str, data: str
 ) -> dict[str, Any]:
-    """Evaluate `world_model` on the validation episodes of `data` and return what the gate and
-    the RL stage need (the full report goes to out/report.md and out/report.json)."""
-    import torch
-
+    """Evaluate `world_model` on the validation episodes of `data` (`eval --world-model`'s job)
+    and return what the gate and the RL stage need (the full report goes to out/report.md and
+    out/report.json; with coevolve.videos, the real episodes beside the world model's
+    imagination of them, out/videos/open_loop_truth_vs_model.mp4)."""
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.evaluation.reliability import (
-        evaluate_world_model,
-        load_reward_model_from,
-        verdict_threshold,
-    )
-    from wmrl_cli.rl.setup import load_imagining_world_model
+    from wmrl_cli.evaluation import checks
     from wmrl_cli.training.world_model_trainer import split_episodes
 
     store = EpisodeStore.open(data)
@@ -47,31 +42,16 @@ def check_world_model(
     ids = val_ids[: cfg.coevolve.check_episodes]
     if not ids:
         raise WmrlError(f"{data}: no validation episode to check the world model on")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    rm = load_reward_model_from(reward_model).to(device)
-    height, width = store.load(ids[0]).frames.shape[1:3]
-    wm = load_imagining_world_model(Path(world_model), height, width, cfg, device)
-    threshold, source = verdict_threshold(cfg.reward_model, rm, reward_model)
-    report = evaluate_world_model(
-        wm,
-        rm,
+    report = checks.check_world_model(
+        cfg,
+        world_model,
+        reward_model,
         store,
         ids,
-        cfg.simulator,
-        horizon=cfg.world_model.val_horizon,
-        threshold=threshold,
-        threshold_source=source,
-        success_frames=cfg.reward_model.success_frames,
-        progress=cfg.logging.progress,
-        seed=cfg.simulator.seed,
-        world_model_name=world_model,
-        reward_model_name=reward_model,
+        out,
         hand_tracking=False,  # not what the gate reads; `wmrl eval --world-model` reports it
+        save_video=cfg.coevolve.videos,
     )
-    out.mkdir(parents=True, exist_ok=True)
-    # With coevolve.videos: the real episodes beside the world model's imagination of them from
-    # the same start under the same actions (out/videos/open_loop_truth_vs_model.mp4).
-    report.save(out, save_video=cfg.coevolve.videos, fps=cfg.eval.video_fps)
     return summarize(report, cfg.coevolve.recalibrate_threshold)
 
 

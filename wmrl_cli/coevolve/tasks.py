@@ -96,26 +96,11 @@ def merge(stores: list[str], out: Path, cfg: RunConfig) -> str:
 
 def evaluate(cfg: RunConfig, policy_dir: str, out: Path, videos: bool) -> dict[str, Any]:
     """The policy (a run, a checkpoint or a policy asset) on every task x `eval_trials` in the
-    configured simulator."""
-    from wmrl_cli.evaluation.policy_eval import evaluate_with_config
-    from wmrl_cli.policies.registry import load_learned_policy
-    from wmrl_cli.sims.backends import resolve_simulator, simulator_class
+    configured simulator (`eval --policy`'s job)."""
+    from wmrl_cli.evaluation.policy_eval import evaluate_in_simulator
 
-    sim_cfg = resolve_simulator(cfg.simulator)
-    policy = load_learned_policy(
-        policy_dir, top_k=cfg.policy.top_k, seed=sim_cfg.seed, assets_dir=cfg.assets_dir
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    with simulator_class(sim_cfg)(sim_cfg, render_every_step=videos) as sim:
-        report = evaluate_with_config(
-            sim,
-            policy,
-            sim_cfg,
-            cfg,
-            cfg.coevolve.eval_trials,
-            video_dir=out / "videos" if videos else None,
-        )
-    report.save(out)
+    sub = sub_config(cfg, out, policy__name=policy_dir)
+    report = evaluate_in_simulator(sub, cfg.coevolve.eval_trials, out, videos=videos)
     steps = sum(e.length for e in report.episodes)
     return {
         "overall": report.overall,
@@ -337,9 +322,7 @@ def _audit(
     from wmrl_cli.logging import console
     from wmrl_cli.rl.policy_audit import audit_policy
 
-    audit = audit_policy(rl_config(cfg, out, *inputs), per_task)
-    out.mkdir(parents=True, exist_ok=True)
-    audit.write(out)
+    audit = audit_policy(rl_config(cfg, out, *inputs), per_task, out=out)
     console.print(audit.table(title))
     return audit
 

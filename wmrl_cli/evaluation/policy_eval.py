@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -151,6 +152,25 @@ def baseline_markdown(comparison: dict) -> list[str]:
     return lines
 
 
+def baseline_table(comparison: dict) -> Table:
+    """`compare_with_baseline`'s rows as a rich table, the overall row last."""
+    table = Table(title=f"against {comparison['path']} (paired, bootstrap 95%)")
+    for column in ("task", "episodes", "baseline", "this run", "difference [95%]"):
+        table.add_column(column, justify="left" if column == "task" else "right")
+    rows = [*comparison["per_task"].items(), ("overall", comparison["overall"])]
+    for i, (task, d) in enumerate(rows):
+        if i == len(rows) - 1:
+            table.add_section()
+        table.add_row(
+            task,
+            str(d["episodes"]),
+            f"{100 * d['rate_a']:.1f}%",
+            f"{100 * d['rate_b']:.1f}%",
+            format_difference(d),
+        )
+    return table
+
+
 def eval_init_ids(num_tasks: int, trials: int) -> list[int]:
     """Trial-major order, so each batch mixes tasks: init_id = trial * num_tasks + task."""
     return list(range(trials * num_tasks))
@@ -251,3 +271,62 @@ def evaluate_with_config(
         fps=cfg.eval.video_fps,
         progress=cfg.logging.progress,
     )
+
+
+def evaluate_in_simulator(
+    cfg: RunConfig,
+    trials: int,
+    out: Path | Callable[[], Path],
+    *,
+    videos: bool = False,
+    baseline: Path | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> EvalReport:
+    """The job behind `wmrl eval --policy` and co-evolve's evaluations: `cfg.policy` (expert,
+    random, a run, a checkpoint or a policy asset) on every task x `trials` of the configured
+    simulator with fixed seeds, written to `out` (or to the directory `out()` claims once the
+    policy has loaded). `videos`: every frame rendered, an mp4 per episode and a grid per task;
+    `baseline`: an earlier report, compared episode by episode; `warn` is told where the
+    policy runs outside the setting it was trained in."""
+    from wmrl_cli.policies.registry import build_policy, policy_mismatches
+    from wmrl_cli.sims.backends import (
+        check_scripted_policy,
+        resolve_simulator,
+        simulator_action_dim,
+        simulator_class,
+        simulator_suite,
+    )
+
+    sim_cfg = resolve_simulator(cfg.simulator)
+    before = None if baseline is None else load_baseline(baseline)
+    if before is not None and before["suite"] != sim_cfg.suite:
+        raise WmrlError(
+            f"--baseline {baseline} evaluated {before['suite']}, this run {sim_cfg.suite}"
+        )
+    check_scripted_policy(sim_cfg, cfg.policy.name)
+    simulator = simulator_class(sim_cfg)  # LIBERO: fails here if it is not installed
+    agent = build_policy(
+        cfg.policy,
+        simulator_suite(sim_cfg),
+        simulator_action_dim(sim_cfg),
+        sim_cfg.chunk_size,
+        seed=sim_cfg.seed,
+        assets_dir=cfg.assets_dir,
+    )
+    if warn is not None and (
+        warning := policy_mismatches(
+            cfg.policy.name, agent, sim_cfg.suite, sim_cfg.image_size, sim_cfg.chunk_size
+        )
+    ):
+        warn(warning)
+    run_dir = out() if callable(out) else out
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # Without videos only the frames the policy observes are rendered.
+    with simulator(sim_cfg, render_every_step=videos) as sim:
+        report = evaluate_with_config(
+            sim, agent, sim_cfg, cfg, trials, video_dir=run_dir / "videos" if videos else None
+        )
+    if before is not None:
+        report.baseline = compare_with_baseline(report, before)
+    report.save(run_dir)
+    return report

@@ -31,14 +31,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
-from wmrl_cli.config.schema import KirConfig, RewardModelConfig, SimulatorConfig
+from wmrl_cli.config.schema import KirConfig, SimulatorConfig
 from wmrl_cli.data.episodes import Episode, EpisodeStore
 from wmrl_cli.data.kir import Keyframe, select_keyframes
 from wmrl_cli.data.reset_set import ResetEntry, reset_set_from_store, rest_action
@@ -52,6 +50,12 @@ from wmrl_cli.evaluation.reliability_report import (
     StartResult,
     success_agreement,
 )
+from wmrl_cli.evaluation.simulator_replay import (
+    SimulatorReplay,
+    padded_batches,
+    replay_sim_config,
+    seed_offset,
+)
 from wmrl_cli.evaluation.world_model_eval import ALTERNATIVES, open_loop_eval
 from wmrl_cli.logging import progress_task
 from wmrl_cli.rewards.base import RewardModel
@@ -60,81 +64,10 @@ from wmrl_cli.rewards.calibration import (
     cross_validated_threshold,
     held_score,
     judge_threshold,
-    raw_score_threshold,
 )
 from wmrl_cli.world_models.interface import WorldModel
 
-REWARD_MODEL_DIR = "reward_model"  # what `wmrl train-reward` writes into its run directory
-
-
 # -- inputs ------------------------------------------------------------------------------------
-
-
-def load_reward_model_from(path: str | Path) -> Any:
-    """A reward model from a `wmrl train-reward` run directory (its reward_model/), a model
-    directory, or a `.pth` file (RLinf's)."""
-    from wmrl_cli.rewards.loading import load_reward_model
-
-    path = Path(path)
-    if not path.exists():
-        raise WmrlError(
-            f"{path}: no such reward model (expected a train-reward run directory, a model "
-            "directory or a .pth file)"
-        )
-    return load_reward_model(_model_dir(path))
-
-
-def _model_dir(path: Path) -> Path:
-    """A train-reward run's reward_model/, else `path` itself."""
-    if (path / REWARD_MODEL_DIR / "config.json").is_file():
-        return path / REWARD_MODEL_DIR
-    return path
-
-
-def episodes_per_task(store: EpisodeStore, per_task: int | None) -> list[int]:
-    """The first `per_task` episodes of every task in the store (all with None)."""
-    taken: dict[int, int] = {}
-    ids = []
-    for meta in store.index:
-        task = int(meta["task_id"])
-        if per_task is None or taken.get(task, 0) < per_task:
-            taken[task] = taken.get(task, 0) + 1
-            ids.append(int(meta["id"]))
-    return ids
-
-
-def verdict_threshold(
-    rm_cfg: RewardModelConfig, reward_model: RewardModel, path: str | Path | None
-) -> tuple[float, str]:
-    """The threshold on raw scores at which a report measures the verdict RL would use with
-    the same `reward_model` settings (`judge_threshold`; RLinf's rounding, `round_scores`,
-    turns any threshold in (0, 1] into p > 0.5), and where it came from."""
-    model_dir = None if path is None else _model_dir(Path(path))
-    threshold, source = judge_threshold(rm_cfg.success_threshold, reward_model, model_dir)
-    rounded = ", on scores rounded to 0/1" if rm_cfg.round_scores else ""
-    return raw_score_threshold(threshold, rm_cfg.round_scores), source + rounded
-
-
-def replay_sim_config(
-    store: EpisodeStore, episodes: list[Episode], sim_cfg: SimulatorConfig
-) -> SimulatorConfig:
-    """The simulator that reproduces the stored episodes: suite and image size from the
-    episodes, backend, camera, max_steps and terminate_on_success from the store's config.yaml (the
-    configuration that collected it) where present; batch size and workers from `sim_cfg`."""
-    suites = {e.suite or sim_cfg.suite for e in episodes}
-    if len(suites) > 1:
-        raise WmrlError(f"{store.root}: the episodes come from several suites {sorted(suites)}")
-    update: dict[str, Any] = {"suite": suites.pop(), "image_size": int(episodes[0].frames.shape[1])}
-    config_path = store.root / "config.yaml"
-    if config_path.is_file():
-        try:
-            collected = (yaml.safe_load(config_path.read_text()) or {}).get("simulator") or {}
-        except (yaml.YAMLError, AttributeError) as exc:
-            raise WmrlError(f"{config_path}: not a readable run configuration ({exc})") from None
-        for key in ("name", "camera", "max_steps", "terminate_on_success"):
-            if key in collected:
-                update[key] = collected[key]
-    return sim_cfg.model_copy(update=update)
 
 
 def _check_inputs(world_model: WorldModel, episodes: list[Episode]) -> None:
@@ -203,10 +136,6 @@ def _attach_entries(store: EpisodeStore, starts: list[_Start], context: int) -> 
         start.entry = by_key[(start.episode_id, start.step)]
 
 
-def _seed_offset(episode: Episode) -> int:
-    return episode.seed - episode.init_id
-
-
 # -- measurements ------------------------------------------------------------------------------
 
 
@@ -218,15 +147,6 @@ def _chunk_actions(episode: Episode, step: int, length: int) -> tuple[np.ndarray
     recorded = episode.actions[step : step + length]
     out[: len(recorded)] = recorded
     return out, len(recorded)
-
-
-def _batches(n: int, size: int) -> list[list[int]]:
-    """Index batches of exactly `size` (the last padded with its last index)."""
-    out = []
-    for start in range(0, n, size):
-        idx = list(range(start, min(start + size, n)))
-        out.append(idx + [idx[-1]] * (size - len(idx)))
-    return out
 
 
 @torch.no_grad()
@@ -349,61 +269,6 @@ def real_successes(
     return success, best
 
 
-class SimulatorReplay:
-    """The real simulator as `open_loop_eval`'s replay: each episode restarted from its first
-    stored state (step 0) and driven by other actions, `batch_size` at a time; one simulator per
-    seed offset, kept until `close`."""
-
-    def __init__(self, cfg: SimulatorConfig, batch_size: int) -> None:
-        self.cfg, self.batch_size = cfg, batch_size
-        self._sims: dict[int, Any] = {}
-        self.steps = 0  # simulator steps taken, every env of a batch counted
-
-    def __call__(self, episodes: Sequence[Episode], actions: np.ndarray) -> np.ndarray:
-        return self.states(episodes, actions)[0]
-
-    def states(
-        self, episodes: Sequence[Episode], actions: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Frames [B, T + 1, H, W, 3] and hand positions [B, T + 1, 3] (metres; the proprio
-        of Meta-World and LIBERO starts with the end effector's xyz) under `actions` [B, T, A]."""
-        from wmrl_cli.sims.backends import replay_actions, resolve_simulator, simulator_class
-
-        simulator = simulator_class(resolve_simulator(self.cfg))
-        actions = replay_actions(resolve_simulator(self.cfg), actions)  # as recorded, executed
-        b, steps = self.batch_size, actions.shape[1]
-        chunk = episodes[0].chunk_size
-        size = episodes[0].frames.shape[1]
-        out = np.zeros((len(episodes), steps + 1, size, size, 3), dtype=np.uint8)
-        hands = np.zeros((len(episodes), steps + 1, 3))
-        for i, episode in enumerate(episodes):
-            out[i, 0] = episode.frames[0]
-        for offset in sorted({_seed_offset(e) for e in episodes}):
-            if offset not in self._sims:
-                cfg = self.cfg.model_copy(update={"seed": offset})
-                self._sims[offset] = simulator(cfg, num_envs=b)
-            sim = self._sims[offset]
-            group = [i for i, e in enumerate(episodes) if _seed_offset(e) == offset]
-            for sub in _batches(len(group), b):
-                idx = [group[j] for j in sub]  # exactly b (padded with repeats)
-                obs = sim.reset(
-                    [episodes[i].init_id for i in idx], [episodes[i].sim_states.get(0) for i in idx]
-                )
-                hands[idx, 0] = obs.proprio[:, :3]
-                for start in range(0, steps - steps % chunk, chunk):
-                    part = slice(start, start + chunk)
-                    result = sim.chunk_step(actions[idx][:, part])
-                    self.steps += len(idx) * chunk
-                    out[idx, start + 1 : start + chunk + 1] = result.frames
-                    hands[idx, start + 1 : start + chunk + 1] = result.info["step_proprio"][..., :3]
-        return out, hands
-
-    def close(self) -> None:
-        for sim in self._sims.values():
-            sim.close()
-        self._sims.clear()
-
-
 def _replay_and_time(
     world_model: WorldModel,
     reward_model: RewardModel,
@@ -429,8 +294,8 @@ def _replay_and_time(
     # The simulator seeds an episode with its seed + init_id: one simulator per seed offset.
     groups: dict[int, list[int]] = {}
     for i, s in enumerate(starts):
-        groups.setdefault(_seed_offset(episodes[s.episode_id]), []).append(i)
-    total = sum(len(_batches(len(g), b)) for g in groups.values())
+        groups.setdefault(seed_offset(episodes[s.episode_id]), []).append(i)
+    total = sum(len(padded_batches(len(g), b)) for g in groups.values())
     real = np.zeros(len(starts), dtype=bool)
     real_score = np.zeros(len(starts))
     speed: SpeedReport | None = None
@@ -438,7 +303,7 @@ def _replay_and_time(
     with progress_task("simulator replays", total, progress) as advance:
         for offset, group in sorted(groups.items()):
             with simulator(cfg.model_copy(update={"seed": offset}), num_envs=b) as sim:
-                for sub in _batches(len(group), b):
+                for sub in padded_batches(len(group), b):
                     idx = [group[j] for j in sub]
                     init_ids = [episodes[starts[i].episode_id].init_id for i in idx]
                     entries = [starts[i].entry for i in idx]
@@ -504,8 +369,8 @@ def evaluate_world_model(
     policy: a learned policy whose action distribution on imagined frames is compared with the
     one on real frames (`policy_shift_eval`), at `policy_temperature`. success_frames: the
     imagined env's rule (consecutive frames at the threshold), as RL uses it. threshold: on
-    raw scores (`verdict_threshold`), with `threshold_source` for the report; None: the reward
-    model's own, else RLinf's.
+    raw scores (`evaluation/checks.py: verdict_threshold`), with `threshold_source` for
+    the report; None: the reward model's own, else RLinf's.
     """
     from wmrl_cli.sims.backends import resolve_simulator, simulator_suite
 
@@ -582,7 +447,7 @@ def evaluate_world_model(
     )
     imagined = np.zeros(len(starts), dtype=bool)
     max_score = np.zeros(len(starts))
-    batches = _batches(len(starts), b)
+    batches = padded_batches(len(starts), b)
     with progress_task("imagined rollouts", len(batches), progress) as advance:
         for idx in batches:
             success, score = imagined_successes(env, idx, held_actions[idx], held_masks[idx], chunk)

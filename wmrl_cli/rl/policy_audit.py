@@ -7,11 +7,14 @@ draws) with the simulator replaying every episode, for one policy from seeded st
 without a gradient step. Two world models, judges or verdict rules can then be compared on the
 episodes a policy would train on before any RL is spent on them: the false calls it would be
 rewarded for, and whether each is the judge's (it passes the real frame too) or the world
-model's (it drew a success the simulator does not reach). docs/results.md#refining-the-world-model:
-PACE's refinements of the world model compared this way for the evolved policy.
+model's (it drew a success the simulator does not reach). Co-evolve's acceptance compares the
+refinements of the world model this way for the evolved policy, and its per-task trust audits
+each RL stage's inputs (docs/results.md#refining-the-world-model).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -40,12 +43,17 @@ def audit_config(cfg: RunConfig) -> RunConfig:
 
 
 def audit_policy(
-    cfg: RunConfig, per_task: int, inputs: Inputs | None = None, device: str | None = None
+    cfg: RunConfig,
+    per_task: int,
+    inputs: Inputs | None = None,
+    device: str | None = None,
+    out: Path | None = None,
 ) -> JudgeAudit:
     """`per_task` imagined episodes per task of `cfg.policy.name` from `world_model.reset_set`,
-    judged as RL judges them and replayed in the simulator, tallied per task. Starts, the
-    policy's sampling and the world model's noise are seeded by `simulator.seed`. `inputs`:
-    `check_inputs` of `audit_config(cfg)` where the caller has checked them already."""
+    judged as RL judges them and replayed in the simulator, tallied per task (into
+    out/judge_audit.json where `out` is given). Starts, the policy's sampling and the world
+    model's noise are seeded by `simulator.seed`. `inputs`: `check_inputs` of
+    `audit_config(cfg)` where the caller has checked them already."""
     from wmrl_cli.envs.imagined_policy import start_ids
     from wmrl_cli.logging import progress_task
 
@@ -89,4 +97,7 @@ def audit_policy(
                 advance(k)
     finally:
         env.close()
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        audit.write(out)
     return audit

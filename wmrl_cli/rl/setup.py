@@ -20,7 +20,7 @@ from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.imagined import Start, check_source, imagine_store
 from wmrl_cli.data.reset_set import ResetEntry, load_rlinf_reset_set, reset_set_from_store
-from wmrl_cli.envs.imagined import ImaginedEnv
+from wmrl_cli.envs.imagined import ImaginedEnv, load_imagining_world_model
 from wmrl_cli.envs.interface import Env
 from wmrl_cli.envs.reset_sampler import task_ids
 from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
@@ -28,7 +28,6 @@ from wmrl_cli.envs.simulator_rl import SimulatorRLEnv, StoredStartsSimulatorEnv
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.policies.registry import resolve_policy_dir
 from wmrl_cli.rewards.calibration import judge_threshold
-from wmrl_cli.runtime import resolve_precision
 from wmrl_cli.sims.backends import resolve_simulator, simulator_class, simulator_suite
 from wmrl_cli.sims.libero_suites import get_libero_suite
 from wmrl_cli.world_models.interface import WorldModel
@@ -380,17 +379,6 @@ def reward_model_source(path: Path) -> Path:
     return path
 
 
-def load_any_world_model(
-    path: Path, height: int, width: int, cfg: RunConfig, device: str
-) -> WorldModel:
-    """A wmrl world model (run or model directory) or a published one (RLinf's Wan or OpenSora
-    directory, told apart by its files); frames of the reset set's size for published ones. A
-    damaged weights file is a one-line error. The same loader as `train-wm --init`'s."""
-    from wmrl_cli.world_models.factory import load_init_world_model
-
-    return load_init_world_model(path, height, width, cfg).to(device)
-
-
 def load_policy(inputs: Inputs, device: str):
     """The base policy. Published (prismatic) checkpoints are stored in bf16: RL keeps float32
     master weights (training.bf16 turns on bf16 autocast) and uses the asset's unnorm key."""
@@ -398,34 +386,6 @@ def load_policy(inputs: Inputs, device: str):
 
     dtype = "float32" if is_prismatic(read_config(inputs.policy)) else None
     return from_pretrained(inputs.policy, device=device, dtype=dtype, unnorm_key=inputs.unnorm_key)
-
-
-def load_imagining_world_model(
-    path: Path, height: int, width: int, cfg: RunConfig, device: str
-) -> WorldModel:
-    """`load_any_world_model` in eval mode, its forward passes in `cfg.precision`, with the run's
-    sampler settings (steps, action guidance): the world model as imagination runs it (RL,
-    `eval --world-model`, co-evolve's check, imagined rollouts), so that a threshold calibrated
-    by the check is calibrated on the frames RL will see (the RL presets sample in 2 steps,
-    models save 10)."""
-    world_model = load_any_world_model(path, height, width, cfg, device).eval()
-    world_model.autocast_dtype = resolve_precision(cfg.precision, device)
-    if cfg.world_model.num_inference_steps is not None:
-        world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
-    guidance = cfg.world_model.action_guidance
-    if guidance is not None:
-        transformer = getattr(world_model.config, "transformer", None)
-        if guidance != 1.0 and not getattr(transformer, "null_action", False):
-            raise WmrlError(
-                f"world_model.action_guidance={guidance} needs a world model trained with a "
-                "null action (world_model.action_dropout > 0); this one has none"
-            )
-        world_model.config.action_guidance = guidance
-    if cfg.world_model.bf16_timesteps:
-        if not hasattr(world_model.config, "bf16_timesteps"):
-            raise WmrlError("world_model.bf16_timesteps applies to Wan world models only")
-        world_model.config.bf16_timesteps = True
-    return world_model
 
 
 def load_replay_world_model(
