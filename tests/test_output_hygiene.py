@@ -162,3 +162,65 @@ def test_two_rank_run_prints_only_its_own_lines(tmp_path: Path, expert_episodes)
         assert noise not in proc.stdout + proc.stderr, proc.stderr
     assert _lines(proc.stderr) == [_lines(proc.stderr)[0]], proc.stderr  # the progress line
     assert _lines(proc.stderr)[0].startswith("grpo in the simulator: 2/2")
+
+
+def test_ctrl_c_while_a_renderer_is_built_leaves_no_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ctrl-C that cut a mujoco.Renderer's construction short printed a traceback from its
+    __del__ after "interrupted" (co-evolve, a rollout): it now waits for the renderer."""
+    import gc
+    import signal
+    import sys
+
+    import mujoco
+
+    from wmrl_cli.sims.metaworld_envs import MetaWorldEnvs
+    from wmrl_cli.sims.suites import get_suite
+
+    original = mujoco.Renderer.__init__
+
+    def interrupted(self, *args, **kwargs) -> None:
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C as the renderer is being built
+        original(self, *args, **kwargs)
+
+    unraisable: list[object] = []
+    monkeypatch.setattr(mujoco.Renderer, "__init__", interrupted)
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    envs = MetaWorldEnvs(get_suite("mw3"), 1, 32, "corner", 8, False, base_seed=7)
+    with pytest.raises(KeyboardInterrupt):
+        envs.reset([0], None)
+    envs.close()
+    gc.collect()
+    assert unraisable == []
+
+
+class _MaskProbe:
+    """A worker target (sims/workers.py) that reports the signals its process blocks."""
+
+    def __init__(self, num_envs: int = 1) -> None:
+        pass
+
+    def blocked(self) -> set[int]:
+        import signal
+
+        return {int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set())}
+
+    def close(self) -> None:
+        pass
+
+
+def test_simulator_workers_leave_ctrl_c_to_the_parent() -> None:
+    import signal
+
+    from wmrl_cli.sims.workers import Worker
+
+    worker = Worker("tests.test_output_hygiene:_MaskProbe", {}, in_process=False)
+    try:
+        worker.send("blocked")
+        assert int(signal.SIGINT) in worker.receive()
+        worker.send("blocked")  # an interruption leaves a reply unread: close() still works
+    finally:
+        worker.close()
+    assert not worker._proc.is_alive() and worker._proc.exitcode == 0
+    assert int(signal.SIGINT) not in signal.pthread_sigmask(signal.SIG_BLOCK, set())

@@ -9,10 +9,11 @@ call to all shards at once and concatenates the answers into the env interface's
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import multiprocessing as mp
+import signal
 import traceback
+from multiprocessing import resource_tracker
 from typing import Any
 
 import numpy as np
@@ -58,11 +59,21 @@ class Worker:
     def __init__(self, target: str, kwargs: dict[str, Any], in_process: bool) -> None:
         self._local = _build(target, kwargs) if in_process else None
         self._pending: Any = None
+        self._awaiting = False  # a command sent, its reply not yet received
         if self._local is None:
             ctx = mp.get_context("spawn")
             self._conn, child = ctx.Pipe()
             self._proc = ctx.Process(target=_serve, args=(child, target, kwargs), daemon=True)
-            self._proc.start()
+            # Ctrl-C is the parent's, which closes its workers: started with SIGINT blocked, a
+            # worker keeps it blocked (the mask survives exec), so a Ctrl-C at a terminal,
+            # which reaches every process, prints no traceback from the workers. (The resource
+            # tracker, started first, unblocks SIGINT after its own start.)
+            resource_tracker.ensure_running()
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                self._proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             child.close()
             self._receive()
 
@@ -71,12 +82,14 @@ class Worker:
             self._pending = getattr(self._local, cmd)(*payload)
         else:
             self._conn.send((cmd, payload))
+            self._awaiting = True
 
     def _receive(self) -> Any:
         try:
             status, value = self._conn.recv()
         except EOFError:
             raise WmrlError("a simulator worker process died; see its output above") from None
+        self._awaiting = False
         if status == "error":
             raise RuntimeError(f"simulator worker failed: {value}")
         return value
@@ -91,8 +104,13 @@ class Worker:
         if self._local is not None:
             self._local.close()
             return
-        with contextlib.suppress(BrokenPipeError, OSError):
+        try:
+            if self._awaiting and self._conn.poll(30):
+                # the reply an interruption left unread: the worker waits to send it
+                self._conn.recv()
             self._conn.send(("close", ()))
+        except Exception:  # the worker is gone, or a reply was cut short
+            self._proc.kill()
         self._proc.join(timeout=30)
         if self._proc.is_alive():
             self._proc.kill()
