@@ -10,11 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+from wmrl_cli.config.coevolve import CoevolveConfig
+from wmrl_cli.config.section import Section
 
 
 class SimulatorConfig(Section):
@@ -510,129 +509,6 @@ class SftConfig(Section):
     log_every: int = Field(10, ge=1)
 
 
-class CoEvolveConfig(Section):
-    """Co-evolution (`wmrl co-evolve`): stage 1 RL in WM_base, real rollouts of the evolved
-    policy refine the world and reward models, stage 2 RL in WM_evo (WoVR, REFERENCE.md)."""
-
-    start: Literal["sft", "given"] = Field(
-        "sft",
-        description="sft: expert demonstrations, an SFT base policy, and world and reward models "
-        "trained from scratch on its rollouts (Meta-World); given: the policy, world model, "
-        "reward model and reset set the config names (published assets or wmrl runs; LIBERO)",
-    )
-    base_rollouts_per_task: int = Field(10, ge=1, description="base-policy rollouts (WM data)")
-    evolved_rollouts_per_task: int = Field(5, ge=1, description="real rollouts per refinement")
-    refinements: int = Field(1, ge=0, le=10, description="refine-then-RL rounds after stage 1")
-    refine_steps: int = Field(500, ge=1, description="world-model fine-tuning steps")
-    refine_reward_steps: int = Field(300, ge=1)
-    refine_candidates: int = Field(
-        1,
-        ge=1,
-        le=8,
-        description="world-model refinements per round, each with its own training seed (its "
-        "batches and train/val split); more than one needs accept_audit_per_task to choose. "
-        "Why: docs/results.md#refining-the-world-model",
-    )
-    accept_audit_per_task: int = Field(
-        0,
-        ge=0,
-        description="N > 0: before each refined stage, the evolved policy runs N imagined "
-        "episodes per task in the current world model and in every refinement, judged as RL "
-        "judges them (the last stage's judge and threshold) and replayed in the simulator "
-        "(`eval --audit`; real steps); the stage then runs in the world model whose verdicts "
-        "agree best with the replays (F1), the current one on a tie; 0: the refinement is used. "
-        "Why: docs/results.md#refining-the-world-model",
-    )
-    trust_audit_per_task: int = Field(
-        0,
-        ge=0,
-        description="N > 0: before each RL stage, the policy it starts from runs N imagined "
-        "episodes per task in the stage's world model, judged as the stage judges them and "
-        "replayed in the simulator (real steps; where acceptance audited the same policy, "
-        "world model and judge, its tally is used instead); the stage then draws its starts "
-        "only from the tasks whose verdict clears trust_precision_floor "
-        "(algorithm.train_tasks). 0: every task. Measured: docs/results.md#per-task-trust",
-    )
-    trust_precision_floor: float = Field(
-        0.5,
-        ge=0.0,
-        le=1.0,
-        description="with trust_audit_per_task: a task trains when its audited precision (true "
-        "calls / calls) is at least this, or the judge called no success on it",
-    )
-    refine_reward_model: bool = Field(
-        True,
-        description="each refinement also retrains (sft) or fine-tunes (given) the reward model "
-        "on the merged data; false: the judge that gave the last stage its signal judges the "
-        "next one too, at its threshold, and only the world model is refined. Why: "
-        "docs/results.md#the-judge-through-pace",
-    )
-    reward_imagined_start_every: int = Field(
-        0,
-        ge=0,
-        description="K > 0: each reward model also trains on its world model's imagined "
-        "rollouts of the training data, from steps 0, K, 2K, ... of every episode, sampled as RL "
-        "samples, each frame labelled by the recorded outcome (`wmrl rollout --world-model "
-        "--replay`); 0: real frames only",
-    )
-    reward_imagined_horizon: int = Field(
-        32, ge=1, description="steps imagined per start of reward_imagined_start_every"
-    )
-    reward_policy_rollouts_per_task: int = Field(
-        0,
-        ge=0,
-        description="N > 0: each reward model trained after a world model also learns from N "
-        "imagined episodes per task of the policy RL will start from, acting in that world "
-        "model from the RL reset set's starts, labelled by executing its actions in the "
-        "simulator (`wmrl rollout --world-model --policy --reset-set`; real steps); its "
-        "threshold is then their episode-level best F1; 0: none. Why: "
-        "docs/results.md#labelled-imagined-episodes",
-    )
-    reward_real_rollouts_per_task: int = Field(
-        0,
-        ge=0,
-        description="N > 0: every reward model of the run also learns from N real rollouts per "
-        "task of the policy stage 1 starts from, without action noise and run on after "
-        "success (the policy's own successes, near misses and the states after a success, "
-        "which the perturbed world-model rollouts and the demonstrations lack); 0: none. Why: "
-        "docs/results.md#real-rollouts-in-the-judges-data",
-    )
-    frozen_control: bool = Field(False, description="also run the last stage in the frozen WM")
-    simulator_control: bool = Field(
-        False,
-        description="also run RL in the real simulator from the base policy, with the run's "
-        "algorithm and training settings, for as many steps as the imagined stages took in all "
-        "((refinements + 1) x training.steps), evaluated like them: what the same RL gains with "
-        "a perfect world model and verdict, and the real steps it costs (counted apart from "
-        "the method's). Measured: docs/results.md#the-simulator-control",
-    )
-    eval_trials: int = Field(10, ge=1, description="real evaluation trials per task per stage")
-    videos: bool = Field(True, description="save videos of the final evaluation")
-    # Between a world model and RL in it (coevolve/gate.py).
-    check_episodes: int = Field(
-        10,
-        ge=0,
-        description="validation episodes on which each world model is checked before RL "
-        "(`eval --world-model`: action gap, imagined vs real success); 0: no check",
-    )
-    recalibrate_threshold: bool = Field(
-        True,
-        description="RL judges imagined success at the reward-model threshold recalibrated on "
-        "the world model's frames by the check (best F1 of imagined vs real success). Why the "
-        "default profile turns it off: docs/results.md#the-judge-through-pace",
-    )
-    min_action_gap_db: float | None = Field(
-        None, description="stop before RL when the checked action gap at step 8 is below (dB)"
-    )
-    min_imagined_recall: float | None = Field(
-        None,
-        ge=0.0,
-        le=1.0,
-        description="stop before RL when the checked recall of imagined success (out of sample)"
-        " is below",
-    )
-
-
 class LoggingConfig(Section):
     tensorboard: bool = True
     progress: bool = True
@@ -653,7 +529,7 @@ class RunConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     sft: SftConfig = Field(default_factory=SftConfig)
-    coevolve: CoEvolveConfig = Field(default_factory=CoEvolveConfig)
+    coevolve: CoevolveConfig = Field(default_factory=CoevolveConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     output_dir: Path | None = Field(
         None, description="run directory (default: runs/<cmd>[-<preset>])"
