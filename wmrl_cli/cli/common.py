@@ -120,7 +120,8 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted[/]")
+            if os.environ.get("RANK", "0") == "0":  # one line for a multi-rank run too
+                err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(130) from None
         except (WmrlError, OSError, RuntimeError) as exc:
             # a full disk or an I/O error anywhere is the machine's: one line too
