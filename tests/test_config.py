@@ -91,11 +91,11 @@ def test_config_error_type() -> None:
 
 
 def test_a_preset_inherits_another_key_by_key(tmp_path: Path) -> None:
-    pace = resolve_config("wan-spatial-pace")
+    coevolve = resolve_config("wan-spatial-coevolve")
     grpo = resolve_config("wan-spatial-grpo")
-    assert pace.coevolve.start == "given" and pace.coevolve.evolved_rollouts_per_task == 100
-    assert pace.world_model.lr == 1e-4 and pace.world_model.path == grpo.world_model.path
-    assert pace.algorithm == grpo.algorithm and pace.training == grpo.training
+    assert coevolve.coevolve.start == "given" and coevolve.coevolve.evolved_rollouts_per_task == 100
+    assert coevolve.world_model.lr == 1e-4 and coevolve.world_model.path == grpo.world_model.path
+    assert coevolve.algorithm == grpo.algorithm and coevolve.training == grpo.training
     child = tmp_path / "child.yaml"
     child.write_text(f"inherits: {child}\nsimulator:\n  suite: mw3\n")
     with pytest.raises(ConfigError, match="inherit from each other in a circle"):
@@ -107,4 +107,4 @@ def test_co_evolve_from_sft_refuses_libero_before_writing(tmp_path: Path) -> Non
     args = ["co-evolve", "--profile", "smoke", "--out", str(out)]
     result = CliRunner().invoke(app, [*args, "--set", "simulator.suite=libero_spatial"])
     assert result.exit_code == 2 and "coevolve.start" in result.output
-    assert "--preset wan-spatial-pace" in result.output and not out.exists()
+    assert "--preset wan-spatial-coevolve" in result.output and not out.exists()

@@ -1,6 +1,6 @@
 """The seeds' workflow on real LIBERO episodes: `wmrl rollout --suite libero_*` (stored states
 that replay exactly, KIR keyframes, the RLinf reset layout read back) and one full PACE cycle of
-`wmrl co-evolve --preset wan-spatial-pace` / `opensora-spatial-pace` on tiny files in the
+`wmrl co-evolve --preset wan-spatial-coevolve` / `opensora-spatial-coevolve` on tiny files in the
 published layouts (tests/published_layouts.py).
 
 The overrides shrink sizes and lengths only (frames of 64 pixels, 16-step episodes, one trial
@@ -134,7 +134,7 @@ def test_libero_rollout_states_replay_exactly_and_export(tmp_path: Path) -> None
     assert np.array_equal(replayed.frames[1], episode.frames[9:17])
 
 
-def _pace(tmp_path: Path, preset: str, write_world, world: str) -> tuple[Path, list[str]]:
+def _coevolve(tmp_path: Path, preset: str, write_world, world: str) -> tuple[Path, list[str]]:
     assets, run = tmp_path / "assets", tmp_path / "run"
     write_world(assets / world, frame_size=SIZE)
     write_policy_asset(assets)
@@ -186,14 +186,14 @@ STAGES = [
 @pytest.mark.parametrize(
     "preset,write_world,world",
     [
-        ("wan-spatial-pace", write_wan_libero, "wan-libero-spatial"),
-        ("opensora-spatial-pace", write_opensora_libero, "opensora-libero-spatial"),
+        ("wan-spatial-coevolve", write_wan_libero, "wan-libero-spatial"),
+        ("opensora-spatial-coevolve", write_opensora_libero, "opensora-libero-spatial"),
     ],
 )
-def test_one_pace_cycle_on_published_layouts(tmp_path, preset, write_world, world) -> None:
+def test_one_coevolve_cycle_on_published_layouts(tmp_path, preset, write_world, world) -> None:
     from wmrl_cli.world_models.factory import saved_world_model
 
-    run, args = _pace(tmp_path, preset, write_world, world)
+    run, args = _coevolve(tmp_path, preset, write_world, world)
     stages = json.loads((run / "stages.json").read_text())
     assert list(stages) == STAGES
     report = json.loads((run / "report.json").read_text())

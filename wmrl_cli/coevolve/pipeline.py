@@ -85,7 +85,7 @@ def prepare_co_evolve(cfg: RunConfig) -> None:
         raise ConfigError(
             "invalid value for 'coevolve.start': 'sft' trains the base policy on scripted "
             "demonstrations, which LIBERO has not; start from given models "
-            "(coevolve.start=given), e.g. --preset wan-spatial-pace"
+            "(coevolve.start=given), e.g. --preset wan-spatial-coevolve"
         )
     simulator_class(cfg.simulator)
     if cfg.coevolve.start == "given":
