@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from tests.test_train_policy import args, assets  # noqa: F401 - the tiny RL inputs
@@ -129,13 +130,93 @@ def test_world_model_offload_turns_on_where_the_plan_needs_it() -> None:
         rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu")
 
 
-def test_train_policy_prints_the_plan_and_refuses_over_budget(assets, tmp_path) -> None:  # noqa: F811
+def test_train_policy_prints_the_plan_and_refuses_over_budget(assets, tmp_path, monkeypatch):  # noqa: F811
+    """The table before the first step; over budget, one line (exit 2) before the policy or
+    anything else loads, and no run directory left behind."""
     ok = runner.invoke(app, args(assets, tmp_path / "ok", 1, algo="grpo"))
     assert ok.exit_code == 0, ok.output
     assert "memory plan per GPU" in ok.output and "AdamW moments" in ok.output
+
+    def never(*a, **k):
+        raise AssertionError("loaded before the memory plan refused")
+
+    monkeypatch.setattr("wmrl_cli.rl.train_policy.load_policy", never)
+    monkeypatch.setattr("wmrl_cli.rl.train_policy.build_env", never)
     over = runner.invoke(
         app, [*args(assets, tmp_path / "over", 1), "--set", "training.memory_budget_gb=0.0001"]
     )
     assert over.exit_code == 2, over.output
     assert "memory plan needs" in over.output and "Traceback" not in over.output
     assert "0.0 GiB of training.memory_budget_gb" in over.output
+    assert not (tmp_path / "over").exists()
+
+
+def test_sft_refuses_over_budget_without_suggesting_lora(tmp_path) -> None:
+    from tests.resume_check import sft_args
+
+    over = runner.invoke(
+        app, [*sft_args(tmp_path / "sft"), "--set", "training.memory_budget_gb=1e-6"]
+    )
+    assert over.exit_code == 2, over.output
+    assert "memory plan needs" in over.output and "lora_rank" not in over.output
+
+
+def test_counts_of_checkpoint_directories_match_the_loaded_models(assets, tmp_path) -> None:  # noqa: F811
+    """What the plan counts before loading (configs on the meta device, published files by
+    their headers) is what the loaders build: wmrl and published (prismatic) policies, wmrl and
+    published (RLinf Wan / OpenSora) world models."""
+    from tests.published_layouts import (
+        write_opensora_libero,
+        write_openvla_oft_sft,
+        write_wan_libero,
+    )
+    from wmrl_cli.policies.checkpoint import from_pretrained
+    from wmrl_cli.training.param_counts import count, policy_config_of, world_model_params
+    from wmrl_cli.world_models.factory import load_init_world_model, load_world_model
+
+    cfg = resolve_config(overrides=["simulator.image_size=32"])
+    for policy_dir in (assets / "sft" / "policy", write_openvla_oft_sft(tmp_path / "vla")):
+        loaded = count(from_pretrained(policy_dir))
+        assert policy_size(policy_config_of(policy_dir)).params == loaded, policy_dir
+    assert world_model_params(assets / "wm") == count(load_world_model(assets / "wm"))
+    for writer in (write_wan_libero, write_opensora_libero):
+        folder = writer(tmp_path / writer.__name__, frame_size=32)
+        loaded = count(load_init_world_model(folder, 32, 32, cfg))
+        # the files hold a few small tensors the model keeps as buffers or drops
+        assert world_model_params(folder) == pytest.approx(loaded, rel=1e-3), folder
+
+
+def test_world_model_dtype_auto_is_bf16_on_a_gpu_and_float32_on_a_cpu(assets) -> None:  # noqa: F811
+    """`world_model.dtype`: auto keeps a CPU's imagination float32 (unchanged) and is bf16 on a
+    GPU; bf16 asked for loads the weights, the VAE's too, in bf16 (here on the CPU)."""
+    from wmrl_cli.envs.imagined import imagining_dtype, load_imagining_world_model
+
+    cfg = resolve_config(overrides=["simulator.image_size=32"])
+    assert imagining_dtype(cfg, "cpu") is None
+    assert imagining_dtype(cfg, "cuda:0") == torch.bfloat16
+    cfg.world_model.dtype = "fp32"
+    assert imagining_dtype(cfg, "cuda:0") is None
+    as_before = load_imagining_world_model(assets / "wm", 32, 32, resolve_config(), "cpu")
+    assert {p.dtype for p in as_before.parameters()} == {torch.float32}
+    cfg.world_model.dtype = "bf16"
+    half = load_imagining_world_model(assets / "wm", 32, 32, cfg, "cpu")
+    assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
+
+
+def test_offload_during_update_moves_the_frozen_models_out_and_back(assets, tmp_path, monkeypatch):  # noqa: F811
+    """world_model.offload_during_update=true: the world model (with its context; the reward
+    model beside it) leaves the device before each update and comes back for the next rollout."""
+    from wmrl_cli.world_models.interface import WorldModel
+
+    moves: list[str] = []
+    offload, onload = WorldModel.offload, WorldModel.onload
+    monkeypatch.setattr(WorldModel, "offload", lambda self: moves.append("out") or offload(self))
+    monkeypatch.setattr(
+        WorldModel, "onload", lambda self, d: moves.append(f"back:{d}") or onload(self, d)
+    )
+    extra = ["--set", "world_model.offload_during_update=true"]
+    result = runner.invoke(app, [*args(assets, tmp_path / "off", 2, algo="grpo"), *extra])
+    assert result.exit_code == 0, result.output
+    # one update per step; offload itself is onload("cpu"), then back to the run's device
+    assert moves == ["out", "back:cpu", "back:cpu"] * 2
+    assert "offloaded in the update" in result.output  # the plan counts it

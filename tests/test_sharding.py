@@ -86,7 +86,6 @@ def _two_ranks(cmd_args: list[str]) -> subprocess.CompletedProcess:
     return proc
 
 
-@pytest.mark.slow
 def test_sharded_train_policy_runs_and_its_export_loads_in_eval(assets, tmp_path) -> None:  # noqa: F811
     """`train-policy --num-processes 2 --set training.sharding=fsdp`: 2 steps of GRPO in the
     tiny imagined env, the real-simulator evaluation at the end (rank 0, the policy gathered),

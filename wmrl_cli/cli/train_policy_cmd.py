@@ -112,10 +112,13 @@ def train_policy_command(
     if num_processes > 1 and "LOCAL_RANK" not in os.environ:
         if cfg.output_dir is None:
             raise ConfigError("--num-processes needs --out so that every rank writes one run")
+        from wmrl_cli.training.memory_plan import check_rl_memory
+
+        launched = check_inputs(effective)
+        check_rl_memory(effective, launched, num_processes)  # fits, before any rank starts
         claim_run_dir(  # the rule, checked only: the ranks apply it
-            cfg.model_copy(deep=True), "train-policy", **_claim(check_inputs(effective)),
-            write=False,
-        )  # fmt: skip
+            cfg.model_copy(deep=True), "train-policy", **_claim(launched), write=False
+        )
         relaunch_ranks(num_processes)
 
     from wmrl_cli.rl.train_policy import make_accelerator, train_policy

@@ -319,25 +319,42 @@ class ImaginedEnv:
 
 
 def load_any_world_model(
-    path: Path, height: int, width: int, cfg: RunConfig, device: str
+    path: Path,
+    height: int,
+    width: int,
+    cfg: RunConfig,
+    device: str,
+    dtype: torch.dtype | None = None,
 ) -> WorldModel:
     """A wmrl world model (run or model directory) or a published one (RLinf's Wan or OpenSora
     directory, told apart by its files); frames of the reset set's size for published ones. A
-    damaged weights file is a one-line error. The same loader as `train-wm --init`'s."""
+    damaged weights file is a one-line error. The same loader as `train-wm --init`'s; `dtype`
+    None keeps the weights float32."""
     from wmrl_cli.world_models.factory import load_init_world_model
 
-    return load_init_world_model(path, height, width, cfg).to(device)
+    return load_init_world_model(path, height, width, cfg, device=device, dtype=dtype)
+
+
+def imagining_dtype(cfg: RunConfig, device: str) -> torch.dtype | None:
+    """`world_model.dtype` on `device`: bf16 (auto on a GPU, as RLinf's envs load their world
+    models), else None (float32, as loaded)."""
+    from wmrl_cli.training.memory_plan import world_model_dtype_name
+
+    return (
+        torch.bfloat16 if world_model_dtype_name(cfg.world_model.dtype, device) == "bf16" else None
+    )
 
 
 def load_imagining_world_model(
     path: Path, height: int, width: int, cfg: RunConfig, device: str
 ) -> WorldModel:
-    """`load_any_world_model` in eval mode, its forward passes in `cfg.precision`, with the run's
-    sampler settings (steps, action guidance): the world model as imagination runs it (RL,
-    `eval --world-model`, co-evolve's check, imagined rollouts), so that a threshold calibrated
-    by the check is calibrated on the frames RL will see (the RL presets sample in 2 steps,
-    models save 10)."""
-    world_model = load_any_world_model(path, height, width, cfg, device).eval()
+    """`load_any_world_model` in eval mode, its weights (the VAE's too) in `world_model.dtype`
+    (auto: bf16 on a GPU), its forward passes in `cfg.precision`, with the run's sampler settings
+    (steps, action guidance): the world model as imagination runs it (RL, `eval --world-model`,
+    co-evolve's check, imagined rollouts), so that a threshold calibrated by the check is
+    calibrated on the frames RL will see (the RL presets sample in 2 steps, models save 10)."""
+    dtype = imagining_dtype(cfg, device)
+    world_model = load_any_world_model(path, height, width, cfg, device, dtype).eval()
     world_model.autocast_dtype = resolve_precision(cfg.precision, device)
     if cfg.world_model.num_inference_steps is not None:
         world_model.config.num_inference_steps = cfg.world_model.num_inference_steps

@@ -427,3 +427,25 @@ def sft_memory_plan(cfg, policy_config, world_size: int, device: str) -> Checked
     plan = replan(settings)
     check_budget(plan, budget, where, replan, False, lora=False)
     return CheckedPlan(plan, budget, where)
+
+
+def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> CheckedPlan:
+    """The RL plan from the inputs' files (`rl.setup.Inputs`), before any of them loads:
+    `train-policy` checks it before starting its ranks, `rl.train_policy` before loading the
+    policy. A ConfigError (exit 2) naming what to change where it does not fit."""
+    from wmrl_cli.training.param_counts import (
+        policy_config_of,
+        weight_file_bytes,
+        world_model_params,
+    )
+
+    if device is None:
+        import torch
+
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    backend = cfg.world_model.backend
+    worlds = [inputs.world_model, *inputs.confirm_world_models] if inputs.world_model else []
+    params = sum(world_model_params(path, backend) for path in worlds)
+    reward = weight_file_bytes(inputs.reward_model)
+    policy = policy_config_of(inputs.policy)
+    return rl_memory_plan(cfg, policy, params, reward, world_size, device)

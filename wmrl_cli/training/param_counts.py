@@ -142,23 +142,51 @@ def world_model_params(path: Path | None, backend: str = "wan") -> int:
     """Parameters of a world model (denoiser and autoencoder): a wmrl run or model directory
     built on the meta device from its config.json, a published folder from its weight files,
     or (path None) the backend's full-size config."""
-    from wmrl_cli.world_models.published import WAN_VAE_FILE, published_layout
+    from wmrl_cli.world_models.published import RLINF_OPENSORA, WAN_VAE_FILE, published_layout
 
     if path is None:
         return full_world_model_params(backend)
-    if published_layout(path) is not None:
-        shapes = safetensors_shapes(path)
-        if (path / "vae").is_dir():
-            shapes.update(safetensors_shapes(path / "vae"))
-        vae = path / WAN_VAE_FILE
-        return sum(t.numel() for t in shapes.values()) + (
-            vae.stat().st_size // 4 if vae.is_file() else 0
-        )
+    layout = published_layout(path)
+    if layout == RLINF_OPENSORA:  # the STDiT3 as loaded (its unused text cross-attention dropped)
+        from wmrl_cli.world_models.state_dicts import strip_wrapper_prefix
+
+        try:
+            from wmrl_cli.world_models.opensora.converter import drop_unused
+        except ImportError:  # the converter's module before world_models/opensora/ (2026-11-28)
+            from wmrl_cli.world_models.opensora_convert import drop_unused
+
+        dit, _ = drop_unused(strip_wrapper_prefix(safetensors_shapes(path)))
+        return _numel(dit) + _numel(safetensors_shapes(path / "vae"))
+    if layout is not None:  # RLinf's Wan: the DiT's safetensors and the VAE's .pth
+        return _numel(safetensors_shapes(path)) + pth_params(path / WAN_VAE_FILE)
     from wmrl_cli.world_models.factory import saved_world_model
 
     directory, saved_backend = saved_world_model(path)
     config = json.loads((directory / "config.json").read_text())
     return _world_model_params(saved_backend, json.dumps(config, sort_keys=True))
+
+
+def _numel(tensors: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() for t in tensors.values())
+
+
+def pth_params(path: Path) -> int:
+    """Elements of every tensor in a torch checkpoint, memory-mapped (nothing read but its
+    index; weights_only: no code runs); where it cannot be mapped, its size over 4 (float32)."""
+
+    def numel(obj: object) -> int:
+        if isinstance(obj, torch.Tensor):
+            return obj.numel()
+        if isinstance(obj, dict):
+            return sum(numel(v) for v in obj.values())
+        if isinstance(obj, (list, tuple)):
+            return sum(numel(v) for v in obj)
+        return 0
+
+    try:
+        return numel(torch.load(path, map_location="cpu", mmap=True, weights_only=True))
+    except (RuntimeError, OSError, ValueError):
+        return path.stat().st_size // 4
 
 
 def full_world_model_params(backend: str) -> int:
