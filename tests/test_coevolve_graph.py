@@ -268,6 +268,14 @@ READ_BY = {
     "coevolve.trust_audit_per_task": "trust",
     "coevolve.trust_precision_floor": "rl",
     "coevolve.simulator_control": "structure",  # adds a stage, changes none
+    "world_model.dtype": "rl",
+    "world_model.offload_during_update": "rl",
+    "training.sharding": "rl",
+    "training.param_dtype": "rl",
+    "training.optimizer_dtype": "rl",
+    "training.activation_checkpointing": "rl",
+    "training.cpu_offload": "rl",
+    "training.memory_budget_gb": "rl",
 }
 # A value other than the default, where flipping the default's truth would not be one.
 OTHER_VALUE = {
@@ -278,7 +286,14 @@ OTHER_VALUE = {
     "algorithm.train_tasks": ["drawer-close"],
     "coevolve.trust_audit_per_task": 10,
     "coevolve.trust_precision_floor": 0.7,
+    "world_model.dtype": "bf16",
+    "world_model.offload_during_update": True,
+    "training.sharding": "fsdp",
+    "training.param_dtype": "bf16",
+    "training.optimizer_dtype": "float32",
+    "training.memory_budget_gb": 10.0,
 }
+NEEDS = {"training.cpu_offload": {"sharding": "fsdp"}}  # it offloads FSDP's shards
 
 
 def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path) -> None:
@@ -294,9 +309,13 @@ def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path
         recorded_before.values = {k: v for k, v in now.values.items() if k != key}
         assert now.fingerprint(kind, ()) == recorded_before.fingerprint(kind, ())
         other = OTHER_VALUE[key] if key in OTHER_VALUE else type(default)(not default)
+        given = getattr(cfg, section).model_copy()
+        for companion, value in NEEDS.get(key, {}).items():  # what the other value needs beside it
+            setattr(getattr(cfg, section), companion, value)
+        before = StageCache(tmp_path, 0, cfg).fingerprint(kind, ())
         setattr(getattr(cfg, section), name, other)
-        assert StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) != now.fingerprint(kind, ())
-        setattr(getattr(cfg, section), name, default)
+        assert StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) != before
+        setattr(cfg, section, given)
 
 
 @pytest.mark.parametrize("chosen", ["current", "wm_evo1_seed1"])

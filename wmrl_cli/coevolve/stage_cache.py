@@ -121,6 +121,16 @@ ADDED_OPTIONS: dict[str, Any] = {
     "coevolve.trust_audit_per_task": 0,
     "coevolve.trust_precision_floor": 0.5,
     "coevolve.simulator_control": False,
+    # The memory plan's settings: at these the weights, their dtypes and the memory are as
+    # before (world_model.dtype auto is float32 on the CPU, where those runs were recorded).
+    "world_model.dtype": "auto",
+    "world_model.offload_during_update": None,
+    "training.sharding": "none",
+    "training.param_dtype": "float32",
+    "training.optimizer_dtype": "param",
+    "training.activation_checkpointing": False,
+    "training.cpu_offload": False,
+    "training.memory_budget_gb": None,
 }
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records,
 # not how a reward model is trained or checked.
