@@ -338,7 +338,7 @@ def load_any_world_model(
 def imagining_dtype(cfg: RunConfig, device: str) -> torch.dtype | None:
     """`world_model.dtype` on `device`: bf16 (auto on a GPU, as RLinf's envs load their world
     models), else None (float32, as loaded)."""
-    from wmrl_cli.training.memory_plan import world_model_dtype_name
+    from wmrl_cli.world_models.factory import world_model_dtype_name
 
     return (
         torch.bfloat16 if world_model_dtype_name(cfg.world_model.dtype, device) == "bf16" else None

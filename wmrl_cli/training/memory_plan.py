@@ -314,13 +314,6 @@ def check_budget(
 # -- from a run's config --------------------------------------------------------------------------
 
 
-def world_model_dtype_name(setting: str, device: str) -> str:
-    """`world_model.dtype` resolved: auto is bf16 on CUDA, float32 elsewhere."""
-    if setting == "auto":
-        return "bf16" if str(device).startswith("cuda") else "float32"
-    return "bf16" if setting == "bf16" else "float32"
-
-
 def device_budget(cfg, device: str) -> tuple[float | None, str]:
     """(GiB the plan must fit in, what holds them): `training.memory_budget_gb`, else the
     CUDA device's total memory; None on a CPU (nothing is checked there)."""
@@ -383,6 +376,7 @@ def rl_memory_plan(
     a ConfigError naming what to change when it does not fit. `world_model.offload_during_update`
     unset (None) turns offloading on where the plan needs it."""
     from wmrl_cli.training.param_counts import policy_size
+    from wmrl_cli.world_models.factory import world_model_dtype_name
 
     alg, wm = cfg.algorithm, cfg.world_model
     per_trajectory = -(-alg.max_episode_steps // policy_config.chunk_len)

@@ -25,6 +25,13 @@ from wmrl_cli.world_models.interface import CONFIG_NAME, WorldModel
 MODEL_DIR = "world_model"  # what `wmrl train-wm` writes into its run directory
 
 
+def world_model_dtype_name(setting: str, device: str) -> str:
+    """`world_model.dtype` resolved: auto is bf16 on CUDA, float32 elsewhere."""
+    if setting == "auto":
+        return "bf16" if str(device).startswith("cuda") else "float32"
+    return "bf16" if setting == "bf16" else "float32"
+
+
 def build_world_model(cfg: RunConfig, action_dim: int) -> WorldModel:
     """A fresh world model of the configured backend and size at the simulator's image size."""
     wm, size = cfg.world_model, cfg.simulator.image_size
