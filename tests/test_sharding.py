@@ -130,3 +130,24 @@ def test_sharded_run_killed_then_resumed_matches_uninterrupted(assets, tmp_path)
         assert x.keys() == y.keys()
         for key in x:
             assert x[key] == pytest.approx(y[key], rel=1e-6, abs=1e-7), key
+
+
+@pytest.mark.slow
+def test_sharded_sft_on_two_ranks_saves_shards_and_a_loadable_policy(tmp_path, expert_episodes):
+    """`wmrl sft` under torchrun with training.sharding=fsdp (and checkpointing): the
+    optimizer's shards beside the scheduler's state, a consolidated policy that loads."""
+    from tests.test_sft import TINY
+    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.policies.checkpoint import from_pretrained
+
+    EpisodeStore(tmp_path / "demos").add(expert_episodes)
+    out = tmp_path / "sft"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "wmrl_cli"]
+    cmd += ["sft", "--suite", "mw3", "--data", str(tmp_path / "demos"), "--steps", "4"]
+    cmd += ["--out", str(out), *TINY, "--set", "sft.save_every=2", *FSDP]
+    cmd += ["--set", "training.activation_checkpointing=true"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    state = out / "checkpoints" / "step_000004" / "training_state"
+    assert (state / "sharded" / ".metadata").is_file() and (state / "state_0.pt").is_file()
+    assert from_pretrained(out / "policy").config.name == "tiny"

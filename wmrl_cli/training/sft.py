@@ -217,7 +217,7 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
                     "train/sft/loss": out.loss.detach(),
                     "train/sft/token_accuracy": out.token_accuracy.detach(),
                     "train/sft/l1": out.l1.detach(),
-                    "train/sft/grad_norm": grad_norm,
+                    "train/sft/grad_norm": float(grad_norm),  # a DTensor under fsdp
                 }
                 reduced = {
                     k: accelerator.reduce(
