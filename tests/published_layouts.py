@@ -80,7 +80,7 @@ def write_shards(
 # Wan (RLinf / DiffSynth)
 # ----------------------------------------------------------------------------------------------
 
-# DiffSynth's WanModel names, written out independently of wan_convert's table.
+# DiffSynth's WanModel names, written out independently of wan/converter.py's table.
 DIFFSYNTH_NAMES = {
     "condition_embedder.time_embedder.linear_1": "time_embedding.0",
     "condition_embedder.time_embedder.linear_2": "time_embedding.2",

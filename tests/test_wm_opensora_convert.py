@@ -18,7 +18,7 @@ from wmrl_cli.world_models.opensora import (
     STDiT3Config,
     tiny_vae_config,
 )
-from wmrl_cli.world_models.opensora_convert import (
+from wmrl_cli.world_models.opensora.converter import (
     infer_stdit3_config,
     load_opensora_vae,
     load_rlinf_opensora_world_model,

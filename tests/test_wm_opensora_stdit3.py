@@ -10,9 +10,9 @@ from wmrl_cli.world_models.opensora import (
     OpenSoraWorldModelConfig,
     STDiT3,
     STDiT3Config,
-    sincos_position_embedding_2d,
     validate_config,
 )
+from wmrl_cli.world_models.opensora.blocks import sincos_position_embedding_2d
 
 B, T = 2, 12
 

@@ -11,9 +11,10 @@ A backend (wan/model.py, opensora/model.py) supplies its autoencoder (`encode_fr
     _training_context(latents, noise_like)               -> (conditioning latents with the
                                                          backend's context noise, target
                                                          latents x0, the delta anchor)
-    _embed_actions(actions, chunk, drop)                 the denoiser's action conditioning
-                                                         (drop [B]: samples given the null action)
-    _denoiser_output(x_t, sigma, cond, conditioning)     the network's raw output for x_t
+    _action_inputs(actions, chunk, drop)                 the denoiser's action arguments, a
+                                                         tuple (drop [B]: the samples given the
+                                                         null action)
+    _denoiser_output(x_t, sigma, cond, *action_inputs)   the network's raw output for x_t
 
 Flow matching's convention (flow_matching.py): x_sigma = (1 - sigma) x0 + sigma eps, v = eps - x0.
 With `delta_prediction` the network's output is the clean target as an offset from the last
@@ -69,8 +70,23 @@ class FlowWorldModelConfig:
     the shift of its noise grid; train_shift, logit_mean, logit_std: the training noise levels
     (logit-normal, then shifted).
 
-    Every backend's config also has `delta_prediction`, `carry_detail`, `loss_min_sigma`,
-    `motion_loss_weight`, `action_dropout` and `action_guidance`, which this module reads.
+    Every backend's config also has these keys, which this module reads (each declares them
+    after its own keys, where its config.json has always had them):
+
+    delta_prediction: the network predicts the clean target as an offset from the last context
+        latent (see the module doc); off: it predicts the velocity, as the published models.
+    carry_detail: add the autoencoder's reconstruction error of the last real context frame to
+        every predicted frame (`WorldModel.with_detail`); off for the published models.
+    loss_min_sigma: the delta-prediction loss is ||x0_hat - x0||^2 / max(sigma, loss_min_sigma)^2;
+        1.0 makes it a plain x0 loss. With small values the low-noise levels dominate, where x0
+        can be read off the noisy input and the actions are not needed: an OpenSora model
+        trained so beat the copy baseline with an action gap of 0.00 dB (it ignored its
+        actions); 500 more steps at 1.0 gave +0.05..0.07 dB and +0.6 dB of open-loop PSNR
+        (docs/benchmarks.md).
+    motion_loss_weight: see `flow_matching.delta_prediction_loss`.
+    action_dropout: in training, the probability that a window's actions are replaced by the
+        null action (needs transformer.null_action). action_guidance: the sampler's action
+        guidance scale (1.0: plain conditioning).
     """
 
     transformer: Any = None
@@ -221,22 +237,22 @@ class FlowWorldModel(WorldModel):
         the conditioning latents cond [B,z,F,h,w], guided on the actions when
         `action_guidance` != 1 (v_null + w (v - v_null), the null action's pass beside)."""
         batch = cond.shape[0]
-        embedded = self._embed_actions(actions, chunk, None)
+        embedded = self._action_inputs(actions, chunk, None)
         scale = self.config.action_guidance
         null = None
         if scale != 1.0:
             every = torch.ones(batch, dtype=torch.bool, device=self.device)
-            null = self._embed_actions(actions, chunk, every)
+            null = self._action_inputs(actions, chunk, every)
         anchor = cond[:, :, -1:]
         shape = (batch, cond.shape[1], chunk // self.frames_per_latent, *cond.shape[3:])
         noise_device = generator.device if generator is not None else self.device
         noise = torch.randn(shape, generator=generator, device=noise_device).to(self.device)
 
         def velocity_fn(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-            v = self._velocity(x, sigma, self._denoiser_output(x, sigma, cond, embedded), anchor)
+            v = self._velocity(x, sigma, self._denoiser_output(x, sigma, cond, *embedded), anchor)
             if null is None:
                 return v
-            v_null = self._velocity(x, sigma, self._denoiser_output(x, sigma, cond, null), anchor)
+            v_null = self._velocity(x, sigma, self._denoiser_output(x, sigma, cond, *null), anchor)
             return guided(v, v_null, scale)
 
         sigmas = fm.inference_sigmas(self.config.num_inference_steps, self.config.flow_shift)
@@ -293,7 +309,7 @@ class FlowWorldModel(WorldModel):
         noise = noise_like(x0)
         x_t = fm.add_noise(x0, noise, sigma_b)
         drop = action_dropout_mask(n, self.config.action_dropout, generator, self.device)
-        out = self._denoiser_output(x_t, sigma, cond, self._embed_actions(actions, chunk, drop))
+        out = self._denoiser_output(x_t, sigma, cond, *self._action_inputs(actions, chunk, drop))
         if self.config.delta_prediction:
             # ||v_hat - v||^2 = ||x0_hat - x0||^2 / sigma^2; the weight is bounded at small sigma.
             return self.delta_prediction_loss(out, x0, anchor, sigma_b)
@@ -317,13 +333,15 @@ class FlowWorldModel(WorldModel):
         delta-prediction loss measures from) of a window's latents."""
 
     @abstractmethod
-    def _embed_actions(self, actions: torch.Tensor, chunk: int, drop: torch.Tensor | None) -> Any:
-        """The denoiser's action conditioning; the samples flagged in drop [B] get the null
-        action."""
+    def _action_inputs(
+        self, actions: torch.Tensor, chunk: int, drop: torch.Tensor | None
+    ) -> tuple[Any, ...]:
+        """The action arguments of `_denoiser_output` (computed once per sample, not per
+        step); the samples flagged in drop [B] get the null action."""
 
     @abstractmethod
     def _denoiser_output(
-        self, x_t: torch.Tensor, sigma: torch.Tensor, cond: torch.Tensor, conditioning: Any
+        self, x_t: torch.Tensor, sigma: torch.Tensor, cond: torch.Tensor, *action_inputs: Any
     ) -> torch.Tensor:
         """The network's raw output (float32) for the target latents x_t at noise levels
         sigma [B], after the conditioning latents."""

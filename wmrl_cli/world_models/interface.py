@@ -32,8 +32,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from wmrl_cli.errors import ConfigError, WmrlError
-from wmrl_cli.world_models import flow_matching as fm
+from wmrl_cli.errors import WmrlError
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -84,32 +83,6 @@ class WorldModelBatch:
     def to(self, device: torch.device | str) -> WorldModelBatch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         return WorldModelBatch(**{k: None if v is None else v.to(device) for k, v in moved.items()})
-
-
-def check_config_keys(prefix: str, data: Any, cls: type, title: str) -> None:
-    """A config mapping may only hold the dataclass's fields; anything else is a typo."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping")
-    unknown = sorted(set(data) - {f.name for f in fields(cls)})
-    if unknown:
-        raise ConfigError(
-            f"unknown {title} world-model config key(s): {[prefix + k for k in unknown]}"
-        )
-
-
-def config_from_dict(cls: type, transformer_cls: type, data: Mapping[str, Any], title: str) -> Any:
-    """Rebuild a backend's config dataclass (config.json) with its nested transformer config."""
-    check_config_keys("", data, cls, title)
-    values = dict(data)
-    if "transformer" in values:
-        check_config_keys("transformer.", values["transformer"], transformer_cls, title)
-        tcfg = dict(values["transformer"])
-        if "patch_size" in tcfg:
-            tcfg["patch_size"] = tuple(tcfg["patch_size"])
-        values["transformer"] = transformer_cls(**tcfg)
-    if "vae" in values:
-        values["vae"] = dict(values["vae"])
-    return cls(**values)
 
 
 def as_batch(batch: WorldModelBatch | Mapping[str, TensorLike | None]) -> WorldModelBatch:
@@ -275,20 +248,6 @@ class WorldModel(nn.Module, ABC):
         frames = torch.zeros((actions.shape[0], *some.shape[1:]), dtype=some.dtype)
         frames[index] = some.cpu()
         return frames
-
-    def delta_prediction_loss(
-        self, out: torch.Tensor, x0: torch.Tensor, anchor: torch.Tensor, sigma: torch.Tensor
-    ) -> torch.Tensor:
-        """Training loss of a delta-prediction model (x0_hat = anchor + out), weighted as its
-        config says: `loss_min_sigma`, `motion_loss_weight` (flow_matching's function)."""
-        return fm.delta_prediction_loss(
-            anchor + out,
-            x0,
-            anchor,
-            sigma,
-            self.config.loss_min_sigma,
-            self.config.motion_loss_weight,
-        )
 
     # -- detail carry-over (`config.carry_detail`) -----------------------------------------------
 

@@ -136,8 +136,8 @@ def load_published_world_model(
         num_target_frames=chunk_size,
     )
     if layout == RLINF_OPENSORA:
-        from wmrl_cli.world_models.opensora import OpenSoraWorldModelConfig
-        from wmrl_cli.world_models.opensora_convert import load_rlinf_opensora_world_model
+        from wmrl_cli.world_models.opensora.converter import load_rlinf_opensora_world_model
+        from wmrl_cli.world_models.opensora.model import OpenSoraWorldModelConfig
 
         base = replace(OpenSoraWorldModelConfig.full(), **sizes)
         model: WorldModel = load_rlinf_opensora_world_model(directory, config=base)

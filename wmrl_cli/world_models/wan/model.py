@@ -284,17 +284,17 @@ class WanWorldModel(FlowWorldModel):
         ]
         return torch.cat([p.to(self.device) for p in parts], dim=1).to(self.dtype)
 
-    def _embed_actions(
+    def _action_inputs(
         self, actions: torch.Tensor, chunk: int, drop: torch.Tensor | None
-    ) -> ActionEmbeddings:
-        return self.transformer.embed_actions(actions, chunk, drop)
+    ) -> tuple[ActionEmbeddings]:
+        return (self.transformer.embed_actions(actions, chunk, drop),)
 
     def _denoiser_output(
         self,
         x_t: torch.Tensor,
         sigma: torch.Tensor,
         cond: torch.Tensor,
-        conditioning: ActionEmbeddings,
+        actions: ActionEmbeddings,
     ) -> torch.Tensor:
         """Raw network output (float32) for the target latents x_t at noise levels sigma [B]."""
         n_cond, n_tgt = cond.shape[2], x_t.shape[2]
@@ -306,7 +306,7 @@ class WanWorldModel(FlowWorldModel):
             ],
             dim=1,
         )
-        a = conditioning
+        a = actions
         with self.autocast():
             out = self.transformer(latents, timestep, a.context, a.modulation, a.tokens)
         return out[:, :, n_cond:].float()

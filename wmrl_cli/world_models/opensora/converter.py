@@ -8,7 +8,7 @@ RLinf's OpenSora asset (RLinf-OpenSora-LIBERO-*) is a directory holding
     dataset_statistics.json                                      action q01 / q99
 
 The STDiT3 state dict uses the names of Open-Sora's `STDiT3` and WMPO's fork, which
-`wmrl_cli.world_models.opensora.STDiT3` keeps, so no renaming is needed beyond stripping a wrapper
+`opensora.blocks.STDiT3` keeps, so no renaming is needed beyond stripping a wrapper
 prefix (`model.`, `module.`). Weights the world model never uses are dropped by name:
 
     y_embedder.*      the T5 caption projection (and its null-caption buffer)
@@ -34,18 +34,19 @@ import torch
 from diffusers import AutoencoderKL
 
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.world_models.opensora import (
+from wmrl_cli.world_models.opensora.blocks import RotaryEmbedding, STDiT3, STDiT3Config
+from wmrl_cli.world_models.opensora.model import (
     OpenSoraWorldModel,
     OpenSoraWorldModelConfig,
-    RotaryEmbedding,
-    STDiT3,
-    STDiT3Config,
     action_statistics,
     vae_downsample_factor,
 )
-from wmrl_cli.world_models.state_dicts import load_into, load_state_dict_file, strip_wrapper_prefix
-
-StateDict = dict[str, torch.Tensor]
+from wmrl_cli.world_models.state_dicts import (
+    StateDict,
+    load_into,
+    load_state_dict_file,
+    strip_wrapper_prefix,
+)
 
 UNUSED_PREFIXES = ("y_embedder.", "fps_embedder.")
 CROSS_ATTENTION = re.compile(r"^(spatial|temporal)_blocks\.\d+\.cross_attn\.")
