@@ -495,6 +495,7 @@ def test_a_worker_keeps_no_more_envs_than_slots(monkeypatch) -> None:
     from collections import OrderedDict
 
     from wmrl_cli.sims import libero_envs
+    from wmrl_cli.sims.pool import Slot
 
     class FakeEnv:
         def __init__(self, task_id: int) -> None:
@@ -504,7 +505,7 @@ def test_a_worker_keeps_no_more_envs_than_slots(monkeypatch) -> None:
             self.closed = True
 
     envs = object.__new__(libero_envs.LiberoEnvs)
-    envs.slots = [libero_envs._Slot() for _ in range(2)]
+    envs.slots = [Slot() for _ in range(2)]
     envs._pool, envs.pool_size = OrderedDict(), 2
     built: list[FakeEnv] = []
     monkeypatch.setattr(envs, "_make", lambda t: built.append(FakeEnv(t)) or built[-1])

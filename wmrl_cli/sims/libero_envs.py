@@ -25,14 +25,11 @@ os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 import contextlib  # noqa: E402
 import io  # noqa: E402
 import logging  # noqa: E402
-from collections import OrderedDict  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from wmrl_cli.envs.interface import empty_chunk_arrays  # noqa: E402
 from wmrl_cli.sims.libero_suites import (  # noqa: E402
     ACTION_DIM,
     DUMMY_ACTION,
@@ -43,7 +40,7 @@ from wmrl_cli.sims.libero_suites import (  # noqa: E402
     to_libero_actions,
     upright,
 )
-from wmrl_cli.sims.memory import release_memory  # noqa: E402
+from wmrl_cli.sims.pool import PooledEnvs, Slot  # noqa: E402
 
 
 def _robot(env: Any) -> Any:
@@ -73,18 +70,10 @@ def load_init_states(path: str | Path) -> np.ndarray:
     return states
 
 
-@dataclass
-class _Slot:
-    task_id: int = -1
-    env: Any = None
-    done: bool = True
-    steps: int = 0
-    last_image: np.ndarray | None = None
-    last_proprio: np.ndarray | None = None
+class LiberoEnvs(PooledEnvs):
+    """B environment slots of one suite; a slot may switch task at every reset (sims/pool.py)."""
 
-
-class LiberoEnvs:
-    """B environment slots of one suite; a slot may switch task at every reset."""
+    action_dim = ACTION_DIM
 
     def __init__(
         self,
@@ -96,19 +85,16 @@ class LiberoEnvs:
         terminate_on_success: bool,
         assets_dir: str,
     ) -> None:
+        # A LIBERO env holds about 1 GB (robosuite's model, MuJoCo data, an EGL context), so a
+        # worker keeps only as many as it has slots: a worker that met every task of a suite in
+        # RL's changing group mixes grew past 5 GB. Rebuilding one costs a model compilation, a
+        # second or two, only when a slot's task changes.
+        super().__init__(num_envs, pool_size=num_envs)
         self.suite = get_libero_suite(suite)
         self.image_size = image_size
         self.camera = camera
         self.max_steps = max_steps
         self.terminate_on_success = terminate_on_success
-        self.slots = [_Slot() for _ in range(num_envs)]
-        # (task_id, k) -> env: the k-th slot of a batch holding that task, least recently used
-        # first. A LIBERO env holds about 1 GB (robosuite's model, MuJoCo data, an EGL
-        # context), so a worker keeps only as many as it has slots: a worker that met every
-        # task of a suite in RL's changing group mixes grew past 5 GB. Rebuilding one costs a
-        # model compilation, a second or two, only when a slot's task changes.
-        self._pool: OrderedDict[tuple[int, int], Any] = OrderedDict()
-        self.pool_size = num_envs
         self._init_states: dict[int, np.ndarray] = {}
         # robosuite warns about its macro file on import; nothing a user can act on.
         logging.getLogger("robosuite_logs").setLevel(logging.ERROR)
@@ -146,36 +132,11 @@ class LiberoEnvs:
             self._init_states[task_id] = load_init_states(path / task.init_states_file)
         return self._init_states[task_id]
 
-    def _assign(self, task_ids: list[int]) -> None:
-        seen: dict[int, int] = {}
-        keys = []
-        for task_id in task_ids:
-            k = seen.get(task_id, 0)
-            seen[task_id] = k + 1
-            keys.append((task_id, k))
-        # Close the least recently used envs this batch does not need before building the
-        # ones it lacks, so that the worker never holds more than pool_size at once.
-        wanted = set(keys)
-        missing = sum(key not in self._pool for key in wanted)
-        excess = len(self._pool) + missing - self.pool_size
-        spare = [key for key in self._pool if key not in wanted][: max(excess, 0)]
-        for key in spare:
-            self._pool.pop(key).close()
-        if spare:
-            release_memory()
-        for slot, key in zip(self.slots, keys):
-            if key not in self._pool:
-                self._pool[key] = self._make(key[0])
-            self._pool.move_to_end(key)
-            slot.task_id = key[0]
-            slot.env = self._pool[key]
-
-    def _observe(self, slot: _Slot, obs: dict[str, np.ndarray]) -> None:
+    def _observe(self, slot: Slot, obs: dict[str, np.ndarray]) -> None:
         slot.last_image = upright(obs[f"{self.camera}_image"])
         slot.last_proprio = proprio_from_obs(obs)
 
-    @staticmethod
-    def get_state(slot: _Slot) -> np.ndarray:
+    def get_state(self, slot: Slot) -> np.ndarray:
         """The exact state of a slot (module docstring): integration state, body poses, the
         gripper's command, step count."""
         import mujoco
@@ -196,7 +157,7 @@ class LiberoEnvs:
         )
 
     @staticmethod
-    def set_state(slot: _Slot, state: np.ndarray) -> dict[str, np.ndarray]:
+    def set_state(slot: Slot, state: np.ndarray) -> dict[str, np.ndarray]:
         """Restore a `get_state` state into a freshly reset slot; the observation there."""
         import mujoco
 
@@ -236,8 +197,7 @@ class LiberoEnvs:
         """Reset slot i to init_ids[i]: task and trial from the id, the trial's fixed init
         state, then the settling steps; a given sim state (keyframe reset) replaces the init
         state and the settling steps. `seeds` are unused: a LIBERO state holds everything."""
-        if len(init_ids) != len(self.slots):
-            raise ValueError(f"reset got {len(init_ids)} init ids for {len(self.slots)} envs")
+        self._check_reset(init_ids)
         n_tasks = len(self.suite.task_files)
         self._assign([task_and_trial(i, n_tasks)[0] for i in init_ids])
         for i, (slot, init_id) in enumerate(zip(self.slots, init_ids)):
@@ -255,53 +215,18 @@ class LiberoEnvs:
             self._observe(slot, obs)
         return self._observation()
 
-    def _observation(self) -> dict[str, Any]:
-        return {
-            "images": np.stack([s.last_image for s in self.slots]),
-            "proprio": np.stack([s.last_proprio for s in self.slots]),
-            "task_ids": np.array([s.task_id for s in self.slots], dtype=np.int64),
-            "sim_states": [self.get_state(s) for s in self.slots],
-        }
+    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Policy actions (OpenVLA's gripper convention) converted to LIBERO's."""
+        return to_libero_actions(actions)
 
-    def chunk_step(self, actions: np.ndarray) -> dict[str, Any]:
-        """Policy actions [B, C, 7] (OpenVLA gripper convention), converted to LIBERO's;
-        `executed` holds the converted actions the simulator ran."""
-        b, c, a = actions.shape
-        if b != len(self.slots) or a != ACTION_DIM:
-            raise ValueError(
-                f"actions have shape {actions.shape}, expected [{len(self.slots)},C,{ACTION_DIM}]"
-            )
-        out = empty_chunk_arrays(b, c, a, self.image_size)
-        # The proprio after every step (the end effector's xyz first), for hand tracking.
-        out["step_proprio"] = np.zeros((b, c, len(self.slots[0].last_proprio)), np.float64)
-        env_actions = to_libero_actions(actions)
-        for i, slot in enumerate(self.slots):
-            for t in range(c):
-                if slot.done:
-                    out["frames"][i, t] = slot.last_image
-                    out["step_proprio"][i, t] = slot.last_proprio
-                    continue
-                obs, reward, done, _ = slot.env.step(env_actions[i, t].tolist())
-                slot.steps += 1
-                self._observe(slot, obs)
-                success = bool(done)  # LIBERO's done is its success predicate
-                terminated = success and self.terminate_on_success
-                truncated = slot.steps >= self.max_steps and not terminated
-                out["frames"][i, t] = slot.last_image
-                out["step_proprio"][i, t] = slot.last_proprio
-                out["rewards"][i, t] = float(reward)
-                out["success"][i, t] = success
-                out["terminated"][i, t] = terminated
-                out["truncated"][i, t] = truncated
-                out["valid"][i, t] = True
-                out["executed"][i, t] = env_actions[i, t]
-                slot.done = terminated or truncated
-        out.update(self._observation())
-        return out
+    def _step(self, slot: Slot, action: np.ndarray) -> tuple[float, bool, bool]:
+        obs, reward, done, _ = slot.env.step(action.tolist())
+        slot.steps += 1
+        self._observe(slot, obs)
+        # LIBERO's done is its success predicate
+        return float(reward), bool(done), slot.steps >= self.max_steps
 
     def close(self) -> None:
         # Closing explicitly frees the EGL contexts before interpreter teardown, which
         # otherwise prints EGLError tracebacks from robosuite's __del__.
-        for env in self._pool.values():
-            env.close()
-        self._pool.clear()
+        super().close()

@@ -11,18 +11,11 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering without a display
 os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
-import signal  # noqa: E402
-import threading  # noqa: E402
-from collections import OrderedDict  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from wmrl_cli.envs.interface import empty_chunk_arrays  # noqa: E402
-from wmrl_cli.sims.memory import release_memory  # noqa: E402
+from wmrl_cli.sims.pool import PooledEnvs, Slot  # noqa: E402
 from wmrl_cli.sims.suites import Suite  # noqa: E402
 
 # MuJoCo's "integration state": time, qpos, qvel, actuator activations, warm-start
@@ -30,35 +23,10 @@ from wmrl_cli.sims.suites import Suite  # noqa: E402
 _PREV_OBS_DIM = 18
 
 
-@contextmanager
-def _ctrl_c_deferred() -> Iterator[None]:
-    """A Ctrl-C inside waits for the block's end: a mujoco.Renderer whose construction it cuts
-    short prints a traceback from its __del__ (no GL context to free yet) after "interrupted"."""
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is None or threading.current_thread() is not threading.main_thread():
-        yield  # signals are handled in the main thread only; None: not Python's handler
-        return
-    caught: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            signal.raise_signal(signal.SIGINT)
+class MetaWorldEnvs(PooledEnvs):
+    """B environment slots; a slot may switch task at every reset (sims/pool.py)."""
 
-
-@dataclass
-class _Slot:
-    task_id: int = -1
-    env: Any = None
-    done: bool = True
-    last_image: np.ndarray | None = None
-    last_proprio: np.ndarray | None = None
-
-
-class MetaWorldEnvs:
-    """B environment slots; a slot may switch task at every reset."""
+    action_dim = 4
 
     def __init__(
         self,
@@ -71,6 +39,9 @@ class MetaWorldEnvs:
         base_seed: int,
         render_every_step: bool = True,
     ) -> None:
+        # With 2x the slots in the pool (an env takes ~0.2 s to build and holds ~50 MB), a
+        # varied-outcome GRPO run rebuilds ~20 envs per update of 4 x 32 episodes, ~64 with 1x.
+        super().__init__(num_envs, pool_size=max(2 * num_envs, len(suite.tasks)))
         self.suite = suite
         # Rendering (software EGL, ~15-35 ms a frame) is ~99% of a step's cost; a consumer that
         # reads only what the policy observes (RL, evaluation without video) renders chunk ends.
@@ -80,14 +51,6 @@ class MetaWorldEnvs:
         self.max_steps = max_steps
         self.terminate_on_success = terminate_on_success
         self.base_seed = base_seed
-        self.slots = [_Slot() for _ in range(num_envs)]
-        # (task_id, k) -> env: the k-th slot of a batch holding that task, least recently used
-        # first. Batches of varying task mixes (RL's GRPO groups) would otherwise build up to
-        # tasks x slots of them; building one takes ~0.2 s and holds ~50 MB. At most
-        # `pool_size` are kept; with 2x the slots a varied-outcome GRPO run rebuilds ~20 envs
-        # per update of 4 x 32 episodes instead of ~64 with 1x.
-        self._pool: OrderedDict[tuple[int, int], Any] = OrderedDict()
-        self.pool_size = max(2 * num_envs, len(suite.tasks))
         # One renderer per task, shared by that task's envs (see _render), with the task's
         # fixed camera: a renderer (EGL context, the task's meshes and textures) costs ~0.6 s
         # to build and ~100 MB.
@@ -113,8 +76,7 @@ class MetaWorldEnvs:
             # An offscreen buffer of the image's size rather than Meta-World's 640x480: the
             # same pixels, about half the renderer's memory.
             model.vis.global_.offwidth = model.vis.global_.offheight = self.image_size
-            with _ctrl_c_deferred():  # ~0.6 s
-                renderer = mujoco.Renderer(model, self.image_size, self.image_size)
+            renderer = mujoco.Renderer(model, self.image_size, self.image_size)
             # Shadows, reflections and the skybox cost ~3x render time and add nothing a
             # policy needs.
             for flag in ("mjRND_SHADOW", "mjRND_REFLECTION", "mjRND_SKYBOX"):
@@ -127,29 +89,11 @@ class MetaWorldEnvs:
                 self._scene_option = mujoco.MjvOption()
         return self._renderers[task_id]
 
-    def _assign(self, task_ids: list[int]) -> None:
-        seen: dict[int, int] = {}
-        for slot, task_id in zip(self.slots, task_ids):
-            k = seen.get(task_id, 0)
-            seen[task_id] = k + 1
-            if (task_id, k) not in self._pool:
-                self._pool[(task_id, k)] = self._make(task_id)
-            self._pool.move_to_end((task_id, k))
-            slot.task_id = task_id
-            slot.env = self._pool[(task_id, k)]
-        evicted = False
-        while len(self._pool) > self.pool_size:
-            _, env = self._pool.popitem(last=False)  # not in use: used least recently
-            env.close()
-            evicted = True
-        if evicted:
-            release_memory()
-
     # -- state ----------------------------------------------------------------------------
-    @staticmethod
-    def get_state(env: Any) -> np.ndarray:
+    def get_state(self, slot: Slot) -> np.ndarray:
         import mujoco
 
+        env = slot.env
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
         mj = np.empty(mujoco.mj_stateSize(env.model, spec))
         mujoco.mj_getState(env.model, env.data, mj, spec)
@@ -169,7 +113,7 @@ class MetaWorldEnvs:
         env._prev_obs = state[size : size + _PREV_OBS_DIM].copy()
         env.curr_path_length = int(state[-1])
 
-    def _render(self, slot: _Slot) -> np.ndarray:
+    def _render(self, slot: Slot) -> np.ndarray:
         """The slot's camera image. The task's shared renderer holds only what is the same for
         every env of the task (GL context, meshes, textures); the scene is built from the
         slot's own model and data, so per-episode model edits (Meta-World moves goals and
@@ -200,8 +144,7 @@ class MetaWorldEnvs:
         (or `seeds[i]`: an episode recorded under another base seed); then, where given, restore
         an exact simulator state (keyframe resets). The seed fixes the goal, which the stored
         MuJoCo state does not hold."""
-        if len(init_ids) != len(self.slots):
-            raise ValueError(f"reset got {len(init_ids)} init ids for {len(self.slots)} envs")
+        self._check_reset(init_ids)
         n_tasks = len(self.suite.tasks)
         self._assign([i % n_tasks for i in init_ids])
         for i, (slot, init_id) in enumerate(zip(self.slots, init_ids)):
@@ -220,55 +163,23 @@ class MetaWorldEnvs:
             slot.last_image = self._render(slot)
         return self._observation()
 
-    def _observation(self) -> dict[str, Any]:
-        return {
-            "images": np.stack([s.last_image for s in self.slots]),
-            "proprio": np.stack([s.last_proprio for s in self.slots]),
-            "task_ids": np.array([s.task_id for s in self.slots], dtype=np.int64),
-            "sim_states": [self.get_state(s.env) for s in self.slots],
-        }
+    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
+        return np.clip(actions, -1.0, 1.0)
 
-    def chunk_step(self, actions: np.ndarray) -> dict[str, Any]:
-        b, c, a = actions.shape
-        if b != len(self.slots) or a != 4:
-            raise ValueError(
-                f"actions have shape {actions.shape}, expected [{len(self.slots)},C,4]"
-            )
-        out = empty_chunk_arrays(b, c, a, self.image_size)
-        # the observation after every step (the hand position for hand tracking)
-        out["step_proprio"] = np.zeros((b, c, len(self.slots[0].last_proprio)), np.float64)
-        clipped = np.clip(actions, -1.0, 1.0)
-        for i, slot in enumerate(self.slots):
-            for t in range(c):
-                if slot.done:
-                    out["frames"][i, t] = slot.last_image
-                    out["step_proprio"][i, t] = slot.last_proprio
-                    continue
-                proprio, reward, _, truncated, info = slot.env.step(clipped[i, t])
-                success = bool(info["success"])
-                slot.last_proprio = np.asarray(proprio, dtype=np.float64)
-                terminated = success and self.terminate_on_success
-                slot.done = terminated or bool(truncated)
-                if self.render_every_step or slot.done or t == c - 1:
-                    slot.last_image = self._render(slot)
-                    out["frames"][i, t] = slot.last_image
-                else:
-                    out["frames"][i, t] = 0  # not rendered: nobody observes mid-chunk frames
-                out["step_proprio"][i, t] = slot.last_proprio
-                out["rewards"][i, t] = reward
-                out["success"][i, t] = success
-                out["terminated"][i, t] = terminated
-                out["truncated"][i, t] = bool(truncated) and not terminated
-                out["valid"][i, t] = True
-                out["executed"][i, t] = clipped[i, t]
-        out.update(self._observation())
-        return out
+    def _step(self, slot: Slot, action: np.ndarray) -> tuple[float, bool, bool]:
+        proprio, reward, _, truncated, info = slot.env.step(action)
+        slot.last_proprio = np.asarray(proprio, dtype=np.float64)
+        return reward, bool(info["success"]), bool(truncated)
+
+    def _frame(self, slot: Slot, last: bool) -> np.ndarray | int:
+        if self.render_every_step or slot.done or last:
+            slot.last_image = self._render(slot)
+            return slot.last_image
+        return 0  # not rendered: nobody observes mid-chunk frames
 
     def close(self) -> None:
         # Closing renderers before interpreter exit avoids MuJoCo's EGL teardown tracebacks.
         for renderer, _ in self._renderers.values():
             renderer.close()
-        for env in self._pool.values():
-            env.close()
         self._renderers.clear()
-        self._pool.clear()
+        super().close()
