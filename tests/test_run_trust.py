@@ -128,9 +128,18 @@ def test_malicious_training_state_is_refused_in_one_line(demo_store, tmp_path) -
     out = tmp_path / "run"
     first = _sft(out, demo_store, 1)
     assert first.exit_code == 0, first.output
-    state = out / "checkpoints" / "step_000001" / "training_state" / "state_0.pt"
+    checkpoint = out / "checkpoints" / "step_000001"
+    state = checkpoint / "training_state" / "state_0.pt"
     torch.save({"state": _Payload()}, state)
     resumed = _sft(out, demo_store, 1)  # the same command again resumes from the checkpoint
+    _one_error_line(resumed, 1, "damaged", "state_0.pt")  # its checksum no longer matches
+    # ... and with the checksum forged too, the unpickler refuses it
+    from wmrl_cli.training.checkpoints import CHECKSUMS, _checksum
+
+    sums = json.loads((checkpoint / CHECKSUMS).read_text())
+    sums["training_state/state_0.pt"] = _checksum(state)
+    (checkpoint / CHECKSUMS).write_text(json.dumps(sums))
+    resumed = _sft(out, demo_store, 1)
     line = _one_error_line(resumed, 1, "refusing to load", "state_0.pt")
     assert "weights_only" not in resumed.output and "pwned" not in resumed.output, line
 

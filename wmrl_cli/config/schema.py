@@ -163,11 +163,13 @@ class WorldModelConfig(Section):
 class RewardModelConfig(Section):
     kind: Literal["resnet", "taskemb_resnet", "videomae"] = "resnet"
     path: str | None = None
-    source: Literal["model", "simulator"] = Field(
+    source: Literal["model", "verified", "simulator"] = Field(
         "model",
-        description="what judges success in the imagined env: the reward model, or (a "
-        "diagnostic control that costs real steps) the real simulator replaying each episode's "
-        "actions from the reset entry's stored state (envs/simulator_judged.py)",
+        description="what judges success in the imagined env: the reward model; `verified`, "
+        "the reward model's calls, each confirmed by the real simulator replaying the episode "
+        "from its stored start up to the call (real steps for the calls only: "
+        "envs/verified.py); or (a diagnostic control that costs real steps for every step) the "
+        "real simulator replaying each episode's actions (envs/simulator_judged.py)",
     )
     audit_with_simulator: bool = Field(
         False,

@@ -25,6 +25,7 @@ from wmrl_cli.envs.interface import Env
 from wmrl_cli.envs.reset_sampler import task_ids
 from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
 from wmrl_cli.envs.simulator_rl import SimulatorRLEnv, StoredStartsSimulatorEnv
+from wmrl_cli.envs.verified import VerifiedEnv
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.policies.registry import resolve_policy_dir
 from wmrl_cli.rewards.calibration import judge_threshold
@@ -175,7 +176,8 @@ def store_task_names(store: EpisodeStore) -> list[str]:
 
 def _replays(cfg: RunConfig) -> bool:
     """Whether the imagined env also runs the real simulator (as judge, or as auditor)."""
-    return cfg.reward_model.source == "simulator" or cfg.reward_model.audit_with_simulator
+    source = cfg.reward_model.source
+    return source in ("simulator", "verified") or cfg.reward_model.audit_with_simulator
 
 
 _IMAGINED_ONLY: dict[str, Callable[[RunConfig], str | None]] = {
@@ -193,10 +195,10 @@ def check_simulator_rl(cfg: RunConfig) -> None:
             f"invalid value for '{unused[0]}': algorithm.env=simulator uses no world model or "
             "reward model"
         )
-    if cfg.reward_model.source == "simulator":
+    if cfg.reward_model.source != "model":
         raise ConfigError(
-            "invalid value for 'reward_model.source': 'simulator' judges the imagined env; "
-            "algorithm.env=simulator is judged by the simulator already"
+            f"invalid value for 'reward_model.source': '{cfg.reward_model.source}' judges the "
+            "imagined env; algorithm.env=simulator is judged by the simulator already"
         )
     if cfg.reward_model.audit_with_simulator:
         raise ConfigError(
@@ -263,7 +265,15 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
     # The simulator never truncates first: the imagined env's step count decides, as it does
     # for keyframe entries recorded past the episode limit.
     horizon = cfg.algorithm.max_episode_steps + max(e.step for e in imagined.reset_set)
-    sim = rl_simulator(cfg, num_envs, max_steps=min(horizon + 1, 10_000))
+    limit = min(horizon + 1, 10_000)
+    if cfg.reward_model.source == "verified":  # the judge's calls replayed, one at a time
+        if cfg.reward_model.audit_with_simulator:
+            raise ConfigError(
+                "invalid value for 'reward_model.audit_with_simulator': "
+                "reward_model.source=verified replays every call already"
+            )
+        return VerifiedEnv(imagined, rl_simulator(cfg, 1, max_steps=limit))
+    sim = rl_simulator(cfg, num_envs, max_steps=limit)
     coef = cfg.reward_model.reward_coef
     if cfg.reward_model.source == "model":  # the audit: the reward model judges as always
         if imagined.reward_model is None:
@@ -282,7 +292,7 @@ def verdict_line(env: Env, inputs: Inputs) -> str | None:
     """One line for the run's log: who judges success in `env` and at what threshold (None in
     the real simulator, where success is the simulator's own)."""
     judged = isinstance(env, SimulatorJudgedEnv)
-    imagined = env.imagined if judged else env
+    imagined = env.imagined if judged or isinstance(env, VerifiedEnv) else env
     if not isinstance(imagined, ImaginedEnv):
         return None
     replay = "the simulator replaying each episode's actions (real steps)"
@@ -305,6 +315,8 @@ def verdict_line(env: Env, inputs: Inputs) -> str | None:
             else ""
         )
     )
+    if isinstance(env, VerifiedEnv):
+        return f"{line}; each call confirmed by the simulator replaying it (real steps)"
     return f"{line}; audited by {replay}" if judged else line
 
 

@@ -125,8 +125,6 @@ class PolicyTrainer:
             world,
             str(accelerator.device),
         )
-        if accelerator.is_main_process:
-            self.memory.print()
         self.sharding = PolicySharding(cfg.training, accelerator)
         # KL anchor (algorithm.kl_coef > 0): a frozen copy of the policy as given, before any
         # checkpoint or LoRA adapter replaces it, so that a resumed run keeps the same anchor.
@@ -181,6 +179,8 @@ class PolicyTrainer:
             if "judge_audit" in info["extra"]:
                 self.audit.load_state_dict(info["extra"]["judge_audit"])
             self._resumed_from = checkpoint.name
+        if accelerator.is_main_process:  # once a resume's state has loaded (a damaged one
+            self.memory.print()  # stops the command with its one line alone)
         self.wrapped, self.optimizer = self.sharding.prepare(model, self.optimizer)
         self.unwrapped = self.sharding.unwrap(self.wrapped)
         self._frozen = wms + rms  # moved off the device for updates (offload_during_update)

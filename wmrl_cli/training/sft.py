@@ -150,8 +150,6 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
         model = build_policy_model(cfg, data.instructions, data.chunks.shape[-1], stats)
     world, device = accelerator.num_processes, str(accelerator.device)
     memory = sft_memory_plan(cfg, model.config, world, device)  # exit 2 where it cannot fit
-    if accelerator.is_main_process:
-        memory.print()
     sharding = PolicySharding(cfg.training, accelerator)
     model = sharding.prepare_model(model)  # dtype, checkpointing, sharding (training.*)
     optimizer = sharding.optimizer(
@@ -172,6 +170,8 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
         )
         start, rng_state = state["step"], state["rng"]
         console.print(f"resuming behaviour cloning from step {start} ({checkpoint.name})")
+    if accelerator.is_main_process:  # printed once a resume's state has loaded: a damaged one
+        memory.print()  # stops the command with its one line alone
     wrapped, optimizer = sharding.prepare(model, optimizer)
     unwrapped = sharding.unwrap(wrapped)
     rank = accelerator.process_index

@@ -1,0 +1,142 @@
+"""Verified imagination (`reward_model.source=verified`): the judge calls, the simulator
+confirms each call by replaying it, and only the replays cost real steps."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import small_sim_config
+from tests.test_train_policy import args, assets  # noqa: F401  (the module's fixture)
+from wmrl_cli.cli.app import app
+from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.data.reset_set import reset_set_from_store
+from wmrl_cli.envs.interface import ChunkResult, Obs
+from wmrl_cli.envs.verified import VerifiedEnv
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.sims.metaworld_sim import MetaWorldSim
+
+runner = CliRunner()
+CHUNK = 8
+
+
+class CallingEnv:
+    """An imagined env whose judge calls a success at given steps (None: never), whatever the
+    actions: the verdict under test is the replay's."""
+
+    reward_model = object()
+    use_rel_reward = False
+    action_dim = 4
+    generator = None
+
+    def __init__(self, entries, call_at: list[int | None]) -> None:
+        self.reset_set, self.call_at = entries, call_at
+        self.num_envs = len(call_at)
+        self.task_names = ["a", "b", "c"]
+        self.entry_task_ids = [e.task_id for e in entries]
+
+    def pop_timings(self) -> dict[str, float]:
+        return {}
+
+    def _obs(self) -> Obs:
+        images = np.zeros((self.num_envs, 32, 32, 3), np.uint8)
+        return Obs(images=images, instructions=[""] * self.num_envs, task_ids=np.zeros(3, int))
+
+    def reset(self, init_ids, sim_states=None) -> Obs:
+        self.t = 0
+        return self._obs()
+
+    def chunk_step(self, actions) -> ChunkResult:
+        b = self.num_envs
+        success = np.zeros((b, CHUNK), bool)
+        for i, at in enumerate(self.call_at):
+            if at is not None and self.t <= at < self.t + CHUNK:
+                success[i, at - self.t] = True
+        self.t += CHUNK
+        rewards = np.zeros((b, CHUNK), np.float32)
+        rewards[success.any(1), -1] = 5.0
+        return ChunkResult(
+            obs=self._obs(),
+            frames=np.zeros((b, CHUNK, 32, 32, 3), np.uint8),
+            rewards=rewards,
+            terminated=success.copy(),
+            truncated=np.zeros((b, CHUNK), bool),
+            success=success,
+            info={"valid": np.ones((b, CHUNK), bool)},
+        )
+
+
+@pytest.fixture(scope="module")
+def entries(tmp_path_factory, expert_episodes):
+    """The mw3 expert episodes (recorded with their seeds and states) as a reset set."""
+    store = EpisodeStore(tmp_path_factory.mktemp("verified"))
+    store.add(expert_episodes)
+    return reset_set_from_store(store, [0, 1, 2], [])
+
+
+def test_only_the_calls_the_simulator_confirms_are_paid(entries, expert_episodes) -> None:
+    first = [int(np.argmax(e.success)) for e in expert_episodes]
+    # env 0: the expert's actions, called where it succeeded (a true call); env 1: no motion,
+    # called at step 9 (a false call); env 2: never called (never replayed)
+    imagined = CallingEnv(entries, [first[0], 9, None])
+    sim = MetaWorldSim(
+        small_sim_config(max_steps=200, seed=12345, terminate_on_success=True), num_envs=1
+    )
+    env = VerifiedEnv(imagined, sim)
+    try:
+        env.reset([0, 1, 2])
+        expert = expert_episodes[0].actions
+        steps = max(first[0], 9) + 1
+        chunks = steps + (-steps) % CHUNK
+        actions = np.zeros((3, chunks, 4), np.float32)
+        actions[0, : min(len(expert), chunks)] = expert[:chunks]
+        total, success = np.zeros(3), np.zeros(3, bool)
+        for k in range(chunks // CHUNK):
+            result = env.chunk_step(actions[:, k * CHUNK : (k + 1) * CHUNK])
+            total += result.rewards.sum(1)
+            success |= result.success.any(1)
+            assert (result.info["model_success"] >= result.success).all()
+        assert total.tolist() == [5.0, 0.0, 0.0]
+        assert success.tolist() == [True, False, False]
+        # real steps: each call replayed up to its step, nothing for the uncalled episode
+        assert env.pop_real_steps() == (first[0] + 1) + (9 + 1)
+        metrics = env.pop_metrics()
+        assert metrics["verify/calls"] == 2.0
+        assert metrics["verify/call_rate"] == pytest.approx(2 / 3)
+        assert metrics["verify/confirmed_fraction"] == pytest.approx(0.5)
+        assert env.pop_real_steps() == 0 and env.pop_metrics()["verify/calls"] == 0.0
+    finally:
+        env.close()
+
+
+def test_a_start_the_simulator_cannot_restore_is_refused(entries) -> None:
+    stateless = [entries[0].__class__(**{**entries[0].__dict__, "sim_state": None})]
+    with pytest.raises(WmrlError, match="no stored simulator state"):
+        VerifiedEnv(CallingEnv(stateless, [None]), object())
+
+
+def test_train_policy_verified_counts_the_replays_real_steps(assets, tmp_path) -> None:  # noqa: F811
+    out = tmp_path / "verified"
+    verified = ["--set", "reward_model.source=verified"]
+    result = runner.invoke(app, [*args(assets, out, 2, algo="grpo"), *verified])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    assert len(rows) == 2
+    for row in rows:
+        assert 0.0 <= row["verify/confirmed_fraction"] <= 1.0
+        assert row["verify/calls"] == pytest.approx(row["verify/call_rate"] * 4)
+    # env/real_steps: the replays alone, cumulative
+    assert rows[-1]["env/real_steps"] == sum(r["verify/real_steps"] for r in rows)
+    assert "each call confirmed by the simulator replaying it" in result.output
+
+
+def test_verified_needs_a_reward_model(assets, tmp_path) -> None:  # noqa: F811
+    argv = args(assets, tmp_path / "v", 1, algo="grpo")
+    at = argv.index("--reward-model")
+    del argv[at : at + 2]
+    result = runner.invoke(app, [*argv, "--set", "reward_model.source=verified"])
+    assert result.exit_code != 0
+    assert "reward" in result.output and "Traceback" not in result.output
