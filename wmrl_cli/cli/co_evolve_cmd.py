@@ -19,13 +19,17 @@ from wmrl_cli.cli.common import (
 )
 from wmrl_cli.logging import console
 
-PROFILES = {"default": "mw-coevolve", "smoke": "mw-coevolve-smoke"}
+PROFILES = {"default": "mw-coevolve", "smoke": "mw-coevolve-smoke", "long": "mw-coevolve-long"}
 
 
 @handle_errors
 def co_evolve_command(
     profile: Annotated[
-        str, typer.Option(help="default (the embedded main job) or smoke (minutes, for CI).")
+        str,
+        typer.Option(
+            help="default (the embedded main job), smoke (minutes, for CI) or long (the research "
+            "profile: 25 RL steps per stage, evaluated every 5)."
+        ),
     ] = "default",
     seed: SeedOpt = None,
     resume: ResumeOpt = False,
@@ -50,7 +54,7 @@ def co_evolve_command(
     from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir, seed_everything
 
     if profile not in PROFILES:
-        raise ConfigError(f"unknown profile '{profile}': expected {' or '.join(PROFILES)}")
+        raise ConfigError(f"unknown profile '{profile}': expected {', '.join(PROFILES)}")
     cfg = build_config(
         preset or PROFILES[profile],
         set_,

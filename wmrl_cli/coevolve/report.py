@@ -191,6 +191,7 @@ def write_report(
         f"![success per stage]({PLOT_FILE})" if plotted else "(no chart: every success is 0)",
         "",
     ]
+    lines += _real_steps_curve(run_dir, list(rl_activity))
     lines += _check_videos(run_dir, reliability)
     idle = [name for name, act in rl_activity.items() if not act.get("updated", True)]
     for name in idle:
@@ -290,6 +291,35 @@ _VERDICTS = {
 
 def _verdict_lines(source: str) -> list[str]:
     return [f"Success in the imagined RL stages was judged by {_VERDICTS[source]}.", ""]
+
+
+CURVE_FILE = "real_steps_to_gain.png"
+
+
+def _real_steps_curve(run_dir: Path, stages: list[str]) -> list[str]:
+    """With `coevolve.curve_every`: each RL stage's (and the simulator control's) real success
+    at its evaluation steps against the real steps spent by then, paired with the base's
+    evaluation; a plot and a table."""
+    from wmrl_cli.evaluation.real_steps import curve_table, learning_curve, plot_real_steps
+
+    base_path = run_dir / "eval" / "base" / "report.json"
+    curved = [n for n in stages if any((run_dir / n / "eval").glob("step_*.json"))]
+    if not curved or not base_path.is_file():
+        return []
+    base = json.loads(base_path.read_text())
+    arms = {name: learning_curve(run_dir / name, base) for name in curved}
+    plot_real_steps(arms, run_dir / CURVE_FILE, base["overall"])
+    return [
+        "## Real steps to gain",
+        "",
+        "Real success at each stage's evaluation steps against the real steps spent by then "
+        "(the method's: its data and the verdict's replays; the simulator control's: its own), "
+        "paired with the base on the same held-out episodes:",
+        "",
+        f"![real success against real steps]({CURVE_FILE})",
+        "",
+        curve_table(arms),
+    ]
 
 
 def _check_videos(run_dir: Path, reliability: dict[str, dict[str, Any]]) -> list[str]:

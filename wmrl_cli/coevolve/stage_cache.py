@@ -70,9 +70,18 @@ READS: dict[str, tuple[str, ...]] = {
         "compile_world_model",
         "coevolve.trust_audit_per_task",
         "coevolve.trust_precision_floor",
+        "coevolve.curve_every",
     ),  # fmt: skip
     # The simulator control: RL from the base policy in the simulator; no world or reward model.
-    "simulator_rl": (*_SIM, "policy", "algorithm", "training", "precision", "coevolve.refinements"),
+    "simulator_rl": (
+        *_SIM,
+        "policy",
+        "algorithm",
+        "training",
+        "precision",
+        "coevolve.refinements",
+        "coevolve.curve_every",
+    ),  # fmt: skip
     # The audit's tally alone: the floor decides outside it, in the RL stage.
     "trust": (
         *_SIM,
@@ -121,6 +130,7 @@ ADDED_OPTIONS: dict[str, Any] = {
     "coevolve.trust_audit_per_task": 0,
     "coevolve.trust_precision_floor": 0.5,
     "coevolve.simulator_control": False,
+    "coevolve.curve_every": 0,
     # The memory plan's settings: at these the weights, their dtypes and the memory are as
     # before (world_model.dtype auto is float32 on the CPU, where those runs were recorded).
     "world_model.dtype": "auto",

@@ -288,12 +288,17 @@ def simulator_rl(cfg: RunConfig, out: Path, policy: str, steps: int) -> str:
 
 
 def _train_policy(sub: RunConfig, out: Path, real_steps: int) -> str:
-    """`train-policy`'s job on `sub` into `out`, without its periodic evaluation (the pipeline
-    evaluates each stage apart); env/real_steps start at `real_steps`, kept across a resume."""
+    """`train-policy`'s job on `sub` into `out`; env/real_steps start at `real_steps`, kept
+    across a resume. The pipeline evaluates each stage apart; with `coevolve.curve_every` the
+    stage is also evaluated every that many steps on the same held-out episodes
+    (`out/eval/step_N.json`: the real-steps curve)."""
     from wmrl_cli.rl.setup import resolve_inputs
     from wmrl_cli.rl.train_policy import make_accelerator, train_policy
 
-    sub.algorithm.eval_every = 0
+    curve = sub.coevolve.curve_every
+    sub.algorithm.eval_every = curve
+    if curve:
+        sub.algorithm.eval_trials = sub.coevolve.eval_trials
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", dump_config(sub))  # what this stage ran with
     before = out / REAL_STEPS_FILE
@@ -304,7 +309,7 @@ def _train_policy(sub: RunConfig, out: Path, real_steps: int) -> str:
     # As `train-policy` builds it: the imagined env, with the simulator beside it where the
     # config asks (the reward audit, or the simulator-judged control), or the simulator alone.
     trained = train_policy(
-        sub, out, resolve_inputs(sub), accelerator, evaluate=False, real_steps=real_steps
+        sub, out, resolve_inputs(sub), accelerator, evaluate=curve > 0, real_steps=real_steps
     )
     return str(trained.path)
 

@@ -108,6 +108,15 @@ class CoevolveConfig(Section):
         "the method's). Measured: docs/results.md#the-simulator-control",
     )
     eval_trials: int = Field(10, ge=1, description="real evaluation trials per task per stage")
+    curve_every: int = Field(
+        0,
+        ge=0,
+        description="N > 0: the RL stages and the simulator control are also evaluated in the "
+        "real simulator every N RL steps and at their last, on the same held-out episodes "
+        "(eval_trials per task), and the report draws real success against real steps "
+        "(real_steps_to_gain.png); 0: each stage is evaluated once, after it. Why: "
+        "docs/results.md#real-steps-to-gain",
+    )
     videos: bool = Field(True, description="save videos of the final evaluation")
     # Between a world model and RL in it (coevolve/gate.py).
     check_episodes: int = Field(

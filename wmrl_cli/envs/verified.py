@@ -149,7 +149,7 @@ class VerifiedEnv:
         terminated = out.terminated & valid
         truncated = out.truncated & valid
         self._done |= (terminated | truncated).any(axis=1)
-        info = dict(out.info, valid=valid, model_success=out.success & valid)
+        info = dict(out.info, valid=valid, called=out.success & valid)  # the judge's calls
         return ChunkResult(
             obs=out.obs,
             frames=out.frames,

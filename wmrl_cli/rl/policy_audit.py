@@ -32,12 +32,14 @@ def audit_config(cfg: RunConfig) -> RunConfig:
             f"invalid value for 'algorithm.env': {cfg.algorithm.env!r}; the audit runs the "
             "policy in imagination (algorithm.env=imagined)"
         )
-    if cfg.reward_model.source != "model" or not cfg.reward_model.path:
+    if cfg.reward_model.source == "simulator" or not cfg.reward_model.path:
         raise ConfigError(
             "the audit checks a reward model's verdict: set reward_model.path (and "
-            "reward_model.source=model)"
+            "reward_model.source=model or verified)"
         )
     cfg = cfg.model_copy(deep=True)
+    # verified imagination's judge is audited alone: the audit's replays are its confirmation
+    cfg.reward_model.source = "model"
     cfg.reward_model.audit_with_simulator = True
     return cfg
 
