@@ -1,4 +1,5 @@
-"""Shared fixtures: a small Meta-World setting and a few recorded expert episodes."""
+"""Shared fixtures: a few recorded expert episodes of a small Meta-World setting, train-policy's
+tiny inputs built from them (`assets`), and a local Hugging Face Hub (`hub`)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,11 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from wmrl_cli.config.schema import SimulatorConfig  # noqa: E402
+from tests.helpers.sims import small_sim_config  # noqa: E402
 
 # Tiny models gain nothing from intra-op threads, and on a 2-core machine shared with simulator
 # workers oversubscribed threads make them an order of magnitude slower.
 torch.set_num_threads(1)
-
-
-def small_sim_config(**overrides) -> SimulatorConfig:
-    base = dict(suite="mw3", image_size=32, num_envs=3, num_workers=0, max_steps=48, seed=7)
-    base.update(overrides)
-    return SimulatorConfig(**base)
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +37,26 @@ def expert_episodes():
                 suite=cfg.suite,
             )
         )
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory, expert_episodes):
+    """A tiny SFT policy, an untrained tiny OpenSora world model and ResNet reward model at
+    32x32, and the expert episodes as the reset set (tests/helpers/train_policy.py). Built once
+    per test module that asks for it."""
+    from tests.helpers.train_policy import write_assets
+
+    return write_assets(tmp_path_factory.mktemp("rl"), expert_episodes)
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """A running local hub (repos under tmp_path/hub) with the client pointed at it
+    (tests/helpers/hub_server.py)."""
+    from tests.helpers.hub_server import point_client_at, serve_hub
+
+    root = tmp_path / "hub"
+    root.mkdir()
+    with serve_hub(root) as server:
+        point_client_at(monkeypatch, server, tmp_path / "hf_home")
+        yield server

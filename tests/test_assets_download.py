@@ -7,10 +7,10 @@ import socket
 from pathlib import Path
 
 import pytest
-from hub_server import HubServer, hub, write_repo  # noqa: F401 - `hub` is a fixture
 from huggingface_hub import constants
 from typer.testing import CliRunner
 
+from tests.helpers.hub_server import HubServer, write_repo
 from wmrl_cli.assets.download import asset_path, download_asset, fetch_asset
 from wmrl_cli.cli.app import app
 from wmrl_cli.errors import WmrlError
@@ -36,7 +36,7 @@ def wan_files() -> dict[str, bytes]:
 
 
 @pytest.fixture
-def wan_repo(hub: HubServer) -> dict[str, bytes]:  # noqa: F811 - the imported fixture
+def wan_repo(hub: HubServer) -> dict[str, bytes]:
     files = wan_files()
     write_repo(hub.root, REPO, files)
     hub.page_size = 4  # 14 entries: the tree listing needs several pages
@@ -59,7 +59,7 @@ def assert_one_line_error(result, *needles: str) -> None:
         assert needle in lines[0], lines[0]
 
 
-def test_download_then_again_is_a_no_op(tmp_path: Path, hub: HubServer, wan_repo) -> None:  # noqa: F811
+def test_download_then_again_is_a_no_op(tmp_path: Path, hub: HubServer, wan_repo) -> None:
     result = download(tmp_path)
     assert result.exit_code == 0, result.output
     for rel, data in wan_repo.items():
@@ -80,7 +80,7 @@ def test_download_then_again_is_a_no_op(tmp_path: Path, hub: HubServer, wan_repo
 
 def test_truncated_and_corrupted_files_are_refetched(
     tmp_path: Path,
-    hub: HubServer,  # noqa: F811
+    hub: HubServer,
     wan_repo,
 ) -> None:
     target = download_asset(NAME, tmp_path / "assets", progress=False)
@@ -100,7 +100,7 @@ def test_truncated_and_corrupted_files_are_refetched(
 
 def test_recheck_catches_corruption_that_kept_size_and_mtime(
     tmp_path: Path,
-    hub: HubServer,  # noqa: F811
+    hub: HubServer,
     wan_repo,
 ) -> None:
     target = download_asset(NAME, tmp_path / "assets", progress=False)
@@ -119,7 +119,7 @@ def test_recheck_catches_corruption_that_kept_size_and_mtime(
 
 def test_broken_transfer_resumes_with_a_range_request(
     tmp_path: Path,
-    hub: HubServer,  # noqa: F811
+    hub: HubServer,
     wan_repo,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -139,7 +139,7 @@ def test_broken_transfer_resumes_with_a_range_request(
         assert second.status == 206 and not second.cut
 
 
-def test_interrupted_run_fetches_only_the_rest(tmp_path: Path, hub: HubServer, wan_repo) -> None:  # noqa: F811
+def test_interrupted_run_fetches_only_the_rest(tmp_path: Path, hub: HubServer, wan_repo) -> None:
     hub.hidden.add("Wan2.2_VAE.pth")  # its download fails while others are under way
     result = download(tmp_path)
     assert_one_line_error(result, "does not serve", "HF_ENDPOINT")
@@ -153,11 +153,11 @@ def test_interrupted_run_fetches_only_the_rest(tmp_path: Path, hub: HubServer, w
     assert sorted(r.served for r in hub.content_requests()) == sorted(set(wan_repo) - kept)
 
 
-def test_missing_repo_is_one_line(tmp_path: Path, hub: HubServer) -> None:  # noqa: F811
+def test_missing_repo_is_one_line(tmp_path: Path, hub: HubServer) -> None:
     assert_one_line_error(download(tmp_path), "repository RLinf/RLinf-Wan-LIBERO-Spatial not found")
 
 
-def test_unknown_revision_is_one_line(tmp_path: Path, hub: HubServer, wan_repo) -> None:  # noqa: F811
+def test_unknown_revision_is_one_line(tmp_path: Path, hub: HubServer, wan_repo) -> None:
     assert_one_line_error(download(tmp_path, "--revision", "v9"), "revision 'v9' not found")
     commit = hub.commit_of(REPO)
     assert download(tmp_path, "--revision", commit).exit_code == 0
@@ -165,7 +165,7 @@ def test_unknown_revision_is_one_line(tmp_path: Path, hub: HubServer, wan_repo) 
 
 def test_gated_repo_needs_hf_token(
     tmp_path: Path,
-    hub: HubServer,  # noqa: F811
+    hub: HubServer,
     wan_repo,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -181,7 +181,7 @@ def test_gated_repo_needs_hf_token(
 
 def test_offline_uses_a_complete_copy_or_says_what_to_do(
     tmp_path: Path,
-    hub: HubServer,  # noqa: F811
+    hub: HubServer,
     wan_repo,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -202,7 +202,7 @@ def test_offline_uses_a_complete_copy_or_says_what_to_do(
 
 def test_unreachable_hub_points_at_hf_endpoint(
     tmp_path: Path,
-    hub: HubServer,  # noqa: F811
+    hub: HubServer,
     wan_repo,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -219,7 +219,7 @@ def test_unreachable_hub_points_at_hf_endpoint(
     assert result.exit_code == 0 and "offline" in result.stdout, result.output
 
 
-def test_layout_check_names_the_missing_file(tmp_path: Path, hub: HubServer) -> None:  # noqa: F811
+def test_layout_check_names_the_missing_file(tmp_path: Path, hub: HubServer) -> None:
     files = wan_files()
     del files["Wan2.2_VAE.pth"]
     write_repo(hub.root, REPO, files)
@@ -228,14 +228,14 @@ def test_layout_check_names_the_missing_file(tmp_path: Path, hub: HubServer) -> 
     assert local(tmp_path, "model-00001.safetensors").is_file()
 
 
-def test_unverified_layout_says_so(tmp_path: Path, hub: HubServer) -> None:  # noqa: F811
+def test_unverified_layout_says_so(tmp_path: Path, hub: HubServer) -> None:
     write_repo(hub.root, "Haozhan72/Openvla-oft-SFT-libero-goal-traj1", {"config.json": b"{}"})
     name = "openvla-oft-libero-goal-traj1"
     result = runner.invoke(app, ["download", name, "--dir", str(tmp_path), "--no-progress"])
     assert_one_line_error(result, "model*.safetensors", "tokenizer.*", "unverified")
 
 
-def test_include_downloads_a_part(tmp_path: Path, hub: HubServer, wan_repo) -> None:  # noqa: F811
+def test_include_downloads_a_part(tmp_path: Path, hub: HubServer, wan_repo) -> None:
     result = download(tmp_path, "--include", "dataset/*", "-i", "README.md")
     assert result.exit_code == 0, result.output
     served = {r.served for r in hub.content_requests()}

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hub_server import HubServer, hub, write_repo  # noqa: F401 - `hub` is a fixture
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import (
     EntryNotFoundError,
@@ -14,12 +13,14 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.hf_api import RepoFile, RepoFolder
 
+from tests.helpers.hub_server import HubServer, write_repo
+
 REPO = "org/tiny"
 FILES = {"config.json": b'{"a": 1}', "weights.safetensors": b"\x00" * 300, "sub/x.npy": b"np"}
 
 
 @pytest.fixture
-def tiny(hub: HubServer) -> HubServer:  # noqa: F811
+def tiny(hub: HubServer) -> HubServer:
     write_repo(hub.root, REPO, FILES)
     return hub
 

@@ -7,10 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import imageio.v2 as imageio
 
+from tests.helpers import ROOT
 from wmrl_cli.data.episodes import EpisodeStore
 
 
@@ -23,11 +23,10 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
     # First attempt: killed with SIGKILL right after RL stage 1 wrote its first checkpoint (a
     # kill point in the process itself: polling for the file raced a fast stage 1 to its end).
-    root = Path(__file__).resolve().parents[1]
     kill = ["wmrl_cli.rl.trainer:save_checkpoint", "after", "1"]
     first = subprocess.run(
-        [sys.executable, "-m", "tests.kill_at", *kill, "--", *_command(out)[3:]],
-        cwd=root,
+        [sys.executable, "-m", "tests.helpers.kill_at", *kill, "--", *_command(out)[3:]],
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,

@@ -7,28 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from wmrl_cli.data.episodes import Episode, EpisodeStore
+from tests.helpers.episodes import make_episode
+from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
-
-
-def make_episode(task_id: int, length: int = 10, success_at: int | None = 6, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    success = np.zeros(length, dtype=bool)
-    if success_at is not None:
-        success[success_at - 1 :] = True
-    return Episode(
-        task_id=task_id,
-        task_name=f"task{task_id}",
-        instruction=f"do task {task_id}",
-        seed=seed,
-        init_id=task_id,
-        chunk_size=4,
-        frames=rng.integers(0, 255, (length + 1, 8, 8, 3), dtype=np.uint8),
-        actions=rng.normal(size=(length, 4)).astype(np.float32),
-        rewards=rng.normal(size=length).astype(np.float32),
-        success=success,
-        sim_states={s: rng.normal(size=20) for s in range(0, length + 1, 4)},
-    )
 
 
 def test_round_trip(tmp_path, expert_episodes) -> None:

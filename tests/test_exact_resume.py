@@ -2,7 +2,7 @@
 the weights (sha256 of the safetensors) and metrics.jsonl of an uninterrupted run, and no step
 logged twice.
 
-Each run is a subprocess (tests/kill_at.py kills it at a chosen call: before the first
+Each run is a subprocess (tests/helpers/kill_at.py kills it at a chosen call: before the first
 checkpoint, so the rerun starts over from cached data, or right after a checkpoint, so it
 resumes from it); the uninterrupted run is the plain command.
 """
@@ -17,7 +17,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.resume_check import (
+from tests.helpers.episodes import visible_success_episode
+from tests.helpers.resume_check import (
     assert_same_run,
     co_evolve_args,
     co_evolve_models,
@@ -27,7 +28,6 @@ from tests.resume_check import (
     train_reward_args,
     train_wm_args,
 )
-from tests.test_train_reward import visible_success_episode
 from wmrl_cli.coevolve.stage_cache import StageCache
 from wmrl_cli.data.episodes import EpisodeStore
 

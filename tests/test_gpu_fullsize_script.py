@@ -7,9 +7,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 
 def test_tiny_size_runs_every_section_and_writes_json_and_markdown(tmp_path) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from toy_world import ToyWorldModel
 
+from tests.helpers.toy_world import ToyWorldModel
 from wmrl_cli.evaluation.hand_tracking import fit_hand_regressor, hand_tracking_eval
 from wmrl_cli.sims.dot_world import DotWorld, dot_centroid
 

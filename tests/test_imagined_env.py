@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.test_episodes import make_episode
+from tests.helpers.episodes import make_episode
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.kir import Keyframe
 from wmrl_cli.data.reset_set import reset_set_from_store

@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.conftest import small_sim_config
+from tests.helpers.sims import small_sim_config
 from wmrl_cli.cli.app import app
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import Episode, EpisodeStore, open_stores

@@ -1,7 +1,7 @@
 """The seeds' workflow on real LIBERO episodes: `wmrl rollout --suite libero_*` (stored states
 that replay exactly, KIR keyframes, the RLinf reset layout read back) and one full PACE cycle of
 `wmrl co-evolve --preset wan-spatial-coevolve` / `opensora-spatial-coevolve` on tiny files in the
-published layouts (tests/published_layouts.py).
+published layouts (tests/helpers/published_layouts.py).
 
 The overrides shrink sizes and lengths only (frames of 64 pixels, 16-step episodes, one trial
 per task, one RL step, a few fine-tuning steps); the pipeline, its stages and the presets'
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from published_layouts import (
+from typer.testing import CliRunner
+
+from tests.helpers.published_layouts import (
     source_policy,
     write_opensora_libero,
     write_prismatic_dir,
     write_wan_libero,
 )
-from typer.testing import CliRunner
-
 from wmrl_cli.cli.app import app
 from wmrl_cli.sims.libero_setup import LiberoUnavailable, check_libero
 from wmrl_cli.sims.libero_suites import LIBERO_SUITES

@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.test_train_policy import args, assets  # noqa: F401 - the tiny RL inputs
+from tests.helpers.train_policy import args
 from wmrl_cli.cli.app import app
 from wmrl_cli.config import resolve_config
 from wmrl_cli.errors import ConfigError
@@ -130,7 +130,7 @@ def test_world_model_offload_turns_on_where_the_plan_needs_it() -> None:
         rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu")
 
 
-def test_train_policy_prints_the_plan_and_refuses_over_budget(assets, tmp_path, monkeypatch):  # noqa: F811
+def test_train_policy_prints_the_plan_and_refuses_over_budget(assets, tmp_path, monkeypatch):
     """The table before the first step; over budget, one line (exit 2) before the policy or
     anything else loads, and no run directory left behind."""
     ok = runner.invoke(app, args(assets, tmp_path / "ok", 1, algo="grpo"))
@@ -152,7 +152,7 @@ def test_train_policy_prints_the_plan_and_refuses_over_budget(assets, tmp_path, 
 
 
 def test_sft_refuses_over_budget_without_suggesting_lora(tmp_path) -> None:
-    from tests.resume_check import sft_args
+    from tests.helpers.resume_check import sft_args
 
     over = runner.invoke(
         app, [*sft_args(tmp_path / "sft"), "--set", "training.memory_budget_gb=1e-6"]
@@ -161,11 +161,11 @@ def test_sft_refuses_over_budget_without_suggesting_lora(tmp_path) -> None:
     assert "memory plan needs" in over.output and "lora_rank" not in over.output
 
 
-def test_counts_of_checkpoint_directories_match_the_loaded_models(assets, tmp_path) -> None:  # noqa: F811
+def test_counts_of_checkpoint_directories_match_the_loaded_models(assets, tmp_path) -> None:
     """What the plan counts before loading (configs on the meta device, published files by
     their headers) is what the loaders build: wmrl and published (prismatic) policies, wmrl and
     published (RLinf Wan / OpenSora) world models."""
-    from tests.published_layouts import (
+    from tests.helpers.published_layouts import (
         write_opensora_libero,
         write_openvla_oft_sft,
         write_wan_libero,
@@ -186,7 +186,7 @@ def test_counts_of_checkpoint_directories_match_the_loaded_models(assets, tmp_pa
         assert world_model_params(folder) == pytest.approx(loaded, rel=1e-3), folder
 
 
-def test_world_model_dtype_auto_is_bf16_on_a_gpu_and_float32_on_a_cpu(assets) -> None:  # noqa: F811
+def test_world_model_dtype_auto_is_bf16_on_a_gpu_and_float32_on_a_cpu(assets) -> None:
     """`world_model.dtype`: auto keeps a CPU's imagination float32 (unchanged) and is bf16 on a
     GPU; bf16 asked for loads the weights, the VAE's too, in bf16 (here on the CPU)."""
     from wmrl_cli.envs.imagined import imagining_dtype, load_imagining_world_model
@@ -203,7 +203,7 @@ def test_world_model_dtype_auto_is_bf16_on_a_gpu_and_float32_on_a_cpu(assets) ->
     assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
 
 
-def test_offload_during_update_moves_the_frozen_models_out_and_back(assets, tmp_path, monkeypatch):  # noqa: F811
+def test_offload_during_update_moves_the_frozen_models_out_and_back(assets, tmp_path, monkeypatch):
     """world_model.offload_during_update=true: the world model (with its context; the reward
     model beside it) leaves the device before each update and comes back for the next rollout."""
     from wmrl_cli.world_models.interface import WorldModel

@@ -93,7 +93,7 @@ def test_training_commands_take_a_seed(command: str) -> None:
 
 
 def test_train_reward_seed_reproduces_and_changes_the_run(tmp_path: Path) -> None:
-    from tests.test_train_reward import visible_success_episode
+    from tests.helpers.episodes import visible_success_episode
     from wmrl_cli.data.episodes import EpisodeStore
 
     EpisodeStore(tmp_path / "eps").add(
@@ -144,8 +144,8 @@ def test_two_rank_run_prints_only_its_own_lines(tmp_path: Path, expert_episodes)
     import subprocess
     import sys
 
-    from tests.test_sft import TINY
-    from tests.test_train_policy import sim_args
+    from tests.helpers.sft import TINY
+    from tests.helpers.train_policy import sim_args
     from wmrl_cli.data.episodes import EpisodeStore
 
     EpisodeStore(tmp_path / "demos").add(expert_episodes)
@@ -195,27 +195,12 @@ def test_ctrl_c_while_a_renderer_is_built_leaves_no_traceback(
     assert unraisable == []
 
 
-class _MaskProbe:
-    """A worker target (sims/workers.py) that reports the signals its process blocks."""
-
-    def __init__(self, num_envs: int = 1) -> None:
-        pass
-
-    def blocked(self) -> set[int]:
-        import signal
-
-        return {int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set())}
-
-    def close(self) -> None:
-        pass
-
-
 def test_simulator_workers_leave_ctrl_c_to_the_parent() -> None:
     import signal
 
     from wmrl_cli.sims.workers import Worker
 
-    worker = Worker("tests.test_output_hygiene:_MaskProbe", {}, in_process=False)
+    worker = Worker("tests.helpers.mask_probe:MaskProbe", {}, in_process=False)
     try:
         worker.send("blocked")
         assert int(signal.SIGINT) in worker.receive()

@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tests.test_train_policy import assets, model_args, options  # noqa: F401  (the fixture)
+from tests.helpers.train_policy import model_args, options
 from wmrl_cli.cli.app import app
 
 runner = CliRunner()
@@ -36,7 +36,7 @@ def _summary(run_dir):
     return json.loads((run_dir / "judge_audit.json").read_text())
 
 
-def test_the_audit_counts_every_episode_once_per_task(assets, tmp_path) -> None:  # noqa: F811
+def test_the_audit_counts_every_episode_once_per_task(assets, tmp_path) -> None:
     # 3 tasks x 3 episodes in batches of 4: the last batch is padded, the padding not counted.
     result = runner.invoke(app, audit_args(assets, tmp_path / "a", 3))
     assert result.exit_code == 0, result.output
@@ -56,7 +56,7 @@ def test_the_audit_counts_every_episode_once_per_task(assets, tmp_path) -> None:
 
 @pytest.mark.parametrize(("threshold", "judged"), [(0.0, 1.0), (1.0, 0.0)])
 def test_the_audit_reports_the_verdict_rl_would_train_on(
-    assets,  # noqa: F811
+    assets,
     tmp_path,
     threshold: float,
     judged: float,
@@ -82,7 +82,7 @@ def test_the_audit_reports_the_verdict_rl_would_train_on(
     ],
 )
 def test_bad_audit_input_is_one_line_and_leaves_nothing(
-    assets,  # noqa: F811
+    assets,
     tmp_path,
     extra: list[str],
     needle: str,
@@ -94,7 +94,7 @@ def test_bad_audit_input_is_one_line_and_leaves_nothing(
     assert not out.exists()
 
 
-def test_a_call_confirmed_by_another_world_model(assets, tmp_path) -> None:  # noqa: F811
+def test_a_call_confirmed_by_another_world_model(assets, tmp_path) -> None:
     """reward_model.confirm_world_models: the confirming draw comes from the world model named
     (here the same one loaded again); a call counts only once it repeats there, so no more
     episodes are called than without the confirmation."""
@@ -113,7 +113,7 @@ def test_a_call_confirmed_by_another_world_model(assets, tmp_path) -> None:  # n
 
 
 def test_coevolve_acceptance_audits_each_world_model_on_the_same_starts(
-    assets,  # noqa: F811
+    assets,
     tmp_path,
 ) -> None:
     """co-evolve's acceptance (coevolve/tasks.py: audit_world_models): each world model runs the

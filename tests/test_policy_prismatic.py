@@ -1,9 +1,9 @@
 """Native loading of published OpenVLA-OFT directories (prismatic key layout).
 
-A helper (tests/published_layouts.py) writes a tiny checkpoint in that exact layout: config.json
-in prismatic style, timm ViT names under vision_backbone.{featurizer,fused_featurizer} (fused
-qkv, LayerScale renamed `scale_factor` as the remote code does, the final block, norm and SigLIP
-attention pool that OpenVLA never uses), projector.fc1..fc3 and HF Llama names. A minimal
+A helper (tests/helpers/published_layouts.py) writes a tiny checkpoint in that exact layout:
+config.json in prismatic style, timm ViT names under vision_backbone.{featurizer,fused_featurizer}
+(fused qkv, LayerScale renamed `scale_factor` as the remote code does, the final block, norm and
+SigLIP attention pool that OpenVLA never uses), projector.fc1..fc3 and HF Llama names. A minimal
 timm-style ViT forward written here checks that the loaded towers compute what timm would.
 """
 
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from published_layouts import HEADS, source_policy, write_prismatic_dir
 from safetensors.torch import load_file, save_file
 
+from tests.helpers.published_layouts import HEADS, source_policy, write_prismatic_dir
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.policies.checkpoint import from_pretrained, load_prismatic
 from wmrl_cli.policies.openvla_oft import OpenVLAOFT

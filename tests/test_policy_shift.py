@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from toy_world import ShiftModel, toy_episode, toy_episodes
 
+from tests.helpers.toy_world import ShiftModel, toy_episode, toy_episodes
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.policy_shift import policy_shift_eval, token_kl
 

@@ -1,12 +1,11 @@
 """`train-wm --init` and `train-reward --init` from the published layouts, and the export back.
 
-Tiny files in the exact published layouts (tests/published_layouts.py) are fine-tuned on a tiny
-LIBERO-like episode store (7-dimensional actions, suite libero_spatial) for a few steps, saved in
-wmrl's format and exported with `--export-rlinf`. The exported files must have the source's file
-names, shards and key names, and load again the way `train-policy` loads them
-(envs/imagined.py: load_any_world_model; rl/setup.py: reward_model_source, reward_task_ids) to
-the very model that was fine-tuned: the same sampled frames for the same inputs and noise seed,
-the same scores.
+Tiny files in the exact published layouts (tests/helpers/published_layouts.py) are fine-tuned on a
+tiny LIBERO-like episode store (7-dimensional actions, suite libero_spatial) for a few steps, saved
+in wmrl's format and exported with `--export-rlinf`. The exported files must have the source's file
+names, shards and key names, and load again the way `train-policy` loads them (envs/imagined.py:
+load_any_world_model; rl/setup.py: reward_model_source, reward_task_ids) to the very model that was
+fine-tuned: the same sampled frames for the same inputs and noise seed, the same scores.
 """
 
 from __future__ import annotations
@@ -17,15 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from published_layouts import (
+from safetensors import safe_open
+from typer.testing import CliRunner
+
+from tests.helpers.published_layouts import (
     write_opensora_libero,
     write_resnet_rm,
     write_taskemb_resnet_rm,
     write_wan_libero,
 )
-from safetensors import safe_open
-from typer.testing import CliRunner
-
 from wmrl_cli.cli.app import app
 from wmrl_cli.config import resolve_config
 from wmrl_cli.data.episodes import Episode, EpisodeStore

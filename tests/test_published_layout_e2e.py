@@ -1,6 +1,6 @@
 """The seeds' LIBERO setup end to end on the published layouts.
 
-Tiny files in the exact published layouts (tests/published_layouts.py) are served by a local
+Tiny files in the exact published layouts (tests/helpers/published_layouts.py) are served by a local
 HF-compatible hub on 127.0.0.1; `wmrl download` fetches them through huggingface_hub's own
 client, then `wmrl train-policy --preset wan-spatial-grpo` (and `opensora-spatial-grpo`) runs
 one full iteration on them. The overrides shrink only the run length and batch: the preset's
@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from hub_server import HubServer, hub, write_repo  # noqa: F401 - `hub` is a fixture
-from published_layouts import (
+from typer.testing import CliRunner
+
+from tests.helpers.hub_server import HubServer, write_repo
+from tests.helpers.published_layouts import (
     LIBERO_INSTRUCTIONS,
     directory_files,
     write_opensora_libero,
@@ -26,8 +28,6 @@ from published_layouts import (
     write_rlinf_reset_set,
     write_wan_libero,
 )
-from typer.testing import CliRunner
-
 from wmrl_cli.cli.app import app
 from wmrl_cli.errors import WmrlError
 
@@ -107,7 +107,7 @@ def assert_one_line_error(result, *needles: str) -> str:
 def test_download_then_one_grpo_iteration_on_published_layouts(
     preset: str,
     tmp_path: Path,
-    hub: HubServer,  # noqa: F811 - the imported fixture
+    hub: HubServer,
 ) -> None:
     world, world_repo, write_world = WORLDS[preset]
     write_repo(hub.root, world_repo, directory_files(write_world(tmp_path / "src" / "world")))

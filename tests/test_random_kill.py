@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.resume_check import (
+from tests.helpers.episodes import visible_success_episode
+from tests.helpers.resume_check import (
     assert_same_run,
     co_evolve_args,
     co_evolve_models,
@@ -33,9 +34,7 @@ from tests.resume_check import (
     train_reward_args,
     train_wm_args,
 )
-from tests.test_train_policy import args as train_policy_args
-from tests.test_train_policy import assets  # noqa: F401 - a fixture
-from tests.test_train_reward import visible_success_episode
+from tests.helpers.train_policy import args as train_policy_args
 from wmrl_cli.data.episodes import EpisodeStore
 
 SEED = int(os.environ.get("WMRL_KILL_SEED") or secrets.randbits(32))

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import ROOT
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.real_steps import learning_curve, mean_over_seeds
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def report(successes: list[bool]) -> dict:

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.test_episodes import make_episode
+from tests.helpers.episodes import make_episode
 from wmrl_cli.config.schema import KirConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.kir import Keyframe, select_keyframes

@@ -15,8 +15,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from tests.test_sft import TINY, _sft
-from tests.test_train_policy import assets  # noqa: F401 - a fixture
+from tests.helpers.sft import TINY, run_sft
 from wmrl_cli.cli.app import app
 from wmrl_cli.config import dump_config, resolve_config
 from wmrl_cli.data.episodes import EpisodeStore
@@ -37,23 +36,23 @@ def _one_error_line(result, code: int, *fragments: str) -> str:
     return lines[0]
 
 
-# train-policy's inputs (tests/test_train_policy.py): expert episodes of mw3 at 32x32 (demos/),
-# a 2-step tiny SFT policy (sft/), an untrained tiny OpenSora world model (wm/) and ResNet
+# train-policy's inputs (the `assets` fixture, tests/conftest.py): expert episodes of mw3 at 32x32
+# (demos/), a 2-step tiny SFT policy (sft/), an untrained tiny OpenSora world model (wm/) and ResNet
 # reward model (rm/).
 
 
 @pytest.fixture(scope="module")
-def demo_store(assets):  # noqa: F811 - the imported fixture
+def demo_store(assets):
     return assets / "demos"
 
 
 @pytest.fixture(scope="module")
-def sft_run(assets):  # noqa: F811
+def sft_run(assets):
     return assets / "sft"
 
 
 @pytest.fixture(scope="module")
-def models(assets):  # noqa: F811
+def models(assets):
     return assets
 
 
@@ -126,12 +125,12 @@ class _Payload:
 
 def test_malicious_training_state_is_refused_in_one_line(demo_store, tmp_path) -> None:
     out = tmp_path / "run"
-    first = _sft(out, demo_store, 1)
+    first = run_sft(out, demo_store, 1)
     assert first.exit_code == 0, first.output
     checkpoint = out / "checkpoints" / "step_000001"
     state = checkpoint / "training_state" / "state_0.pt"
     torch.save({"state": _Payload()}, state)
-    resumed = _sft(out, demo_store, 1)  # the same command again resumes from the checkpoint
+    resumed = run_sft(out, demo_store, 1)  # the same command again resumes from the checkpoint
     _one_error_line(resumed, 1, "damaged", "state_0.pt")  # its checksum no longer matches
     # ... and with the checksum forged too, the unpickler refuses it
     from wmrl_cli.training.checkpoints import CHECKSUMS, _checksum
@@ -139,7 +138,7 @@ def test_malicious_training_state_is_refused_in_one_line(demo_store, tmp_path) -
     sums = json.loads((checkpoint / CHECKSUMS).read_text())
     sums["training_state/state_0.pt"] = _checksum(state)
     (checkpoint / CHECKSUMS).write_text(json.dumps(sums))
-    resumed = _sft(out, demo_store, 1)
+    resumed = run_sft(out, demo_store, 1)
     line = _one_error_line(resumed, 1, "refusing to load", "state_0.pt")
     assert "weights_only" not in resumed.output and "pwned" not in resumed.output, line
 
@@ -215,7 +214,7 @@ def test_damaged_latest_resumes_from_newest_checkpoint_without_duplicate_steps(
     from torch.utils.tensorboard import SummaryWriter
 
     out = tmp_path / "run"
-    first = _sft(out, demo_store, 3, "--set", "sft.save_every=1")
+    first = run_sft(out, demo_store, 3, "--set", "sft.save_every=1")
     assert first.exit_code == 0, first.output
     straight = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     # `latest` names step 3, which is gone (a damaged disk, a partial copy): step 2 is newest.
@@ -228,7 +227,7 @@ def test_damaged_latest_resumes_from_newest_checkpoint_without_duplicate_steps(
     writer.add_scalar("train/sft/loss", 99.0, 3)
     writer.close()
 
-    resumed = _sft(out, demo_store, 3, "--set", "sft.save_every=1")
+    resumed = run_sft(out, demo_store, 3, "--set", "sft.save_every=1")
     assert resumed.exit_code == 0, resumed.output
     assert "resuming from step_000002" in resumed.output
     assert "resuming behaviour cloning from step 2" in resumed.output
@@ -326,7 +325,7 @@ def test_co_evolve_takes_a_seed(tmp_path, monkeypatch) -> None:
 
 
 def test_eval_world_model_opens_a_published_layout(models, demo_store, tmp_path, monkeypatch):
-    from tests.published_layouts import write_opensora_libero
+    from tests.helpers.published_layouts import write_opensora_libero
     from wmrl_cli.errors import WmrlError
     from wmrl_cli.evaluation import reliability
     from wmrl_cli.world_models.opensora import OpenSoraWorldModel
@@ -443,24 +442,24 @@ def _hidden(run) -> int:
 
 def test_rerun_with_another_config_stops_unless_resume_or_overwrite(demo_store, tmp_path) -> None:
     out = tmp_path / "run"
-    first = _sft(out, demo_store, 1)
+    first = run_sft(out, demo_store, 1)
     assert first.exit_code == 0, first.output
     recorded = (out / "config.yaml").read_text()
-    changed = _sft(out, demo_store, 1, "--set", "sft.llm_hidden=64")
+    changed = run_sft(out, demo_store, 1, "--set", "sft.llm_hidden=64")
     _one_error_line(changed, 2, f"--out {out}", "sft.llm_hidden 32 -> 64", "--resume")
     assert (out / "config.yaml").read_text() == recorded and _hidden(out) == 32
     # --resume: the run goes on with what it recorded; the command's 64 is ignored, and said so.
-    kept = _sft(out, demo_store, 1, "--set", "sft.llm_hidden=64", "--resume")
+    kept = run_sft(out, demo_store, 1, "--set", "sft.llm_hidden=64", "--resume")
     assert kept.exit_code == 0, kept.output
     assert "ignored: sft.llm_hidden 32 -> 64" in kept.output
     assert yaml.safe_load((out / "config.yaml").read_text())["sft"]["llm_hidden"] == 32
     # --overwrite: a new run at 64 in place of the old one.
-    fresh = _sft(out, demo_store, 1, "--set", "sft.llm_hidden=64", "--overwrite")
+    fresh = run_sft(out, demo_store, 1, "--set", "sft.llm_hidden=64", "--overwrite")
     assert fresh.exit_code == 0, fresh.output
     assert "resuming" not in fresh.output and _hidden(out) == 64
     assert yaml.safe_load((out / "config.yaml").read_text())["sft"]["llm_hidden"] == 64
     # Bookkeeping settings may change between attempts.
-    again = _sft(out, demo_store, 1, "--set", "sft.llm_hidden=64", "--set", "sft.save_every=5")
+    again = run_sft(out, demo_store, 1, "--set", "sft.llm_hidden=64", "--set", "sft.save_every=5")
     assert again.exit_code == 0 and "resuming behaviour cloning from step 1" in again.output
 
 
@@ -477,7 +476,7 @@ def test_a_setting_added_since_the_run_differs_only_off_its_default() -> None:
 
 
 def test_changed_input_files_are_a_different_run(tmp_path) -> None:
-    from tests.test_train_reward import visible_success_episode
+    from tests.helpers.episodes import visible_success_episode
 
     store = tmp_path / "store"
     EpisodeStore(store).add([visible_success_episode(i, succeed=i % 3 != 0) for i in range(8)])

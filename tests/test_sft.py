@@ -9,32 +9,11 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
+from tests.helpers.sft import run_sft
 from wmrl_cli.cli.app import app
 from wmrl_cli.data.episodes import EpisodeStore
 
 runner = CliRunner()
-TINY = [
-    "--set",
-    "sft.llm_layers=1",
-    "--set",
-    "sft.llm_hidden=32",
-    "--set",
-    "sft.vision_layers=1",
-    "--set",
-    "sft.vision_hidden=16",
-    "--set",
-    "sft.fused_vision=false",
-    "--set",
-    "sft.warmup_steps=1",
-    "--set",
-    "sft.log_every=1",
-    "--set",
-    "num_threads=1",
-    "--image-size",
-    "32",
-    "--batch-size",
-    "4",
-]
 
 
 @pytest.fixture(scope="module")
@@ -44,27 +23,8 @@ def demo_store(tmp_path_factory, expert_episodes):
     return root
 
 
-def _sft(out, store, steps, *extra):
-    return runner.invoke(
-        app,
-        [
-            "sft",
-            "--suite",
-            "mw3",
-            "--data",
-            str(store),
-            "--steps",
-            str(steps),
-            "--out",
-            str(out),
-            *TINY,
-            *extra,
-        ],
-    )
-
-
 def test_sft_resume_matches_uninterrupted_run(tmp_path, demo_store, monkeypatch) -> None:
-    straight = _sft(tmp_path / "a", demo_store, 4, "--set", "sft.save_every=2")
+    straight = run_sft(tmp_path / "a", demo_store, 4, "--set", "sft.save_every=2")
     assert straight.exit_code == 0, straight.output
 
     import wmrl_cli.training.sft as sft
@@ -76,11 +36,11 @@ def test_sft_resume_matches_uninterrupted_run(tmp_path, demo_store, monkeypatch)
         raise KeyboardInterrupt  # the run is killed right after its first checkpoint
 
     monkeypatch.setattr(sft, "save_checkpoint", save_then_die)
-    first = _sft(tmp_path / "b", demo_store, 4, "--set", "sft.save_every=2")
+    first = run_sft(tmp_path / "b", demo_store, 4, "--set", "sft.save_every=2")
     assert first.exit_code == 130, first.output
     assert not (tmp_path / "b" / "policy").exists()
     monkeypatch.setattr(sft, "save_checkpoint", real_save)
-    resumed = _sft(tmp_path / "b", demo_store, 4, "--set", "sft.save_every=2")
+    resumed = run_sft(tmp_path / "b", demo_store, 4, "--set", "sft.save_every=2")
     assert resumed.exit_code == 0 and "resuming behaviour cloning from step 2" in resumed.output
     a = load_file(tmp_path / "a" / "policy" / "model.safetensors")
     b = load_file(tmp_path / "b" / "policy" / "model.safetensors")
@@ -95,7 +55,7 @@ def test_sft_resume_matches_uninterrupted_run(tmp_path, demo_store, monkeypatch)
 
 
 def test_eval_and_rollout_with_learned_policy(tmp_path, demo_store) -> None:
-    trained = _sft(tmp_path / "run", demo_store, 2)
+    trained = run_sft(tmp_path / "run", demo_store, 2)
     assert trained.exit_code == 0, trained.output
     small = [
         "--suite",

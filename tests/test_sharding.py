@@ -13,11 +13,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.test_train_policy import _metrics, args, assets  # noqa: F401 - the tiny RL inputs
+from tests.helpers import ROOT
+from tests.helpers.train_policy import args, metrics
 from wmrl_cli.cli.app import app
 from wmrl_cli.training.sharding import MixedStateAdamW
 
-ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
 FSDP = ["--set", "training.sharding=fsdp"]
 runner = CliRunner()
@@ -25,7 +25,7 @@ runner = CliRunner()
 
 def _worker(out: Path, ranks: int, *extra: str) -> dict:
     launch = ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}"] if ranks > 1 else []
-    cmd = [sys.executable, *launch, "-m", "tests.sharding_worker", str(out), *extra]
+    cmd = [sys.executable, *launch, "-m", "tests.helpers.sharding_worker", str(out), *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return torch.load(out / f"result_{ranks}.pt")
@@ -53,7 +53,7 @@ def test_two_sharded_ranks_update_as_one_rank(tmp_path, variant) -> None:
 
 
 def _initial(variant: str) -> dict[str, torch.Tensor]:
-    from tests.sharding_worker import tiny_policy
+    from tests.helpers.sharding_worker import tiny_policy
 
     return tiny_policy(variant == "lora").state_dict()
 
@@ -86,14 +86,14 @@ def _two_ranks(cmd_args: list[str]) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_sharded_train_policy_runs_and_its_export_loads_in_eval(assets, tmp_path) -> None:  # noqa: F811
+def test_sharded_train_policy_runs_and_its_export_loads_in_eval(assets, tmp_path) -> None:
     """`train-policy --num-processes 2 --set training.sharding=fsdp`: 2 steps of GRPO in the
     tiny imagined env, the real-simulator evaluation at the end (rank 0, the policy gathered),
     the optimizer's shards in the checkpoint, and a consolidated policy that `eval` reads."""
     run = tmp_path / "fsdp"
     proc = _two_ranks([*args(assets, run, 2, algo="grpo", envs=8), *FSDP])
     assert "memory plan per GPU" in proc.stdout and "fsdp over 2 rank(s)" in proc.stdout
-    rows = _metrics(run / "metrics.jsonl")
+    rows = metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2] and "eval/success_once" in rows[-1]
     sharded = run / "checkpoints" / "step_000002" / "training_state" / "sharded"
     assert (sharded / ".metadata").is_file() and len(list(sharded.glob("*.distcp"))) == 2
@@ -110,21 +110,23 @@ def test_sharded_train_policy_runs_and_its_export_loads_in_eval(assets, tmp_path
 
 
 @pytest.mark.slow
-def test_sharded_run_killed_then_resumed_matches_uninterrupted(assets, tmp_path) -> None:  # noqa: F811
+def test_sharded_run_killed_then_resumed_matches_uninterrupted(assets, tmp_path) -> None:
     """A 2-rank FSDP run killed with SIGKILL (rank 0, right after its first checkpoint) and
     started again resumes from that checkpoint (the optimizer's shards included) and logs the
     uninterrupted run's metrics."""
     straight, killed = tmp_path / "a", tmp_path / "b"
     _two_ranks([*args(assets, straight, 3, algo="grpo", envs=8), *FSDP])
-    # torchrun straight into tests.kill_at: every rank installs the kill point, rank 0 hits it
+    # torchrun straight into tests.helpers.kill_at: every rank installs the kill point,
+    # rank 0 hits it
     kill = ["wmrl_cli.rl.trainer:save_checkpoint", "after", "1", "--"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
-    cmd += ["-m", "tests.kill_at", *kill, *args(assets, killed, 3, algo="grpo", envs=8), *FSDP]
+    cmd += ["-m", "tests.helpers.kill_at", *kill]
+    cmd += [*args(assets, killed, 3, algo="grpo", envs=8), *FSDP]
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert proc.returncode != 0 and (killed / "checkpoints" / "step_000001").is_dir()
     resumed = _two_ranks([*args(assets, killed, 3, algo="grpo", envs=8), *FSDP])
     assert "resuming policy training from step_000001" in resumed.stdout
-    a, b = _metrics(straight / "metrics.jsonl"), _metrics(killed / "metrics.jsonl")
+    a, b = metrics(straight / "metrics.jsonl"), metrics(killed / "metrics.jsonl")
     assert [r["step"] for r in b] == [1, 2, 3]
     for x, y in zip(a, b):
         assert x.keys() == y.keys()
@@ -136,7 +138,7 @@ def test_sharded_run_killed_then_resumed_matches_uninterrupted(assets, tmp_path)
 def test_sharded_sft_on_two_ranks_saves_shards_and_a_loadable_policy(tmp_path, expert_episodes):
     """`wmrl sft` under torchrun with training.sharding=fsdp (and checkpointing): the
     optimizer's shards beside the scheduler's state, a consolidated policy that loads."""
-    from tests.test_sft import TINY
+    from tests.helpers.sft import TINY
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.policies.checkpoint import from_pretrained
 

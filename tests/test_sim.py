@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import small_sim_config
+from tests.helpers.sims import small_sim_config
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.sims.metaworld_sim import MetaWorldSim
 

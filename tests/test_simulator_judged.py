@@ -9,8 +9,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.conftest import small_sim_config
-from tests.test_train_policy import args, assets  # noqa: F401  (the module's fixture)
+from tests.helpers.sims import small_sim_config
+from tests.helpers.train_policy import args
 from wmrl_cli.cli.app import app
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.reset_set import reset_set_from_store
@@ -161,7 +161,7 @@ def _rows(path):
     return [json.loads(line) for line in (path / "metrics.jsonl").open()]
 
 
-def test_train_policy_judged_by_the_simulator_counts_real_steps(assets, tmp_path) -> None:  # noqa: F811
+def test_train_policy_judged_by_the_simulator_counts_real_steps(assets, tmp_path) -> None:
     judged = ["--set", "reward_model.source=simulator"]
     with_rm = args(assets, tmp_path / "with-rm", 2, algo="grpo")
     at = with_rm.index("--reward-model")
@@ -185,7 +185,7 @@ def test_train_policy_judged_by_the_simulator_counts_real_steps(assets, tmp_path
     assert not (tmp_path / "judged" / "judge_audit.json").exists()  # one verdict: no audit
 
 
-def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) -> None:  # noqa: F811
+def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) -> None:
     audit = ["--set", "reward_model.audit_with_simulator=true"]
     result = runner.invoke(app, [*args(assets, tmp_path / "audited", 2, algo="grpo"), *audit])
     assert result.exit_code == 0, result.output
@@ -214,9 +214,9 @@ def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) 
     assert "the judge on the policy's own training episodes" in result.output
 
 
-def test_co_evolve_rl_stage_is_audited_like_train_policy(assets, tmp_path) -> None:  # noqa: F811
+def test_co_evolve_rl_stage_is_audited_like_train_policy(assets, tmp_path) -> None:
     """co-evolve's RL stage builds its env as train-policy does: the audit is not dropped."""
-    from tests.test_train_policy import options
+    from tests.helpers.train_policy import options
     from wmrl_cli.coevolve.tasks import rl
     from wmrl_cli.config import resolve_config
 
@@ -233,8 +233,8 @@ def test_co_evolve_rl_stage_is_audited_like_train_policy(assets, tmp_path) -> No
     assert rows[0]["env/real_steps"] > 100  # the audit's replays count beyond the data's
 
 
-def test_simulator_source_is_refused_in_the_simulator(assets, tmp_path) -> None:  # noqa: F811
-    from tests.test_train_policy import sim_args
+def test_simulator_source_is_refused_in_the_simulator(assets, tmp_path) -> None:
+    from tests.helpers.train_policy import sim_args
 
     base = sim_args(assets, tmp_path / "x", 1)
     result = runner.invoke(app, [*base, "--set", "reward_model.source=simulator"])
@@ -282,7 +282,7 @@ def test_keyframes_past_the_episode_limit_truncate_like_the_imagined_env(
         env.close()
 
 
-def _labelled_rollout(assets, out, *extra):  # noqa: F811
+def _labelled_rollout(assets, out, *extra):
     return runner.invoke(
         app,
         [
@@ -312,7 +312,7 @@ def _labelled_rollout(assets, out, *extra):  # noqa: F811
     )
 
 
-def test_policy_imagined_rollouts_are_labelled_by_the_simulator(assets, tmp_path) -> None:  # noqa: F811
+def test_policy_imagined_rollouts_are_labelled_by_the_simulator(assets, tmp_path) -> None:
     """`wmrl rollout --world-model --policy --reset-set`: imagined frames, and success flags
     that are the simulator's for the same actions from the same start."""
     out = tmp_path / "labelled"
@@ -346,7 +346,7 @@ def test_policy_imagined_rollouts_are_labelled_by_the_simulator(assets, tmp_path
         (["--horizon", "8"], "drop --horizon"),
     ],
 )
-def test_policy_imagined_rollout_bad_input_is_one_line(assets, tmp_path, extra, message) -> None:  # noqa: F811
+def test_policy_imagined_rollout_bad_input_is_one_line(assets, tmp_path, extra, message) -> None:
     out = tmp_path / "out"
     result = _labelled_rollout(assets, out, *(a.format(demos=assets / "demos") for a in extra))
     assert result.exit_code == 2, result.output

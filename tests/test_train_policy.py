@@ -14,13 +14,9 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from tests.test_sft import TINY
+from tests.helpers.train_policy import args, metrics, sim_args
 from wmrl_cli.cli.app import app
-from wmrl_cli.config import resolve_config
 from wmrl_cli.data.episodes import EpisodeStore
-from wmrl_cli.rewards.loading import save_reward_model
-from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
-from wmrl_cli.world_models.factory import build_world_model
 
 runner = CliRunner()
 
@@ -47,106 +43,6 @@ REFERENCE_METRICS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory, expert_episodes):
-    """A tiny SFT policy, an untrained tiny OpenSora world model and ResNet reward model at
-    32x32, and the expert episodes as the reset set."""
-    root = tmp_path_factory.mktemp("rl")
-    store = root / "demos"
-    EpisodeStore(store).add(expert_episodes)
-    sft = runner.invoke(
-        app,
-        [
-            "sft",
-            "--suite",
-            "mw3",
-            "--data",
-            str(store),
-            "--steps",
-            "2",
-            "--out",
-            str(root / "sft"),
-            *TINY,
-        ],
-    )
-    assert sft.exit_code == 0, sft.output
-    cfg = resolve_config(
-        overrides=[
-            "world_model.backend=opensora",
-            "simulator.image_size=32",
-            "world_model.num_inference_steps=1",
-        ]
-    )
-    torch.manual_seed(0)
-    build_world_model(cfg, action_dim=4).save_pretrained(root / "wm" / "world_model")
-    save_reward_model(
-        build_resnet_reward_model(ResnetRewConfig(width=4, threshold=0.5)),
-        root / "rm" / "reward_model",
-    )
-    return root
-
-
-def options(out, steps, algo, envs, eval_trials):
-    """The options every train-policy run of these tests shares: mw3 at 32x32 in-process,
-    episodes of at most 16 steps, groups of 2."""
-    return [
-        "--steps",
-        str(steps),
-        "--out",
-        str(out),
-        "--set",
-        f"algorithm.name={algo}",
-        "--set",
-        f"algorithm.num_envs={envs}",
-        "--set",
-        "algorithm.group_size=2",
-        "--set",
-        "algorithm.max_episode_steps=16",
-        "--set",
-        "algorithm.minibatch_trajectories=2",
-        "--set",
-        f"algorithm.eval_trials={eval_trials}",
-        "--set",
-        "simulator.suite=mw3",
-        "--set",
-        "simulator.num_envs=3",
-        "--set",
-        "simulator.num_workers=0",
-        "--set",
-        "simulator.image_size=32",
-        "--set",
-        "simulator.max_steps=16",
-        "--set",
-        "num_threads=1",
-        "--set",
-        "training.save_every=1",
-        "--set",
-        "training.lr=1e-3",
-        "--set",
-        "training.adam_eps=1e-8",
-    ]
-
-
-def model_args(root) -> list[str]:
-    """The tiny policy, world model and reward model of `assets`, as options."""
-    return [
-        *("--policy", str(root / "sft")),
-        *("--world-model", str(root / "wm")),
-        *("--reward-model", str(root / "rm")),
-    ]
-
-
-def args(root, out, steps, algo="ppo", envs=4):
-    """train-policy in the tiny imagined env."""
-    return [
-        "train-policy",
-        *model_args(root),
-        "--reset-set",
-        str(root / "demos"),
-        *options(out, steps, algo, envs, eval_trials=1),
-    ]
-
-
 def test_ppo_logs_every_reference_metric(assets, tmp_path) -> None:
     result = runner.invoke(app, args(assets, tmp_path / "run", 2))
     assert result.exit_code == 0, result.output
@@ -164,11 +60,6 @@ def test_ppo_logs_every_reference_metric(assets, tmp_path) -> None:
     } <= tags
     assert (tmp_path / "run" / "policy" / "config.json").is_file()
     assert json.loads((tmp_path / "run" / "eval" / "step_000002.json").read_text())["suite"]
-
-
-def _metrics(path):
-    rows = [json.loads(line) for line in path.open()]
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 
 @pytest.mark.parametrize(
@@ -208,7 +99,7 @@ def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, 
     )
     resumed = runner.invoke(app, again)
     assert resumed.exit_code == 0 and "resuming policy training from step_000001" in resumed.output
-    a, b = _metrics(tmp_path / "a" / "metrics.jsonl"), _metrics(tmp_path / "b" / "metrics.jsonl")
+    a, b = metrics(tmp_path / "a" / "metrics.jsonl"), metrics(tmp_path / "b" / "metrics.jsonl")
     assert [r["step"] for r in b] == [1, 2, 3]
     for x, y in zip(a[1:], b[1:]):
         assert x.keys() == y.keys()
@@ -241,12 +132,12 @@ def test_two_ranks_stay_in_sync(assets, tmp_path, where) -> None:
     assert ranks[0]["sampler"] == ranks[1]["sampler"]  # ... drawn from one shared state
     if where == "simulator":  # it saw all 8 episodes of both steps, decayed once per step
         assert sum(ranks[0]["sampler"]["trials"]) == pytest.approx(8 * 0.9 + 8)
-    logged = _metrics(tmp_path / "ddp" / "metrics.jsonl")[-1]
+    logged = metrics(tmp_path / "ddp" / "metrics.jsonl")[-1]
     for key in ("env/episode_len", "train/actor/policy_loss", "rollout/advantages_mean"):
         mean = (ranks[0]["last_metrics"][key] + ranks[1]["last_metrics"][key]) / 2
         assert logged[key] == pytest.approx(mean, rel=1e-6, abs=1e-7), key
     # Real steps are summed over ranks: 8 episodes per RL step, whatever their lengths.
-    rows = _metrics(tmp_path / "ddp" / "metrics.jsonl")
+    rows = metrics(tmp_path / "ddp" / "metrics.jsonl")
     expected = np.cumsum([8 * r["env/episode_len"] for r in rows]) if where == "simulator" else 0
     assert np.array_equal([r["env/real_steps"] for r in rows], np.zeros(2) + expected)
 
@@ -269,18 +160,6 @@ def test_grpo_runs_with_group_filtering(assets, tmp_path) -> None:
 
 
 # -- RL in the real simulator (`--env simulator`) ------------------------------------------
-
-
-def sim_args(root, out, steps, algo="grpo", envs=4, eval_trials=0):
-    """train-policy in the in-process mw3 simulator (the policy is the only input)."""
-    return [
-        "train-policy",
-        "--env",
-        "simulator",
-        "--policy",
-        str(root / "sft"),
-        *options(out, steps, algo, envs, eval_trials),
-    ]
 
 
 def test_simulator_real_steps_are_the_simulator_steps_taken(assets, tmp_path, monkeypatch) -> None:
@@ -315,7 +194,7 @@ def test_imagined_runs_count_no_real_steps(assets, tmp_path) -> None:
 
 
 def test_simulator_groups_start_identically_and_earn_the_success_reward() -> None:
-    from tests.conftest import small_sim_config
+    from tests.helpers.sims import small_sim_config
     from wmrl_cli.envs.simulator_rl import SimulatorRLEnv
     from wmrl_cli.sims.experts import ExpertPolicy
     from wmrl_cli.sims.metaworld_sim import MetaWorldSim
@@ -379,7 +258,7 @@ def test_stored_starts_restore_the_recorded_scene_and_count_steps_as_imagination
     """`--env simulator --reset-set STORE`: an entry starts in its recorded state (the recorded
     frame, the recorded actions reach the recorded success), and a keyframe entry counts its
     steps from the recorded step, so it is truncated where the imagined env truncates it."""
-    from tests.conftest import small_sim_config
+    from tests.helpers.sims import small_sim_config
     from wmrl_cli.data.kir import Keyframe
     from wmrl_cli.data.reset_set import reset_set_from_store
     from wmrl_cli.envs.simulator_rl import StoredStartsSimulatorEnv

@@ -8,34 +8,12 @@ import numpy as np
 import torch
 from typer.testing import CliRunner
 
+from tests.helpers.episodes import visible_success_episode
 from wmrl_cli.cli.app import app
-from wmrl_cli.data.episodes import Episode, EpisodeStore
+from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.rewards.loading import load_reward_model
 
 runner = CliRunner()
-
-
-def visible_success_episode(i: int, succeed: bool) -> Episode:
-    """Dark noisy frames; from the success step on, a bright square appears (a 'door open')."""
-    rng = np.random.default_rng(i)
-    length = 12
-    frames = rng.integers(0, 60, (length + 1, 16, 16, 3), dtype=np.uint8)
-    success = np.zeros(length, dtype=bool)
-    if succeed:
-        success[8:] = True
-        frames[9:, 4:12, 4:12] = 230
-    return Episode(
-        task_id=i % 2,
-        task_name=f"t{i % 2}",
-        instruction="x",
-        seed=i,
-        init_id=i,
-        frames=frames,
-        actions=np.zeros((length, 4), np.float32),
-        rewards=np.zeros(length, np.float32),
-        success=success,
-        chunk_size=4,
-    )
 
 
 def test_train_reward_calibrates_and_saves(tmp_path) -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import small_sim_config
-from tests.test_train_policy import args, assets  # noqa: F401  (the module's fixture)
+from tests.helpers.sims import small_sim_config
+from tests.helpers.train_policy import args
 from wmrl_cli.cli.app import app
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.reset_set import reset_set_from_store
@@ -98,7 +98,7 @@ def test_only_the_calls_the_simulator_confirms_are_paid(entries, expert_episodes
             result = env.chunk_step(actions[:, k * CHUNK : (k + 1) * CHUNK])
             total += result.rewards.sum(1)
             success |= result.success.any(1)
-            assert (result.info["model_success"] >= result.success).all()
+            assert (result.info["called"] >= result.success).all()
         assert total.tolist() == [5.0, 0.0, 0.0]
         assert success.tolist() == [True, False, False]
         # real steps: each call replayed up to its step, nothing for the uncalled episode
@@ -118,7 +118,7 @@ def test_a_start_the_simulator_cannot_restore_is_refused(entries) -> None:
         VerifiedEnv(CallingEnv(stateless, [None]), object())
 
 
-def test_train_policy_verified_counts_the_replays_real_steps(assets, tmp_path) -> None:  # noqa: F811
+def test_train_policy_verified_counts_the_replays_real_steps(assets, tmp_path) -> None:
     out = tmp_path / "verified"
     verified = ["--set", "reward_model.source=verified"]
     result = runner.invoke(app, [*args(assets, out, 2, algo="grpo"), *verified])
@@ -133,7 +133,7 @@ def test_train_policy_verified_counts_the_replays_real_steps(assets, tmp_path) -
     assert "each call confirmed by the simulator replaying it" in result.output
 
 
-def test_verified_needs_a_reward_model(assets, tmp_path) -> None:  # noqa: F811
+def test_verified_needs_a_reward_model(assets, tmp_path) -> None:
     argv = args(assets, tmp_path / "v", 1, algo="grpo")
     at = argv.index("--reward-model")
     del argv[at : at + 2]

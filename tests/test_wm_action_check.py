@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from toy_world import ShiftModel
 
+from tests.helpers.toy_world import ShiftModel
 from wmrl_cli.data.episodes import Episode
 from wmrl_cli.evaluation.world_model_eval import open_loop_eval
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.helpers import ROOT
+
+BENCHMARKS = ROOT / "benchmarks"
 
 RECIPE = [
     "world_model.action_tokens=true",

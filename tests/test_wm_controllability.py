@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from toy_world import ShiftModel, toy_episode, toy_episodes, toy_replay
 
+from tests.helpers.toy_world import ShiftModel, toy_episode, toy_episodes, toy_replay
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.evaluation.world_model_eval import alternative_actions, open_loop_eval
 from wmrl_cli.sims.dot_world import DotWorld, dot_centroid

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 from diffusers import AutoencoderKL
-from published_layouts import stdit3_published_state, write_shards
 
+from tests.helpers.published_layouts import stdit3_published_state, write_shards
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.world_models.opensora import (
     OpenSoraWorldModelConfig,

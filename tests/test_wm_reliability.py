@@ -12,7 +12,7 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
-from tests.conftest import small_sim_config
+from tests.helpers.sims import small_sim_config
 from wmrl_cli.cli.app import app
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.kir import Keyframe

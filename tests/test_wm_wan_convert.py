@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 from diffusers import AutoencoderKLWan
-from published_layouts import to_diffsynth_name, write_diffsynth_dit, write_wan22_vae
 from safetensors.torch import save_file
 
+from tests.helpers.published_layouts import to_diffsynth_name, write_diffsynth_dit, write_wan22_vae
 from wmrl_cli.errors import UnsafeFileError, WmrlError
 from wmrl_cli.world_models.wan import (
     WanActionTransformer,

@@ -465,7 +465,7 @@ def _tree_listing(repo: _Repo, prefix: str, recursive: bool) -> list[dict[str, A
     return listing
 
 
-# --- pytest helpers -----------------------------------------------------------------------
+# --- pytest helpers (the `hub` fixture of tests/conftest.py) ------------------------------
 @contextmanager
 def serve_hub(root: Path, **options: Any) -> Iterator[HubServer]:
     with HubServer(root, **options) as server:
@@ -495,13 +495,3 @@ def point_client_at(monkeypatch: pytest.MonkeyPatch, server: HubServer, hf_home:
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(hf_home / "token"))
     monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(hf_home / "stored_tokens"))
-
-
-@pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
-    """A running local hub (repos under tmp_path/hub) with the client pointed at it."""
-    root = tmp_path / "hub"
-    root.mkdir()
-    with serve_hub(root) as server:
-        point_client_at(monkeypatch, server, tmp_path / "hf_home")
-        yield server

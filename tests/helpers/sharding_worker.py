@@ -1,7 +1,7 @@
 """One update of the tiny policy through `training/sharding.py`, for tests/test_sharding.py.
 
-    python -m tests.sharding_worker OUT [lora]                       one process (replicated)
-    python -m torch.distributed.run --nproc_per_node 2 -m tests.sharding_worker OUT [lora]
+    python -m tests.helpers.sharding_worker OUT [lora]                 one process (replicated)
+    python -m torch.distributed.run --nproc_per_node 2 -m tests.helpers.sharding_worker OUT [lora]
 
 The same seed builds the same policy; a fixed batch of 4 samples is split evenly over the
 ranks, each rank's loss is the mean over its samples (so the mean over ranks is the loss of

@@ -1,6 +1,6 @@
 """Run a wmrl command in this process and kill it with SIGKILL at a chosen point.
 
-    python -m tests.kill_at MODULE:ATTR before|after N [MODULE:ATTR before|after N ...] -- ARGS
+    python -m tests.helpers.kill_at MODULE:ATTR before|after N [MODULE:ATTR ...] -- ARGS
 
 MODULE.ATTR (a function, or Class.method) is wrapped so that its N-th call kills the process
 (SIGKILL: no cleanup, no flushing, as a kill -9 or an out-of-memory kill) just before or just

@@ -1,6 +1,6 @@
 """What the resume tests share: the tiny runs of each training command, running them as
-subprocesses (killed at a chosen call by tests/kill_at.py, or after a delay with SIGKILL to
-their whole process group), and the comparison of a resumed run with an uninterrupted one
+subprocesses (killed at a chosen call by tests/helpers/kill_at.py, or after a delay with SIGKILL
+to their whole process group), and the comparison of a resumed run with an uninterrupted one
 (weights by sha256, metrics.jsonl without wall-clock columns, no step logged twice)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from tests.test_sft import TINY
+from tests.helpers import ROOT
+from tests.helpers.sft import TINY
 
-ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
 
 
@@ -77,7 +77,7 @@ def co_evolve_models(run_dir: Path) -> dict[str, str]:
 def run(args: list[str], *kill_points: str) -> subprocess.CompletedProcess:
     """`wmrl ARGS`, killed at `kill_points` ("MODULE:ATTR before|after N", see kill_at.py)."""
     points = [part for point in kill_points for part in point.split()]
-    cmd = [sys.executable, "-m", "tests.kill_at", *points, "--", *args]
+    cmd = [sys.executable, "-m", "tests.helpers.kill_at", *points, "--", *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     expected = -signal.SIGKILL if kill_points else 0
     assert proc.returncode == expected, proc.stdout[-3000:] + proc.stderr[-3000:]
