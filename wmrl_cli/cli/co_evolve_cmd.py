@@ -51,7 +51,8 @@ def co_evolve_command(
     """Expert demos -> SFT base policy -> base rollouts -> world model + reward model (Meta-World), or the published policy, world model, reward model and reset set (LIBERO presets: --preset wan-spatial-coevolve) -> RL stage 1 -> real rollouts of the evolved policy -> refinement -> RL stage 2, with real-simulator evaluation after every stage and report.md / report.json / a success plot. Run the same command again to resume an interrupted run."""  # noqa: E501
     from wmrl_cli.coevolve.pipeline import co_evolve, prepare_co_evolve
     from wmrl_cli.errors import ConfigError
-    from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir, seed_everything
+    from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
+    from wmrl_cli.runtime import configure_threads, seed_everything
 
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile '{profile}': expected {', '.join(PROFILES)}")

@@ -19,7 +19,7 @@ from wmrl_cli.config import RunConfig, resolve_config
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import environment_error
 from wmrl_cli.logging import err_console
-from wmrl_cli.runtime import close_run_dirs, discard_unused_run_dirs
+from wmrl_cli.run_dirs import close_run_dirs, discard_unused_run_dirs
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -29,7 +29,8 @@ from wmrl_cli.cli.common import (
 from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.logging import console, err_console
-from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+from wmrl_cli.run_dirs import prepare_run_dir
+from wmrl_cli.runtime import configure_threads, seed_everything
 
 WorldModelOpt = Annotated[
     Path | None,
@@ -98,7 +99,7 @@ OverwriteOpt = Annotated[
 def check_out_dir(out: Path | None, overwrite: bool) -> None:
     """Refuse (one line, exit 2) an --out that is not an evaluation's directory, and an earlier
     evaluation's unless --overwrite; checked before the evaluation starts."""
-    from wmrl_cli.runtime import own_run_dir
+    from wmrl_cli.run_dirs import own_run_dir
 
     if out is None or not out.is_dir() or not any(out.iterdir()):
         return

@@ -250,7 +250,8 @@ def _imagine_policy(cfg: RunConfig, append: bool) -> None:
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.evaluation.rollouts import check_output_store, store_summary
     from wmrl_cli.rl.labelled_rollouts import imagine_policy, resolve_labelling_inputs
-    from wmrl_cli.runtime import configure_threads, prepare_run_dir
+    from wmrl_cli.run_dirs import prepare_run_dir
+    from wmrl_cli.runtime import configure_threads
 
     out = Path(cfg.output_dir)
     check_output_store(out, append, imagined=True)
@@ -275,7 +276,8 @@ def _imagine(
     from wmrl_cli.data.imagined import imagined_starts
     from wmrl_cli.evaluation.rollouts import check_output_store, store_summary
     from wmrl_cli.rl.setup import imagine_replay, load_replay_world_model
-    from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+    from wmrl_cli.run_dirs import prepare_run_dir
+    from wmrl_cli.runtime import configure_threads, seed_everything
 
     source = EpisodeStore.open(replay)
     starts = imagined_starts(source, start_every, horizon)

@@ -86,7 +86,7 @@ def train_policy_command(
     )
     from wmrl_cli.rl.schedule import check_world_size
     from wmrl_cli.rl.setup import check_inputs
-    from wmrl_cli.runtime import adopt_recorded_config, claim_run_dir, default_run_dir
+    from wmrl_cli.run_dirs import adopt_recorded_config, claim_run_dir, default_run_dir
 
     # What the run will use: with --resume, the recorded config (so that `--out RUN --resume`
     # alone continues RUN); claim_run_dir below adopts it into cfg and says what it ignored.

@@ -64,7 +64,8 @@ def train_reward_command(
 
     from wmrl_cli.data.episodes import open_stores
     from wmrl_cli.rl.setup import reward_model_source
-    from wmrl_cli.runtime import claim_run_dir, configure_threads, default_run_dir
+    from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
+    from wmrl_cli.runtime import configure_threads
     from wmrl_cli.training.init_sources import (
         export_reward_model,
         load_init_reward_model,

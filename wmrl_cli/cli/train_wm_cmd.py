@@ -76,13 +76,8 @@ def train_wm_command(
     from rich.table import Table
 
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.runtime import (
-        check_not_single_rank_launch,
-        claim_run_dir,
-        configure_threads,
-        default_run_dir,
-        seed_everything,
-    )
+    from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
+    from wmrl_cli.runtime import check_not_single_rank_launch, configure_threads, seed_everything
     from wmrl_cli.training.init_sources import (
         check_world_model_export,
         export_world_model,

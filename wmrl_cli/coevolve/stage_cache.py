@@ -16,7 +16,8 @@ from wmrl_cli.coevolve.report import SIMULATOR_CONTROL
 from wmrl_cli.config import RunConfig
 from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import console
-from wmrl_cli.runtime import config_values, covers, seed_stage
+from wmrl_cli.run_dirs import config_values, covers
+from wmrl_cli.runtime import seed_stage
 
 STAGES_FILE = "stages.json"
 

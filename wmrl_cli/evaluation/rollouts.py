@@ -19,7 +19,8 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import progress_task
 from wmrl_cli.policies.perturbation import perturb
 from wmrl_cli.policies.registry import build_policy
-from wmrl_cli.runtime import configure_threads, prepare_run_dir, seed_everything
+from wmrl_cli.run_dirs import prepare_run_dir
+from wmrl_cli.runtime import configure_threads, seed_everything
 from wmrl_cli.sims.backends import (
     check_scripted_policy,
     resolve_simulator,

@@ -41,7 +41,8 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.world_model_eval import OpenLoopReport, open_loop_eval
 from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import MetricsLogger, console, progress_task
-from wmrl_cli.runtime import resolve_precision, write_rank_summary
+from wmrl_cli.run_dirs import write_rank_summary
+from wmrl_cli.runtime import resolve_precision
 from wmrl_cli.training.checkpoints import (
     canonical_safetensors,
     latest_checkpoint,
