@@ -15,7 +15,7 @@ from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.kir import read_keyframes, write_keyframes
 from wmrl_cli.data.reset_set import export_rlinf
 from wmrl_cli.envs.runner import iter_episodes
-from wmrl_cli.errors import WmrlError
+from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.logging import progress_task
 from wmrl_cli.policies.perturbation import perturb
 from wmrl_cli.policies.registry import build_policy
@@ -64,9 +64,12 @@ def check_output_store(out: Path, append: bool, imagined: bool = False) -> None:
     would mix real and imagined episodes in one store."""
     index = out / "index.json"
     if index.exists() and not append:
-        raise WmrlError(f"{out} already holds an episode store; pass --append to add to it")
+        raise ConfigError(f"--out {out} already holds an episode store; pass --append to add to it")
     if out.is_dir() and not index.exists() and any(out.iterdir()):
-        raise WmrlError(f"{out} exists and is not an episode store; choose an empty directory")
+        raise ConfigError(
+            f"--out {out} holds files wmrl did not write and is not an episode store; choose a "
+            "new or empty directory"
+        )
     existing = EpisodeStore(out) if index.exists() else None
     if existing is not None and len(existing) and existing.imagined != imagined:
         held, given = ("imagined", "real") if existing.imagined else ("real", "imagined")
