@@ -19,8 +19,8 @@ that would not finish in time is recorded as skipped, with why):
    through `PolicyTrainer.train_step`, the memory plan's estimate beside the measured peak.
 
 `--size tiny` runs the same code on the tiny configs (32x32 frames, 1 sampling step), on the
-CPU in the test suite (tests/test_gpu_fullsize_script.py). Writes DIR/gpu_fullsize.json and
-DIR/gpu_fullsize.md. Results: docs/benchmarks.md.
+CPU in the test suite (tests/benchmarks/test_gpu_fullsize_script.py). Writes
+DIR/gpu_fullsize.json and DIR/gpu_fullsize.md. Results: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def assert_one_line_error(result, *needles: str) -> str:
 
 
 # The OpenSora preset in the slow variant (the suite's 15-minute budget); its published layout
-# loads in tests/test_published_finetune.py and tests/test_rlinf_parity.py too.
+# loads in tests/training/test_published_finetune.py and tests/rl/test_rlinf_parity.py too.
 @pytest.mark.parametrize(
     "preset",
     [

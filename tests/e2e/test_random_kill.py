@@ -8,7 +8,7 @@ The delays come from a seeded RNG: WMRL_KILL_SEED=N chooses the seed (by default
 run); a failure names it, with the delays and the log of every run, so
 `WMRL_KILL_SEED=N pytest ...` draws the same delays again. The CI variant kills each command
 once, co-evolve aside (a smoke pipeline runs 30-40 s; one kill and a rerun would double this
-file's time); the slow one (`pytest -m slow tests/test_random_kill.py`) runs three trials of two
+file's time); the slow one (`pytest -m slow tests/e2e/test_random_kill.py`) runs three trials of two
 kills in a row (the second lands in the resumed run) for all five.
 """
 
@@ -41,7 +41,7 @@ SEED = int(os.environ.get("WMRL_KILL_SEED") or secrets.randbits(32))
 
 
 def _command(name: str, request, tmp_path: Path) -> tuple[Callable[[Path], list[str]], Any]:
-    """The tiny run of `name` (as tests/test_exact_resume.py runs it) as a function of its
+    """The tiny run of `name` (as tests/e2e/test_exact_resume.py runs it) as a function of its
     output directory, and {folder of the run: model folder in it} to compare (co-evolve: a
     function of the uninterrupted run's directory, which says whether it ran the control)."""
     if name == "sft":
