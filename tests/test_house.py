@@ -1,13 +1,19 @@
 """The rules of the house that code can check (docs/architecture.md): every import of wmrl_cli's
 own modules, at the top of a file or inside a function, goes to the same package or a floor
-below; no files import each other in a circle; no file is over 600 lines."""
+below; no files import each other in a circle; no file is over 600 lines. And the tests' own:
+their folders mirror the package and are packages; no test module imports another (nor a
+conftest): what tests share is a fixture or lives in tests/helpers/."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "wmrl_cli"
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+PACKAGE = TESTS.parent / "wmrl_cli"
 MAX_LINES = 600
 
 # Ground floor first; the packages (or modules) on one floor import none of each other.
@@ -123,3 +129,92 @@ def test_no_file_is_over_600_lines() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert not long, f"over {MAX_LINES} lines (a longer file holds more than one thing): {long}"
+
+
+# -- the tests' own rules ------------------------------------------------------------------
+
+# Test folders besides the package's own: whole commands and pipelines, the benchmark scripts,
+# and what tests share that is not a fixture (not a test module: nothing there is collected).
+TEST_FOLDERS = {"e2e", "benchmarks", "helpers"}
+# A string that is a module's dotted name, maybe with an attribute: what `python -m` runs, a
+# worker's target ("tests.x.test_y:Name").
+MODULE_STRING = re.compile(r"tests(?:\.\w+)+(?::[\w.]+)?")
+
+
+def _is_test_module(name: str) -> bool:
+    return name.startswith("test_") or name == "conftest"
+
+
+def _test_module_references(source: str, path: Path) -> list[tuple[int, str]]:
+    """(line, dotted name) of every test module or conftest the file at `path` (under tests/)
+    imports, at the top or inside a function, relative imports resolved, or names in a string;
+    the file itself aside."""
+    package = path.relative_to(TESTS.parent).with_suffix("").parts
+    own = ".".join(package)
+    names: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level] if node.level else ()
+            module = ".".join([*base, *filter(None, (node.module or "").split("."))])
+            names.append((node.lineno, module))
+            names += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.Constant) and MODULE_STRING.fullmatch(str(node.value)):
+            names.append((node.lineno, node.value.partition(":")[0]))
+    stems = {p.stem for p in TESTS.rglob("*.py") if _is_test_module(p.stem)}
+    found = set()
+    for line, name in names:
+        parts = name.split(".")
+        ours = parts[0] == "tests" or (len(parts) == 1 and name in stems)
+        test_parts = [i for i, part in enumerate(parts) if _is_test_module(part)]
+        module = ".".join(parts[: test_parts[0] + 1]) if test_parts else own
+        if ours and module != own:
+            found.add((line, module))
+    return sorted(found)
+
+
+def test_no_test_module_imports_another() -> None:
+    found = [
+        f"{path.relative_to(TESTS.parent)}:{line} {name}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for line, name in _test_module_references(path.read_text(encoding="utf-8"), path)
+    ]
+    assert not found, (
+        "test modules or conftests imported or named (a fixture in a conftest.py, or a helper in "
+        "tests/helpers/, instead):\n" + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "caught"),
+    [
+        ("from tests.cli.test_sft import TINY", True),
+        ("def f():\n    from tests.cli.test_sft import TINY", True),
+        ("from .test_sft import TINY", True),
+        ("from ..envs import test_verified", True),
+        ("import tests.conftest", True),
+        ("from tests.conftest import small_sim_config", True),
+        ("from test_sft import TINY", True),
+        ('Worker("tests.cli.test_output_hygiene:_Probe", {})', True),
+        ('cmd = ["-m", "tests.e2e.test_co_evolve"]', True),
+        ('Worker("tests.cli.test_train_policy:_Probe", {})', False),  # the file itself
+        ("from tests.helpers.sft import TINY, run_sft", False),
+        ("from torch.testing import assert_close", False),
+        ('cmd = ["-m", "tests.helpers.kill_at"]', False),
+    ],
+)
+def test_a_test_module_import_is_caught(source: str, caught: bool) -> None:
+    path = TESTS / "cli" / "test_train_policy.py"
+    assert bool(_test_module_references(source, path)) == caught
+
+
+def test_test_folders_mirror_the_package_and_are_packages() -> None:
+    wings = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    folders = [p for p in sorted(TESTS.rglob("*")) if p.is_dir() and p.name[0] not in "_."]
+    top = [p.name for p in folders if p.parent == TESTS]
+    stray = sorted(set(top) - wings - TEST_FOLDERS)
+    assert not stray, f"test folders that are no package of wmrl_cli/: {stray}"
+    bare = [p for p in [TESTS, *folders] if not (p / "__init__.py").is_file()]
+    bare = [str(p.relative_to(TESTS.parent)) for p in bare]
+    assert not bare, f"test folders without an __init__.py (tests/__init__.py says why): {bare}"
