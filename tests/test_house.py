@@ -23,7 +23,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("logging",),
     ("config",),
     ("world_models", "rewards"),
-    ("runtime",),
+    ("runtime", "run_dirs"),
     ("data",),
     ("envs", "assets"),
     ("sims",),

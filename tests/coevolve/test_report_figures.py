@@ -37,3 +37,30 @@ def test_label_panes_adds_a_band_with_text() -> None:
     assert (band < 128).any() and (band == 255).any()  # black text on white
     assert (band[:, :32] < 128).any() and (band[:, 32:] < 128).any()  # a label on each pane
     assert np.array_equal(labelled[:, 14:], frames)
+
+
+def test_report_draws_the_real_steps_curve_where_stages_were_evaluated(tmp_path) -> None:
+    import json
+
+    from wmrl_cli.coevolve.report import CURVE_FILE, _real_steps_curve
+
+    def evaluation(successes: list[bool]) -> dict:
+        episodes = [{"init_id": i, "seed": i, "success": s} for i, s in enumerate(successes)]
+        return {"episodes": episodes, "overall": sum(successes) / len(successes)}
+
+    (tmp_path / "eval" / "base").mkdir(parents=True)
+    base = [False] * 3 + [True]
+    (tmp_path / "eval" / "base" / "report.json").write_text(json.dumps(evaluation(base)))
+    stage = tmp_path / "stage1"
+    (stage / "eval").mkdir(parents=True)
+    rows = [{"step": s, "env/real_steps": 1000 + 10 * s} for s in (1, 2)]
+    (stage / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for step in (1, 2):
+        outcomes = [True] * step + base[step:]
+        (stage / "eval" / f"step_{step:06d}.json").write_text(json.dumps(evaluation(outcomes)))
+    (tmp_path / "stage2").mkdir()  # evaluated only after it: no curve
+    lines = _real_steps_curve(tmp_path, ["stage1", "stage2"])
+    assert (tmp_path / CURVE_FILE).is_file()
+    table = "\n".join(lines)
+    assert "| stage1 | 2 | 1,020 | 75.0% | +50.0" in table and "stage2" not in table
+    assert _real_steps_curve(tmp_path, ["stage2"]) == []

@@ -465,7 +465,7 @@ def test_rerun_with_another_config_stops_unless_resume_or_overwrite(demo_store, 
 
 def test_a_setting_added_since_the_run_differs_only_off_its_default() -> None:
     from wmrl_cli.config import RunConfig
-    from wmrl_cli.runtime import record_differences, run_record
+    from wmrl_cli.run_dirs import record_differences, run_record
 
     new = run_record(RunConfig(), "co-evolve")
     old = json.loads(json.dumps(new))
