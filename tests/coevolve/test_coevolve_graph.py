@@ -276,6 +276,7 @@ READ_BY = {
     "training.activation_checkpointing": "rl",
     "training.cpu_offload": "rl",
     "training.memory_budget_gb": "rl",
+    "coevolve.curve_every": "rl",
 }
 # A value other than the default, where flipping the default's truth would not be one.
 OTHER_VALUE = {

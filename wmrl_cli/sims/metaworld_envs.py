@@ -11,6 +11,10 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering without a display
 os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
+import signal  # noqa: E402
+import threading  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -21,6 +25,24 @@ from wmrl_cli.sims.suites import Suite  # noqa: E402
 # MuJoCo's "integration state": time, qpos, qvel, actuator activations, warm-start
 # accelerations, controls, mocap poses. Restoring all of it makes replay bit-exact.
 _PREV_OBS_DIM = 18
+
+
+@contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """A Ctrl-C inside waits for the block's end: a mujoco.Renderer whose construction it cuts
+    short prints a traceback from its __del__ (no GL context to free yet) after "interrupted"."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None or threading.current_thread() is not threading.main_thread():
+        yield  # signals are handled in the main thread only; None: not Python's handler
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            signal.raise_signal(signal.SIGINT)
 
 
 class MetaWorldEnvs(PooledEnvs):
@@ -76,7 +98,8 @@ class MetaWorldEnvs(PooledEnvs):
             # An offscreen buffer of the image's size rather than Meta-World's 640x480: the
             # same pixels, about half the renderer's memory.
             model.vis.global_.offwidth = model.vis.global_.offheight = self.image_size
-            renderer = mujoco.Renderer(model, self.image_size, self.image_size)
+            with _ctrl_c_deferred():  # ~0.6 s
+                renderer = mujoco.Renderer(model, self.image_size, self.image_size)
             # Shadows, reflections and the skybox cost ~3x render time and add nothing a
             # policy needs.
             for flag in ("mjRND_SHADOW", "mjRND_REFLECTION", "mjRND_SKYBOX"):
