@@ -49,7 +49,7 @@ def test_rollout_kir_export(tmp_path) -> None:
 
     # A second rollout into the same store is refused unless appended; appending adds new seeds.
     again = runner.invoke(app, args)
-    assert again.exit_code == 1 and "--append" in again.output
+    assert again.exit_code == 2 and "--append" in again.output
     appended = runner.invoke(app, [*args, "--append", "--policy", "random"])
     assert appended.exit_code == 0, appended.output
     index = EpisodeStore.open(out).index
