@@ -62,6 +62,8 @@ def test_train_reward_killed_then_rerun_matches_uninterrupted(tmp_path) -> None:
     assert_same_run(tmp_path / "a", tmp_path / "b", "reward_model")
 
 
+# 42 s; train-wm's resume stays in CI through tests/e2e/test_random_kill.py[train-wm]
+@pytest.mark.slow
 def test_train_wm_killed_then_rerun_matches_uninterrupted(tmp_path, expert_episodes) -> None:
     """Killed after the autoencoder (before the windows are encoded: the rerun starts over),
     then right after the denoiser's first checkpoint (the rerun resumes from it). The
