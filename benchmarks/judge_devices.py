@@ -25,23 +25,7 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.reward_eval import labelled_frames, score_frames
 from wmrl_cli.rewards.calibration import judge_threshold
 from wmrl_cli.rewards.loading import load_reward_model
-
-
-def model_path(path: str) -> Path:
-    """A reward-model directory or file from a run directory, a model directory or a file."""
-    run_model = Path(path) / "reward_model"
-    return run_model if run_model.is_dir() else Path(path)
-
-
-def first_per_task(store: EpisodeStore, per_task: int | None) -> list[int]:
-    taken: dict[int, int] = {}
-    ids = []
-    for episode_id, entry in enumerate(store.index):
-        task = int(entry["task_id"])
-        if per_task is None or taken.get(task, 0) < per_task:
-            taken[task] = taken.get(task, 0) + 1
-            ids.append(episode_id)
-    return ids
+from wmrl_cli.rl.setup import reward_model_source
 
 
 def main() -> None:
@@ -57,8 +41,8 @@ def main() -> None:
             raise WmrlError(f"device {device!r} is not available here (no CUDA device)")
 
     store = EpisodeStore.open(args.data)
-    data = labelled_frames(store, first_per_task(store, args.episodes_per_task))
-    directory = model_path(args.reward_model)
+    data = labelled_frames(store, store.first_per_task(args.episodes_per_task))
+    directory = reward_model_source(Path(args.reward_model))
     model = load_reward_model(directory)
     threshold, source = judge_threshold(args.threshold, model, directory)
     scores = []

@@ -24,24 +24,7 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.reward_eval import labelled_frames, score_frames
 from wmrl_cli.rewards.calibration import binary_metrics, cross_validated_threshold, judge_threshold
 from wmrl_cli.rewards.loading import load_reward_model
-
-
-def model_path(path: str) -> Path:
-    """A reward-model directory or file from a run directory, a model directory or a file."""
-    run_model = Path(path) / "reward_model"
-    return run_model if run_model.is_dir() else Path(path)
-
-
-def episode_ids(store: EpisodeStore, per_task: int | None) -> list[int]:
-    """The first `per_task` episodes of every task (all with None), in store order."""
-    taken: dict[int, int] = {}
-    ids = []
-    for episode_id, entry in enumerate(store.index):
-        task = int(entry["task_id"])
-        if per_task is None or taken.get(task, 0) < per_task:
-            taken[task] = taken.get(task, 0) + 1
-            ids.append(episode_id)
-    return ids
+from wmrl_cli.rl.setup import reward_model_source
 
 
 def row(name: str, scores: np.ndarray, labels: np.ndarray, groups: np.ndarray, threshold: float):
@@ -64,13 +47,13 @@ def main() -> None:
         parser.error("an ensemble needs two or more reward models")
 
     store = EpisodeStore.open(args.data)
-    data = labelled_frames(store, episode_ids(store, args.episodes_per_task))
+    data = labelled_frames(store, store.first_per_task(args.episodes_per_task))
     names = {int(e["task_id"]): e["task_name"] for e in store.index}
     print(f"{len(data.frames)} frames, {int(data.labels.sum())} success frames")
 
     all_scores, thresholds = [], []
     for path in args.models:
-        directory = model_path(path)
+        directory = reward_model_source(Path(path))
         model = load_reward_model(directory)
         threshold, _ = judge_threshold(None, model, directory)
         scores = score_frames(model, data)

@@ -159,6 +159,18 @@ class EpisodeStore:
     def index(self) -> list[dict[str, Any]]:
         return list(self._index)
 
+    def first_per_task(self, per_task: int | None) -> list[int]:
+        """The ids of the first `per_task` episodes of every task (all with None), in store
+        order."""
+        taken: dict[int, int] = {}
+        ids = []
+        for episode_id, entry in enumerate(self._index):
+            task = int(entry["task_id"])
+            if per_task is None or taken.get(task, 0) < per_task:
+                taken[task] = taken.get(task, 0) + 1
+                ids.append(episode_id)
+        return ids
+
     def real_steps(self) -> int:
         """Real environment steps behind the store: the sum of its real episodes' lengths and
         of the imagined episodes whose actions the simulator executed to label them

@@ -33,7 +33,7 @@ import numpy as np
 
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.interface import ChunkResult, Obs
-from wmrl_cli.errors import WmrlError
+from wmrl_cli.envs.verified import check_resettable
 from wmrl_cli.rewards.calibration import held_success
 
 
@@ -55,13 +55,7 @@ class SimulatorJudgedEnv:
         label data, never: envs/imagined_policy.py) and truncates no earlier than the imagined
         env, whose step count (keyframe entries: from their step or from 0, `kir_step_reset`)
         decides truncation."""
-        entries = enumerate(imagined.reset_set)
-        missing = [i for i, e in entries if e.sim_state is None or e.seed is None]
-        if missing:
-            raise WmrlError(
-                f"reward_model.source=simulator needs reset entries with a stored simulator "
-                f"state and seed (a wmrl episode store); entry {missing[0]} has none"
-            )
+        check_resettable(imagined, "simulator")
         if sim.num_envs != imagined.num_envs:
             raise ValueError(f"{sim.num_envs} simulator envs for {imagined.num_envs} imagined")
         self.imagined, self.sim = imagined, sim
