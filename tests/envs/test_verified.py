@@ -108,6 +108,14 @@ def test_only_the_calls_the_simulator_confirms_are_paid(entries, expert_episodes
         assert metrics["verify/call_rate"] == pytest.approx(2 / 3)
         assert metrics["verify/confirmed_fraction"] == pytest.approx(0.5)
         assert env.pop_real_steps() == 0 and env.pop_metrics()["verify/calls"] == 0.0
+        # each call kept as an imagined episode up to its call, labelled by its replay
+        true, false = sorted(env.pop_calls(), key=lambda c: c.init_id)
+        assert [c.imagined["call"] for c in (true, false)] == ["confirmed", "false"]
+        assert (true.init_id, true.length, false.init_id, false.length) == (0, first[0] + 1, 1, 10)
+        assert true.success_step == first[0] + 1 and not false.success.any()
+        assert true.frames.shape == (first[0] + 2, 32, 32, 3)
+        np.testing.assert_array_equal(true.actions, expert[: first[0] + 1])
+        assert env.pop_calls() == []
     finally:
         env.close()
 
@@ -130,6 +138,11 @@ def test_train_policy_verified_counts_the_replays_real_steps(assets, tmp_path) -
         assert row["verify/calls"] == pytest.approx(row["verify/call_rate"] * 4)
     # env/real_steps: the replays alone, cumulative
     assert rows[-1]["env/real_steps"] == sum(r["verify/real_steps"] for r in rows)
+    # every step's calls kept, labelled by their replays
+    for step, row in enumerate(rows, start=1):
+        calls = out / "verified_calls" / f"step_{step:06d}"
+        kept = len(EpisodeStore.open(calls)) if calls.is_dir() else 0
+        assert kept == row["verify/calls"]
     assert "each call confirmed by the simulator replaying it" in result.output
 
 

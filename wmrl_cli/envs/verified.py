@@ -12,7 +12,9 @@ replays every step of every episode.
 
 Per RL step the trainer logs `verify/calls` (called episodes), `verify/call_rate` (calls per
 episode started), `verify/confirmed_fraction` (confirmed calls per call) and
-`verify/real_steps` (the replays' steps).
+`verify/real_steps` (the replays' steps), and keeps every call as an imagined episode labelled
+by its replay (`pop_calls`; the trainer writes them to `verified_calls/step_N/`, docs/formats.md):
+the false calls are the frames that fooled the judge, its hardest negatives, already paid for.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 
 import numpy as np
 
+from wmrl_cli.data.episodes import SIMULATOR_LABELS, Episode
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.interface import ChunkResult, Obs
 from wmrl_cli.errors import WmrlError
@@ -46,7 +49,7 @@ def first_call(success: np.ndarray) -> int:
 def replay_confirms(sim, entry, chunks: list[np.ndarray], call_step: int) -> tuple[bool, int]:
     """Replays `chunks` ([C, A] each, the last holding the call at `call_step`) in `sim` (one
     env) from `entry`'s stored state and seed: whether the simulator succeeds by the call, and
-    the real steps the replay took."""
+    the real steps the replay took (a confirmed replay stops at its success: its last step)."""
     sim.reset([entry.task_id], [entry.sim_state], seeds=[entry.seed])
     steps = 0
     for k, actions in enumerate(chunks):
@@ -86,7 +89,10 @@ class VerifiedEnv:
         self.reset_set = imagined.reset_set
         self.entry_task_ids = imagined.entry_task_ids
         self._entries: list = []
+        self._init_ids: list[int] = []
         self._chunks: list[list[np.ndarray]] = [[] for _ in range(self.num_envs)]
+        self._frames: list[list[np.ndarray]] = [[] for _ in range(self.num_envs)]
+        self._calls: list[Episode] = []
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._tally = {"episodes": 0, "calls": 0, "confirmed": 0, "real_steps": 0}
         self._real_steps = 0
@@ -118,10 +124,18 @@ class VerifiedEnv:
             "verify/real_steps": float(tally["real_steps"]),
         }
 
+    def pop_calls(self) -> list[Episode]:
+        """The calls since the last call, each an imagined episode up to its call labelled by
+        its replay (`imagined.call`: `confirmed` or `false`)."""
+        calls, self._calls = self._calls, []
+        return calls
+
     def reset(self, init_ids: list[int], sim_states: list | None = None) -> Obs:
         obs = self.imagined.reset(init_ids)
+        self._init_ids = list(init_ids)
         self._entries = [self.reset_set[i] for i in init_ids]
         self._chunks = [[] for _ in range(self.num_envs)]
+        self._frames = [[image[None]] for image in obs.images]
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._tally["episodes"] += len(init_ids)
         return obs
@@ -133,12 +147,13 @@ class VerifiedEnv:
         rewards = np.where(valid, out.rewards, 0.0).astype(np.float32)
         for i in np.flatnonzero(~self._done):
             self._chunks[i].append(np.asarray(actions[i]))
+            self._frames[i].append(out.frames[i])
         for i in np.flatnonzero(success.any(axis=1)):
             t0 = time.perf_counter()
-            confirmed, steps = replay_confirms(
-                self.sim, self._entries[i], self._chunks[i], first_call(success[i])
-            )
+            call = first_call(success[i])
+            confirmed, steps = replay_confirms(self.sim, self._entries[i], self._chunks[i], call)
             self._sim_time += time.perf_counter() - t0
+            self._calls.append(self._called_episode(i, call, steps if confirmed else None))
             self._real_steps += steps
             self._tally["calls"] += 1
             self._tally["confirmed"] += int(confirmed)
@@ -158,6 +173,34 @@ class VerifiedEnv:
             truncated=truncated,
             success=success,
             info=info,
+        )
+
+    def _called_episode(self, i: int, call_step: int, replay_steps: int | None) -> Episode:
+        """Env i's episode up to the call at `call_step` of its last chunk: the imagined frames
+        and the policy's actions, success from the replay (`replay_steps`: the confirmed
+        replay's length; None: not confirmed) held from the replay's success to the call."""
+        actions = np.concatenate(self._chunks[i])
+        length = actions.shape[0] - self._chunks[i][-1].shape[0] + call_step + 1
+        success = np.zeros(length, dtype=bool)
+        if replay_steps is not None:
+            success[replay_steps - 1 :] = True
+        entry = self._entries[i]
+        return Episode(
+            task_id=int(entry.task_id),
+            task_name=self.task_names[entry.task_id],
+            instruction=entry.instruction,
+            seed=int(entry.seed),
+            init_id=self._init_ids[i],
+            frames=np.concatenate(self._frames[i])[: length + 1],
+            actions=actions[:length].astype(np.float32),
+            rewards=success.astype(np.float32),
+            success=success,
+            chunk_size=self._chunks[i][0].shape[0],
+            imagined={
+                "labels": SIMULATOR_LABELS,
+                "reset_entry": self._init_ids[i],
+                "call": "confirmed" if replay_steps is not None else "false",
+            },
         )
 
     def close(self) -> None:

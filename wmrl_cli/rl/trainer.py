@@ -27,8 +27,10 @@ import numpy as np
 import torch
 
 from wmrl_cli.config import RunConfig
+from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.envs.interface import Env
 from wmrl_cli.envs.reset_sampler import GroupResetSampler, task_ids
+from wmrl_cli.files import atomic_dir
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.rl import (
     band_filter,
@@ -57,6 +59,8 @@ from wmrl_cli.training.memory_plan import rl_memory_plan
 from wmrl_cli.training.sharding import PolicySharding, frozen_models, offloaded
 
 POLICY_DIR = "policy"
+# verified imagination's calls, one episode store per RL step (envs/verified.py)
+VERIFIED_CALLS_DIR = "verified_calls"
 
 
 def _judge_and_truth(ro: Rollout) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -234,6 +238,16 @@ class PolicyTrainer:
         total = torch.tensor([value], dtype=torch.int64, device=self.accelerator.device)
         return int(self.accelerator.reduce(total, "sum").item())
 
+    def _write_calls(self, calls: list) -> None:
+        """This step's calls in `verified_calls/step_N` (`_rankR` beside it with several ranks):
+        written whole, and replaced whole where a resumed run takes the step again."""
+        if not calls:
+            return
+        several = self.accelerator.num_processes > 1
+        name = f"step_{self.step + 1:06d}" + (f"_rank{self.rank}" if several else "")
+        with atomic_dir(self.run_dir / VERIFIED_CALLS_DIR / name) as tmp:
+            EpisodeStore(tmp).add(calls)
+
     # -- one step --------------------------------------------------------------------------
     def train_step(self) -> StepResult:
         acc, alg = self.accelerator, self.alg
@@ -283,6 +297,8 @@ class PolicyTrainer:
             timings.update({f"time/{k}": v for k, v in self.env.pop_timings().items()})
         if hasattr(self.env, "pop_metrics"):  # e.g. verified imagination's call tally
             timings.update(self.env.pop_metrics())
+        if hasattr(self.env, "pop_calls"):  # verified imagination's calls, labelled
+            self._write_calls(self.env.pop_calls())
 
         adv, returns, keep = self.advantages(ro)
         step_mask = ro.step_mask & keep[:, None]
