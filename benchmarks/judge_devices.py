@@ -24,8 +24,7 @@ from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.reward_eval import labelled_frames, score_frames
 from wmrl_cli.rewards.calibration import judge_threshold
-from wmrl_cli.rewards.loading import load_reward_model
-from wmrl_cli.rl.setup import reward_model_source
+from wmrl_cli.rewards.loading import load_reward_model, reward_model_source
 
 
 def main() -> None:

@@ -33,9 +33,8 @@ from wmrl_cli.data.episodes import open_stores
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.stats import wilson_interval
 from wmrl_cli.rewards.calibration import held_success, judge_threshold
-from wmrl_cli.rewards.loading import load_reward_model
-from wmrl_cli.rl.setup import reward_model_source
-from wmrl_cli.training.init_sources import load_init_reward_model
+from wmrl_cli.rewards.loading import load_reward_model, reward_model_source
+from wmrl_cli.training.init_sources import reward_model_to_fine_tune
 from wmrl_cli.training.reward_trainer import train_reward_model
 
 
@@ -103,11 +102,9 @@ def main() -> None:
     base_threshold = judge_threshold(cfg.reward_model.success_threshold, base, source)[0]
 
     store = open_stores([*args.data, *train])
-    tuned = load_init_reward_model(source, store)
-    cfg.reward_model.kind, cfg.reward_model.width = tuned.kind, tuned.config.width
+    _, tuned = reward_model_to_fine_tune(source, store, None, cfg.reward_model)
     args.out.mkdir(parents=True, exist_ok=True)
-    n_tasks = 1 + max(int(m["task_id"]) for m in store.index)
-    model_dir, fitted = train_reward_model(cfg, args.out, store, n_tasks, init=tuned)
+    model_dir, fitted = train_reward_model(cfg, args.out, store, init=tuned)
     tuned = load_reward_model(model_dir)
 
     train_calls = open_stores(train)

@@ -63,14 +63,12 @@ def train_reward_command(
     from rich.table import Table
 
     from wmrl_cli.data.episodes import open_stores
-    from wmrl_cli.rl.setup import reward_model_source
     from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
     from wmrl_cli.runtime import configure_threads
     from wmrl_cli.training.init_sources import (
         export_reward_model,
-        load_init_reward_model,
-        resolve_init,
         reward_export_path,
+        reward_model_to_fine_tune,
     )
     from wmrl_cli.training.reward_trainer import train_reward_model
 
@@ -87,15 +85,12 @@ def train_reward_command(
     store = open_stores(data)
     source = target = model = None
     if init is not None:  # loaded before the run directory is made: a bad file writes nothing
-        source = reward_model_source(resolve_init(init, cfg.assets_dir))
+        source, model = reward_model_to_fine_tune(init, store, cfg.assets_dir, cfg.reward_model)
         target = reward_export_path(source, export_rlinf)
-        model = load_init_reward_model(source, store)
-        width_ = model.config.width  # a ResNet: load_init_reward_model refuses VideoMAE
-        for option, given, own in (("--kind", kind, model.kind), ("--width", width, width_)):
-            if given is not None and given != own:
-                raise ConfigError(f"{option} {given}, but --init {init} has {own}")
-        cfg.reward_model.kind = model.kind
-        cfg.reward_model.width = width_
+        own = {"--kind": model.kind, "--width": model.config.width}  # a ResNet: VideoMAE refused
+        for option, given in (("--kind", kind), ("--width", width)):
+            if given is not None and given != own[option]:
+                raise ConfigError(f"{option} {given}, but --init {init} has {own[option]}")
     elif export_rlinf is not None:
         raise ConfigError("--export-rlinf needs --init: the published reward model to go back to")
     run_dir = claim_run_dir(
@@ -107,8 +102,7 @@ def train_reward_command(
         overwrite=overwrite,
     )
     configure_threads(cfg.num_threads)
-    num_tasks = 1 + max(int(m["task_id"]) for m in store.index) if len(store) else 1
-    model_dir, metrics = train_reward_model(cfg, run_dir, store, num_tasks, init=model)
+    model_dir, metrics = train_reward_model(cfg, run_dir, store, init=model)
     if target is not None and source is not None:
         exported = export_reward_model(model_dir, source, target, store)
         console.print(f"exported in the layout of {source} to {exported}")

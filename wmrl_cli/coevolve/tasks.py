@@ -201,22 +201,17 @@ def train_rm(
     fine-tuning whose data hold no successful frame on either side of the split keeps `init`,
     and says why (`kept`)."""
     from wmrl_cli.data.episodes import open_stores
-    from wmrl_cli.rl.setup import reward_model_source
-    from wmrl_cli.training.init_sources import load_init_reward_model, resolve_init
+    from wmrl_cli.training.init_sources import reward_model_to_fine_tune
     from wmrl_cli.training.reward_trainer import NoSuccessfulFrames, train_reward_model
 
     store = open_stores([path for path in (data, real, imagined, labelled) if path is not None])
     sub = sub_config(cfg, out, reward_model__steps=steps)
     model = source = None
     if init is not None:
-        source = reward_model_source(resolve_init(init, cfg.assets_dir))
-        model = load_init_reward_model(source, store)
-        sub.reward_model.kind = model.kind
-        sub.reward_model.width = model.config.width
+        source, model = reward_model_to_fine_tune(init, store, cfg.assets_dir, sub.reward_model)
     out.mkdir(parents=True, exist_ok=True)
-    n_tasks = 1 + max(int(m["task_id"]) for m in store.index)
     try:
-        model_dir, metrics = train_reward_model(sub, out, store, n_tasks, init=model)
+        model_dir, metrics = train_reward_model(sub, out, store, init=model)
     except NoSuccessfulFrames as exc:
         if source is None:
             raise

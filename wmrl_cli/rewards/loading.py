@@ -339,3 +339,17 @@ def load_reward_model(
         raise WmrlError(f"{weights_path} is not a readable safetensors file ({exc})") from None
     load_matching(_weights_module(model), state_dict, str(weights_path))
     return model.eval()
+
+
+def reward_model_source(path: Path) -> Path:
+    """A train-reward run's model directory, a published asset's `*rm.pth`, or `path` itself."""
+    if (path / "reward_model" / "config.json").is_file():
+        return path / "reward_model"
+    if path.is_dir() and not (path / "model.safetensors").is_file():
+        published = sorted(path.glob("*rm.pth"))  # resnet_rm.pth, taskemb_resnet_rm.pth
+        if len(published) > 1:
+            names = ", ".join(p.name for p in published)
+            raise WmrlError(f"{path}: several reward models ({names}); pass one file")
+        if published:
+            return published[0]
+    return path

@@ -29,6 +29,7 @@ from wmrl_cli.envs.verified import VerifiedEnv
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.policies.registry import resolve_policy_dir
 from wmrl_cli.rewards.calibration import judge_threshold
+from wmrl_cli.rewards.loading import reward_model_source
 from wmrl_cli.sims.backends import resolve_simulator, simulator_class, simulator_suite
 from wmrl_cli.sims.libero_suites import get_libero_suite
 from wmrl_cli.world_models.interface import WorldModel
@@ -375,20 +376,6 @@ def assign_libero_tasks(entries: list[ResetEntry], suite_name: str, source: Path
     for entry in entries:
         entry.task_id = index[_words(entry.instruction)]
     return suite.as_suite().task_names
-
-
-def reward_model_source(path: Path) -> Path:
-    """A train-reward run's model directory, a published asset's `*rm.pth`, or `path` itself."""
-    if (path / "reward_model" / "config.json").is_file():
-        return path / "reward_model"
-    if path.is_dir() and not (path / "model.safetensors").is_file():
-        published = sorted(path.glob("*rm.pth"))  # resnet_rm.pth, taskemb_resnet_rm.pth
-        if len(published) > 1:
-            names = ", ".join(p.name for p in published)
-            raise WmrlError(f"{path}: several reward models ({names}); pass one file")
-        if published:
-            return published[0]
-    return path
 
 
 def load_policy(inputs: Inputs, device: str):

@@ -17,12 +17,18 @@ numbers tasks, and back into RLinf's on export.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import ConfigError, WmrlError
-from wmrl_cli.rewards.loading import AnyRewardModel, export_reward_pth, load_reward_model
+from wmrl_cli.rewards.loading import (
+    AnyRewardModel,
+    export_reward_pth,
+    load_reward_model,
+    reward_model_source,
+)
 from wmrl_cli.world_models.factory import load_world_model, saved_world_model
 from wmrl_cli.world_models.published import published_layout
 from wmrl_cli.world_models.published_export import export_published_world_model
@@ -127,10 +133,22 @@ def reorder_task_rows(model: AnyRewardModel, order: list[int], to_benchmark: boo
             weight.copy_(rows)
 
 
+def reward_model_to_fine_tune(
+    init: str | Path, store: EpisodeStore, assets_dir: str | Path | None, reward_cfg: Any
+) -> tuple[Path, AnyRewardModel]:
+    """The reward model `init` names (what `train-reward --init` takes), loaded for `store`'s
+    tasks, and the file or directory it came from; `reward_cfg` (the config's `reward_model`
+    section) takes its kind and width, which a fine-tuning keeps."""
+    source = reward_model_source(resolve_init(init, assets_dir))
+    model = load_init_reward_model(source, store)
+    reward_cfg.kind, reward_cfg.width = model.kind, model.config.width
+    return source, model
+
+
 def load_init_reward_model(source: Path, store: EpisodeStore) -> AnyRewardModel:
     """The reward model to fine-tune on `store`'s episodes (its task rows in their order);
-    `source` is a wmrl model directory or a `.pth` (rl/setup.py: reward_model_source finds it in
-    a run or a published folder)."""
+    `source` is a wmrl model directory or a `.pth` (rewards/loading.py: reward_model_source
+    finds it in a run or a published folder)."""
     model = load_reward_model(source)
     if model.kind == "videomae":
         raise WmrlError(

@@ -148,12 +148,8 @@ def world_model_params(path: Path | None, backend: str = "wan") -> int:
         return full_world_model_params(backend)
     layout = published_layout(path)
     if layout == RLINF_OPENSORA:  # the STDiT3 as loaded (its unused text cross-attention dropped)
+        from wmrl_cli.world_models.opensora.converter import drop_unused
         from wmrl_cli.world_models.state_dicts import strip_wrapper_prefix
-
-        try:
-            from wmrl_cli.world_models.opensora.converter import drop_unused
-        except ImportError:  # the converter's module before world_models/opensora/ (2026-11-28)
-            from wmrl_cli.world_models.opensora_convert import drop_unused
 
         dit, _ = drop_unused(strip_wrapper_prefix(safetensors_shapes(path)))
         return _numel(dit) + _numel(safetensors_shapes(path / "vae"))

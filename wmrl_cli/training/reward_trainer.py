@@ -56,11 +56,11 @@ def train_reward_model(
     cfg: RunConfig,
     run_dir: Path,
     store: EpisodeStore,
-    num_tasks: int,
     init: AnyRewardModel | None = None,
 ) -> tuple[Path, BinaryMetrics]:
     """Train (or, from `init`, fine-tune) a ResNet reward model; (its directory, held-out
-    metrics at the F1-best threshold). A model to fine-tune keeps its kind and sizes."""
+    metrics at the F1-best threshold). A new model embeds the tasks up to the store's highest
+    id; a model to fine-tune keeps its kind and sizes."""
     from wmrl_cli.rewards.loading import save_reward_model
     from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
 
@@ -87,7 +87,7 @@ def train_reward_model(
         ResnetRewConfig(
             width=rc.width,
             task_embedding=rc.kind == "taskemb_resnet",
-            num_tasks=max(num_tasks, 1),
+            num_tasks=1 + max((int(m["task_id"]) for m in store.index), default=0),
             image_size=rc.image_size,
         )
     )
