@@ -14,8 +14,9 @@ models' data, for imagination outside co-evolve, whose stages start from it alre
         --offset verified=0 --out runs/real-steps-to-gain
 
 writes OUT/curves.json, OUT/curves.md (one row per arm and evaluated step: real steps, real
-success, the paired difference from the base with its 95% interval, seeds) and
-OUT/real_steps_to_gain.png (log x axis).
+success, the paired difference from the base with its 95% interval, seeds),
+OUT/real_steps_to_gain.png (log x axis) and, where a run verified its judge's calls,
+OUT/verification.md (per RL step: calls, the fraction confirmed, the replays' real steps).
 """
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ import sys
 from pathlib import Path
 
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.evaluation.real_steps import curve_table, mean_over_seeds, plot_real_steps
+from wmrl_cli.evaluation.real_steps import (
+    curve_table,
+    mean_over_seeds,
+    plot_real_steps,
+    verification_table,
+)
 from wmrl_cli.files import atomic_write_text
 
 
@@ -70,10 +76,20 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(args.out / "curves.json", json.dumps(body, indent=1))
         atomic_write_text(args.out / "curves.md", curve_table(arms))
         plot_real_steps(arms, args.out / "real_steps_to_gain.png", base["overall"])
+        runs = {
+            f"{name} {i}": Path(run)
+            for name, value in _named(args.arm, "--arm").items()
+            for i, run in enumerate(value.split(","))
+        }
+        verification = verification_table(runs)
+        if verification is not None:
+            atomic_write_text(args.out / "verification.md", verification)
     except WmrlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(curve_table(arms), end="")
+    if verification is not None:
+        print("\n" + verification, end="")
     return 0
 
 

@@ -20,9 +20,14 @@ def report(successes: list[bool]) -> dict:
     return {"episodes": episodes, "overall": sum(successes) / len(successes)}
 
 
-def fake_run(root: Path, evals: dict[int, list[bool]], real_per_step: int) -> Path:
+def fake_run(
+    root: Path, evals: dict[int, list[bool]], real_per_step: int, verified: bool = False
+) -> Path:
     (root / "eval").mkdir(parents=True)
     rows = [{"step": s, "env/real_steps": s * real_per_step} for s in range(1, max(evals) + 1)]
+    tally = {"verify/calls": 4.0, "verify/call_rate": 0.4, "verify/confirmed_fraction": 0.75}
+    for row in rows if verified else []:  # 10 episodes, 4 calls, 3 confirmed
+        row.update(tally, **{"verify/real_steps": real_per_step})
     (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"ste')
     for step, outcomes in evals.items():
         (root / "eval" / f"step_{step:06d}.json").write_text(json.dumps(report(outcomes)))
@@ -64,7 +69,7 @@ def test_the_script_writes_table_json_and_plot(tmp_path) -> None:
     base_dir.mkdir()
     (base_dir / "report.json").write_text(json.dumps(report(BASE)))
     sim = fake_run(tmp_path / "sim", {5: [True] * 4 + BASE[4:]}, real_per_step=10_000)
-    imag = fake_run(tmp_path / "imag", {5: [True] * 2 + BASE[2:]}, real_per_step=50)
+    imag = fake_run(tmp_path / "imag", {5: [True] * 2 + BASE[2:]}, real_per_step=50, verified=True)
     out = tmp_path / "out"
     script = ROOT / "benchmarks" / "real_steps_to_gain.py"
     argv = [sys.executable, str(script), "--base", str(base_dir), "--arm", f"simulator={sim}",
@@ -77,6 +82,10 @@ def test_the_script_writes_table_json_and_plot(tmp_path) -> None:
     assert curves["verified"][0]["real_steps"] == 20_250
     assert "| verified | 5 | 20,250 | 40.0% | +20.0" in (out / "curves.md").read_text()
     assert (out / "real_steps_to_gain.png").read_bytes()[:4] == b"\x89PNG"
+    # the verified arm's tally per step; the simulator arm has none
+    verification = (out / "verification.md").read_text()
+    assert "| verified 0 | 5 | 4 | 0.40 | 0.75 | 50 | 250 |" in verification
+    assert "simulator" not in verification and "| verified 0 | 5 |" in done.stdout
     bad = subprocess.run([*argv[:4], "--arm", "nonsense", "--out", str(out)],
                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert bad.returncode != 0 and "NAME=VALUE" in bad.stderr

@@ -57,17 +57,50 @@ def _read_json(path: Path) -> Any:
         raise WmrlError(f"{path}: unreadable ({exc})") from None
 
 
-def _real_steps_at(run_dir: Path) -> dict[int, float]:
-    """`env/real_steps` at each logged step of a run (metrics.jsonl)."""
-    out = {}
+def _metric_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's metrics.jsonl rows (a torn last line skipped)."""
+    rows = []
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         try:
-            row = json.loads(line)
+            rows.append(json.loads(line))
         except ValueError:
             continue  # a torn last line
-        if "env/real_steps" in row:
-            out[int(row["step"])] = float(row["env/real_steps"])
-    return out
+    return rows
+
+
+def _real_steps_at(run_dir: Path) -> dict[int, float]:
+    """`env/real_steps` at each logged step of a run (metrics.jsonl)."""
+    return {
+        int(row["step"]): float(row["env/real_steps"])
+        for row in _metric_rows(run_dir)
+        if "env/real_steps" in row
+    }
+
+
+VERIFY_COLUMNS = ("verify/calls", "verify/call_rate", "verify/confirmed_fraction",
+                  "verify/real_steps", "env/real_steps")  # fmt: skip
+
+
+def verification_table(runs: dict[str, Path]) -> str | None:
+    """Verified imagination's tally per RL step of each named run (calls, calls per episode,
+    the fraction the simulator confirmed: the judge's precision under RL; the replays' real
+    steps and the cumulative count), a markdown table; None where no run verified."""
+    lines = []
+    for name, run_dir in runs.items():
+        for row in _metric_rows(Path(run_dir)):
+            if "verify/calls" in row:
+                calls, rate, confirmed, replayed, total = (row.get(k) for k in VERIFY_COLUMNS)
+                lines.append(
+                    f"| {name} | {row['step']} | {calls:.0f} | {rate:.2f} | {confirmed:.2f} | "
+                    f"{replayed:,.0f} | {total:,.0f} |"
+                )
+    if not lines:
+        return None
+    head = [
+        "| run | RL step | calls | calls per episode | confirmed | replay steps | real steps |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    return "\n".join(head + lines) + "\n"
 
 
 def paired_outcomes(base: dict[str, Any], report: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
