@@ -19,25 +19,42 @@ that would not finish in time is recorded as skipped, with why):
    through `PolicyTrainer.train_step`, the memory plan's estimate beside the measured peak.
 
 `--size tiny` runs the same code on the tiny configs (32x32 frames, 1 sampling step), on the
-CPU in the test suite (tests/benchmarks/test_gpu_fullsize_script.py). Writes
-DIR/gpu_fullsize.json and DIR/gpu_fullsize.md. Results: docs/benchmarks.md.
+CPU in the test suite (tests/benchmarks/test_gpu_fullsize_script.py; the full configs' shapes
+on the meta device: tests/benchmarks/test_gpu_fullsize_shapes.py). Writes DIR/gpu_fullsize.json
+and DIR/gpu_fullsize.md, again after each section (a run cut short keeps what it measured).
+
+It first checks, in seconds, that this Python has what the sections import (wmrl from this
+checkout, diffusers, transformers >= 5.24, peft, accelerate, pydantic) and stops naming what is
+missing. A failed measurement never stops the run: out of memory is recorded as such (memory
+freed, the next measurement goes on), any other error as its type and first line, with its
+traceback on stderr; the exit status is then 1, after both files are written. Results:
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import importlib
 import json
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+# Run as `python benchmarks/gpu_fullsize.py` by a Python without wmrl installed (a lent
+# machine's own): the checkout's package, as if run from its root.
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 INSTRUCTION = "pick up the black bowl between the plate and the ramekin and place it on the plate"
 
@@ -59,6 +76,10 @@ SIZES = {
     "full": Size(256, 5, 10, (8, 32, 64), 32, 8, 256),
     "tiny": Size(32, 1, 1, (2,), 4, 2, 16),
 }
+# The GRPO step's imagination rate where the Wan section measured none (WoVR: 23 frames/s for
+# Wan2.2-5B on one H100): a guess on the slow side, so that the step still fits the budget.
+FALLBACK_FPS = 10.0
+OOM = "out of memory"
 
 
 @dataclass
@@ -146,7 +167,37 @@ def free(device: torch.device) -> None:
 
 
 def is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc)
+    """The allocator's OutOfMemoryError, a kernel's "out of memory", or cuBLAS / cuDNN failing
+    to allocate their workspace (what a nearly full GPU raises from a library call)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return any(m in text for m in (OOM, "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED"))
+
+
+def failure(exc: BaseException) -> str:
+    """What a row records of a measurement's exception: "out of memory", or the exception's
+    type and first line (its traceback goes to stderr). The run goes on either way."""
+    if is_oom(exc):
+        return OOM
+    traceback.print_exception(exc, file=sys.stderr)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first[:300]}"
+
+
+def errors(result: dict) -> list[str]:
+    """The errors other than out of memory that the result's rows record."""
+    rows = [*result.get("imagination", []), *result.get("policy", [])]
+    rows.append(result.get("grpo_step", {}))
+    return [r["error"] for r in rows if r.get("error") not in (None, OOM)]
+
+
+def drop_caches(model: Any) -> None:
+    """What a model holds beyond its weights after a failed call: the Wan VAE's causal feature
+    caches (diffusers clears them at the start and end of a call, not on an exception)."""
+    clear = getattr(getattr(model, "vae", None), "clear_cache", None)
+    if callable(clear):
+        clear()
 
 
 # -- 1. imagination -------------------------------------------------------------------------------
@@ -189,12 +240,18 @@ def imagination(size: str, device: torch.device, budget: Budget, dtype: torch.dt
         if budget.left() < 60:
             rows.append({"backend": backend, "skipped": "time budget"})
             continue
-        model = world_model(backend, size, steps, device, dtype)
-        params = sum(p.numel() for p in model.parameters())
+        start = time.perf_counter()
+        try:
+            model = world_model(backend, size, steps, device, dtype)
+        except Exception as exc:  # recorded; the other backend still runs
+            rows.append({"backend": backend, "steps": steps, "error": failure(exc)})
+            free(device)
+            continue
+        built = {"params": sum(p.numel() for p in model.parameters())}
+        built["build_s"] = time.perf_counter() - start
         per_frame = None
         for envs in s.env_counts:
-            row: dict[str, Any] = {"backend": backend, "steps": steps, "envs": envs}
-            row["params"] = params
+            row: dict[str, Any] = {"backend": backend, "steps": steps, "envs": envs, **built}
             # a warm-up chunk and a timed one; skipped if they would not fit what is left
             if per_frame is not None and 2.5 * per_frame * envs * 8 > budget.left() - 200:
                 rows.append({**row, "skipped": "time budget"})
@@ -207,10 +264,9 @@ def imagination(size: str, device: torch.device, budget: Budget, dtype: torch.dt
                 per_frame = seconds / (envs * 8)
                 row.update(frames_per_s=envs * 8 / seconds, **peaks(device))
                 row["gpu_util_pct"] = util.mean
-            except RuntimeError as exc:
-                if not is_oom(exc):
-                    raise
-                row["error"] = "out of memory"
+            except Exception as exc:  # recorded; the next env count still runs
+                row.update(error=failure(exc), **peaks(device))
+                drop_caches(model)
             rows.append(row)
             free(device)
         del model
@@ -248,8 +304,13 @@ def micro_batch(model, sequences: int, image: int) -> float:
     tokens = torch.from_numpy(rng.integers(first, first + 256, (sequences, 8, 7)))
     advantages = torch.from_numpy(rng.normal(size=(sequences, 1, 1))).float()
     device = model.device
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if device.type == "cuda"
+        else contextlib.nullcontext()  # the CPU (float32) and the meta device (shape tests)
+    )
     start = time.perf_counter()
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+    with autocast:
         out = model(images, [INSTRUCTION] * sequences, tokens, 1.6)
     loss = -(out.log_probs * advantages.to(out.log_probs.device)).mean()
     loss.backward()
@@ -272,42 +333,46 @@ def policy_section(size: str, device: torch.device, budget: Budget, preset: Any)
     s, rows = SIZES[size], []
     if budget.left() < 150:
         return [{"variant": "all", "skipped": "time budget"}]
-    model = build_policy(size, device)
-    model.train()
-    enable_activation_checkpointing(model)
+    start = time.perf_counter()
+    try:
+        model = build_policy(size, device)
+        model.train()
+        enable_activation_checkpointing(model)
+    except Exception as exc:
+        free(device)
+        return [{"variant": "all", "error": failure(exc)}]
+    build_s = time.perf_counter() - start
     variants = {  # the config of each variant, for its plan
         "LoRA rank 32, float32 weights": {"training.lora_rank": 32},
         "full fine-tuning, float32 weights": {},
         "full fine-tuning, bf16 weights": {"training.param_dtype": "bf16"},
     }
     for name, overrides in variants.items():
-        row: dict[str, Any] = {"variant": name, "sequences": s.sequences}
-        if "LoRA" in name:
-            apply_lora(model, LoraSpec(rank=32, alpha=32))
-        elif "bf16" in name:
-            _to_bf16(model)
-        else:
-            _unload_lora(model)
-        cfg = preset.model_copy(deep=True)
-        for key, value in overrides.items():
-            section, attr = key.split(".")
-            setattr(getattr(cfg, section), attr, value)
-        plan = plan_for(cfg, model, device)  # the micro-batch alone: no optimizer, no world model
-        row["plan_gib"] = plan.update - plan.row("AdamW")[1] - plan.row("world model")[1]
-        if budget.left() < 90:
-            rows.append({**row, "skipped": "time budget"})
-            continue
+        row: dict[str, Any] = {"variant": name, "sequences": s.sequences, "build_s": build_s}
         try:
+            if "LoRA" in name:
+                apply_lora(model, LoraSpec(rank=32, alpha=32))
+            elif "bf16" in name:
+                _to_bf16(model)
+            else:
+                _unload_lora(model)
+            cfg = preset.model_copy(deep=True)
+            for key, value in overrides.items():
+                section, attr = key.split(".")
+                setattr(getattr(cfg, section), attr, value)
+            plan = plan_for(cfg, model, device)  # the micro-batch alone: no AdamW, no world model
+            row["plan_gib"] = plan.update - plan.row("AdamW")[1] - plan.row("world model")[1]
+            if budget.left() < 90:
+                rows.append({**row, "skipped": "time budget"})
+                continue
             micro_batch(model, s.sequences, s.image)  # warm-up
             model.zero_grad(set_to_none=True)
             reset_peak(device)
             with Utilization(device) as util:
                 row["seconds"] = micro_batch(model, s.sequences, s.image)
             row.update(gpu_util_pct=util.mean, **peaks(device))
-        except RuntimeError as exc:
-            if not is_oom(exc):
-                raise
-            row["error"] = "out of memory"
+        except Exception as exc:  # recorded (out of memory: expected of one variant); next one
+            row.update(error=failure(exc), **peaks(device))
         model.zero_grad(set_to_none=True)
         free(device)
         rows.append(row)
@@ -338,6 +403,22 @@ def grpo_step(
 ) -> dict:
     """One `PolicyTrainer.train_step` of wan-spatial-grpo with LoRA in a random-weight
     imagined env; episodes shortened where imagination at `fps` would not fit the budget."""
+    s = SIZES[size]
+    left = budget.left() - 90  # building the models, the update
+    # imagined frames this step needs, at the measured rate (a slow guess where none was)
+    steps = min(s.episode_steps, max(8, int(left * (fps or FALLBACK_FPS) / s.step_envs) // 8 * 8))
+    if left < 30:
+        return {"skipped": "time budget"}
+    row: dict[str, Any] = {"envs": s.step_envs, "episode_steps": steps, "lora_rank": 32}
+    try:
+        _grpo_step(size, device, out, steps, row)
+    except Exception as exc:  # out of memory or not: recorded, the files still written
+        row.update(error=failure(exc), **peaks(device))
+    return row
+
+
+def _grpo_step(size: str, device: torch.device, out: Path, steps: int, row: dict) -> None:
+    """`grpo_step`'s models, env, trainer and step, filling `row` as it goes."""
     from accelerate import Accelerator
 
     from wmrl_cli.config import resolve_config
@@ -347,12 +428,6 @@ def grpo_step(
     from wmrl_cli.rl.trainer import PolicyTrainer
 
     s = SIZES[size]
-    left = budget.left() - 90  # building the models, the update
-    steps = s.episode_steps
-    if fps:  # imagined frames this step needs, at the measured rate
-        steps = min(steps, max(8, int(left * fps / s.step_envs) // 8 * 8))
-    if left < 30:
-        return {"skipped": "time budget"}
     cfg = resolve_config(
         "wan-spatial-grpo",
         overrides=[
@@ -370,6 +445,7 @@ def grpo_step(
             "training.memory_budget_gb=100000",  # measured, whatever the plan says
         ],
     )
+    start = time.perf_counter()
     wm_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     wm = world_model("wan", size, s.wan_steps, device, wm_dtype)
     reward = build_resnet_reward_model(ResnetRewConfig(width=64 if size == "full" else 4))
@@ -382,27 +458,23 @@ def grpo_step(
     )  # fmt: skip
     policy = build_policy(size, device)
     accelerator = Accelerator(cpu=device.type != "cuda", mixed_precision="bf16")
-    row: dict[str, Any] = {"envs": s.step_envs, "episode_steps": steps, "lora_rank": 32}
-    try:
-        with tempfile.TemporaryDirectory(dir=out) as run_dir:
-            trainer = PolicyTrainer(cfg, Path(run_dir), policy, env, accelerator)
-            plan = trainer.memory.plan
-            row.update(plan_gib=plan.peak, plan_rollout_gib=plan.rollout)
-            row["plan_update_gib"] = plan.update
-            reset_peak(device)
-            start = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=out) as run_dir:
+        trainer = PolicyTrainer(cfg, Path(run_dir), policy, env, accelerator)
+        row["build_s"] = time.perf_counter() - start  # both models, LoRA, the plan
+        plan = trainer.memory.plan
+        row.update(plan_gib=plan.peak, plan_rollout_gib=plan.rollout)
+        row["plan_update_gib"] = plan.update
+        reset_peak(device)
+        start = time.perf_counter()
+        try:
             with Utilization(device) as util:
                 metrics = trainer.train_step().metrics
-            row.update(seconds=time.perf_counter() - start, **peaks(device))
-            row["gpu_util_pct"] = util.mean
-            for key in ("time/rollout", "time/world_model", "time/update"):
-                row[key.split("/")[1] + "_s"] = metrics.get(key)
+        finally:
             trainer.logger.close()
-    except RuntimeError as exc:
-        if not is_oom(exc):
-            raise
-        row["error"] = "out of memory"
-    return row
+        row.update(seconds=time.perf_counter() - start, **peaks(device))
+        row["gpu_util_pct"] = util.mean
+        for key in ("time/rollout", "time/world_model", "time/update"):
+            row[key.split("/")[1] + "_s"] = metrics.get(key)
 
 
 # -- output -----------------------------------------------------------------------------------
@@ -418,12 +490,13 @@ def markdown(result: dict) -> str:
     lines = [
         f"# gpu_fullsize ({result['size']}) on {result['device']}",
         "",
-        f"torch {result['torch']}; {result['wall_s']:.0f} s in all",
+        f"torch {result['torch']}; {result['wall_s']:.0f} s in all"
+        + ("" if result.get("done") else " (cut short: the sections not written did not run)"),
         "",
         "| world model | steps | envs | frames/s | peak GiB | GPU util % | note |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in result["imagination"]:
+    for r in result.get("imagination", []):
         lines.append(
             f"| {r['backend']} | {r.get('steps', '-')} | {r.get('envs', '-')} | "
             f"{_fmt(r.get('frames_per_s'))} | {_fmt(r.get('peak_gib'))} | "
@@ -434,13 +507,13 @@ def markdown(result: dict) -> str:
         "| policy micro-batch | sequences | s | peak GiB | plan GiB | note |",
         "|---|---|---|---|---|---|",
     ]
-    for r in result["policy"]:
+    for r in result.get("policy", []):
         lines.append(
             f"| {r['variant']} | {r.get('sequences', '-')} | {_fmt(r.get('seconds'), 2)} | "
             f"{_fmt(r.get('peak_gib'))} | {_fmt(r.get('plan_gib'))} | "
             f"{r.get('skipped') or r.get('error') or ''} |"
         )
-    g = result["grpo_step"]
+    g = result.get("grpo_step", {})
     lines += [
         "",
         "| GRPO step | envs | episode steps | s | rollout s | update s | peak GiB | plan GiB "
@@ -465,16 +538,74 @@ def run(size: str, out: Path, budget_s: float) -> dict:
     result: dict[str, Any] = {"size": size, "device": name, "torch": torch.__version__}
     if device.type == "cuda":
         result["device_gib"] = torch.cuda.mem_get_info(device)[1] / 2**30
-    result["imagination"] = imagination(size, device, budget, dtype)
+
+    def section(name: str, measure: Callable[[], Any], failed: Any) -> None:
+        """Run one section (an error that escapes it becomes `failed`'s row), then write both
+        files with what there is so far."""
+        try:
+            result[name] = measure()
+        except Exception as exc:
+            result[name] = failed(failure(exc))
+        free(device)
+        result["wall_s"] = time.monotonic() - budget.start
+        (out / "gpu_fullsize.json").write_text(json.dumps(result, indent=1))
+        (out / "gpu_fullsize.md").write_text(markdown(result))
+
+    section(
+        "imagination",
+        lambda: imagination(size, device, budget, dtype),
+        lambda error: [{"backend": "all", "error": error}],
+    )
     preset = resolve_config("wan-spatial-grpo")
-    result["policy"] = policy_section(size, device, budget, preset)
+    section(
+        "policy",
+        lambda: policy_section(size, device, budget, preset),
+        lambda error: [{"variant": "all", "error": error}],
+    )
     wan = [r for r in result["imagination"] if r["backend"] == "wan" and "frames_per_s" in r]
     fps = min((r["frames_per_s"] for r in wan), default=None)
-    result["grpo_step"] = grpo_step(size, device, budget, out, fps)
-    result["wall_s"] = time.monotonic() - budget.start
-    (out / "gpu_fullsize.json").write_text(json.dumps(result, indent=1))
-    (out / "gpu_fullsize.md").write_text(markdown(result))
+    result["done"] = True  # set before the last write
+    section(
+        "grpo_step",
+        lambda: grpo_step(size, device, budget, out, fps),
+        lambda error: {"error": error},
+    )
     return result
+
+
+# What the sections import, beyond torch and numpy: checked before any model is built.
+NEEDED = (
+    "pydantic",
+    "diffusers",
+    "transformers",
+    "peft",
+    "accelerate",
+    "wmrl_cli.config",
+    "wmrl_cli.world_models.wan",
+    "wmrl_cli.world_models.opensora",
+    "wmrl_cli.policies.lora",
+    "wmrl_cli.rl.trainer",
+)
+
+
+def preflight() -> list[str]:
+    """What this Python lacks of what the sections need, found in seconds rather than after
+    minutes of measuring: a missing package, or a transformers older than the project's 5.24
+    (no `activation_checkpointing_enable`, which the policy's checkpointing calls)."""
+    problems = []
+    for name in NEEDED:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            problems.append(f"import {name}: {type(exc).__name__}: {exc}")
+    try:
+        import transformers
+
+        if not hasattr(transformers.PreTrainedModel, "activation_checkpointing_enable"):
+            problems.append(f"transformers {transformers.__version__} is older than 5.24")
+    except ImportError:
+        pass  # named above
+    return problems
 
 
 def main() -> None:
@@ -488,8 +619,14 @@ def main() -> None:
         help="seconds the sections may take (default 390: with start-up, under 8 minutes)",
     )
     args = parser.parse_args()
+    missing = preflight()
+    if missing:
+        sys.exit("gpu_fullsize: this Python cannot run the sections:\n  " + "\n  ".join(missing))
     result = run(args.size, args.out, args.budget_s)
     print(markdown(result))
+    failed = errors(result)
+    if failed:  # both files are written: what did run is kept
+        sys.exit(f"{len(failed)} measurement(s) failed: " + "; ".join(failed))
 
 
 if __name__ == "__main__":
