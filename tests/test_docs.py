@@ -94,11 +94,13 @@ def command_problem(line: str) -> str | None:
         return None
     if any(tuple(words[: len(p)]) == p for p in ALLOWED_PREFIXES):
         return None
-    if first == "python" or first.endswith("/python") or first == "python3":
+    shell = first == "bash"
+    if shell or first == "python" or first.endswith("/python") or first == "python3":
         if words[1:3] == ["-m", "wmrl_cli"]:
             return None
         script = next((w for w in words[1:] if not w.startswith("-")), None)
-        if script and script.startswith("benchmarks/") and script.endswith(".py"):
+        suffix = ".sh" if shell else ".py"
+        if script and script.startswith("benchmarks/") and script.endswith(suffix):
             if (ROOT / script).is_file():
                 return None
             return f"{script} is not in the repository"
