@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: gpu_fullsize_device.sh OUT}"
+ls .whl/*.whl >/dev/null 2>&1 || { echo "no .whl/ wheels: run benchmarks/device_wheels.sh here and carry .whl" >&2; exit 2; }
 site="$(mktemp -d)"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$site" .whl/*.whl
-PYTHONPATH="$site" PYTHONUNBUFFERED=1 python3 benchmarks/gpu_fullsize.py --out "$out"
+PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 python3 benchmarks/gpu_fullsize.py --out "$out"

@@ -11,7 +11,8 @@ import sys
 import numpy as np
 
 from tests.helpers import ROOT
-from wmrl_cli.data.episodes import SIMULATOR_LABELS, EpisodeStore
+from wmrl_cli.config import dump_config, resolve_config
+from wmrl_cli.data.episodes import VERIFIED_CALL_LABELS, EpisodeStore
 
 
 def _calls(episodes) -> list:
@@ -19,7 +20,7 @@ def _calls(episodes) -> list:
     for i, episode in enumerate(episodes):
         success = episode.success if i == 0 else np.zeros_like(episode.success)
         call = "confirmed" if i == 0 else "false"
-        imagined = {"labels": SIMULATOR_LABELS, "reset_entry": i, "call": call}
+        imagined = {"labels": VERIFIED_CALL_LABELS, "reset_entry": i, "call": call}
         out.append(dataclasses.replace(episode, success=success, sim_states={}, imagined=imagined))
     return out
 
@@ -28,15 +29,17 @@ def test_fine_tunes_on_the_early_calls_and_rereads_the_later_ones(
     assets, expert_episodes, tmp_path
 ) -> None:
     calls = tmp_path / "verified_calls"
+    (tmp_path / "config.yaml").write_text(dump_config(resolve_config("mw-coevolve-smoke")))
     for step in (1, 2):
         EpisodeStore(calls / f"step_{step:06d}").add(_calls(expert_episodes))
     out = tmp_path / "out"
     cmd = [
         sys.executable, "benchmarks/judge_hard_negatives.py",
         "--reward-model", str(assets / "rm"), "--calls", str(calls), "--split", "1",
-        "--data", str(assets / "demos"), "--steps", "3", "--preset", "mw-coevolve-smoke",
+        "--data", str(assets / "demos"), "--steps", "3",
         "--out", str(out),
     ]  # fmt: skip
+    assert cmd[6:8] == ["--split", "1"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     result = json.loads((out / "judge_hard_negatives.json").read_text())

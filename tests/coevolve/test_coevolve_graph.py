@@ -13,7 +13,7 @@ import pytest
 
 import wmrl_cli.coevolve.pipeline as pipeline
 import wmrl_cli.coevolve.run_state as run_state
-from wmrl_cli.coevolve.stage_cache import ADDED_OPTIONS, STAGES_FILE, StageCache
+from wmrl_cli.coevolve.stage_cache import ADDED_OPTIONS, READS, STAGES_FILE, StageCache
 from wmrl_cli.config import resolve_config
 
 
@@ -295,6 +295,14 @@ OTHER_VALUE = {
     "training.memory_budget_gb": 10.0,
 }
 NEEDS = {"training.cpu_offload": {"sharding": "fsdp"}}  # it offloads FSDP's shards
+
+
+def test_keeping_verified_calls_is_in_no_fingerprint(tmp_path) -> None:
+    cfg = resolve_config()
+    before = {kind: StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) for kind in READS}
+    cfg.reward_model.keep_verified_calls = False
+    after = {kind: StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) for kind in READS}
+    assert after == before
 
 
 def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path) -> None:

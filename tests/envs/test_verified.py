@@ -111,6 +111,7 @@ def test_only_the_calls_the_simulator_confirms_are_paid(entries, expert_episodes
         # each call kept as an imagined episode up to its call, labelled by its replay
         true, false = sorted(env.pop_calls(), key=lambda c: c.init_id)
         assert [c.imagined["call"] for c in (true, false)] == ["confirmed", "false"]
+        assert true.imagined["labels"] == "verified_call" and true.imagined["start_step"] == 0
         assert (true.init_id, true.length, false.init_id, false.length) == (0, first[0] + 1, 1, 10)
         assert true.success_step == first[0] + 1 and not false.success.any()
         assert true.frames.shape == (first[0] + 2, 32, 32, 3)
@@ -141,9 +142,22 @@ def test_train_policy_verified_counts_the_replays_real_steps(assets, tmp_path) -
     # every step's calls kept, labelled by their replays
     for step, row in enumerate(rows, start=1):
         calls = out / "verified_calls" / f"step_{step:06d}"
-        kept = len(EpisodeStore.open(calls)) if calls.is_dir() else 0
-        assert kept == row["verify/calls"]
+        kept = EpisodeStore.open(calls) if calls.is_dir() else []
+        assert len(kept) == row["verify/calls"]
+        assert not kept or kept.real_steps() == 0  # paid for in env/real_steps already
     assert "each call confirmed by the simulator replaying it" in result.output
+
+
+def test_a_resume_drops_the_calls_of_later_steps(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from wmrl_cli.rl.trainer import PolicyTrainer
+
+    for name in ("step_000002", "step_000003", "step_000004_rank1", "notes"):
+        (tmp_path / "verified_calls" / name).mkdir(parents=True)
+    PolicyTrainer._drop_later_calls(SimpleNamespace(run_dir=tmp_path, step=2))
+    left = sorted(p.name for p in (tmp_path / "verified_calls").iterdir())
+    assert left == ["notes", "step_000002"]
 
 
 def test_verified_needs_a_reward_model(assets, tmp_path) -> None:

@@ -148,6 +148,9 @@ ADDED_OPTIONS: dict[str, Any] = {
 NOT_READ: dict[str, tuple[str, ...]] = {
     kind: ("reward_model.audit_with_simulator",) for kind in ("reward_model", "refine_rm", "check")
 }
+# What a run keeps beside its result: in no fingerprint, whatever its value.
+for _kind in READS:
+    NOT_READ[_kind] = (*NOT_READ.get(_kind, ()), "reward_model.keep_verified_calls")
 
 
 class StageCache:

@@ -171,6 +171,12 @@ class RewardModelConfig(Section):
         "envs/verified.py); or (a diagnostic control that costs real steps for every step) the "
         "real simulator replaying each episode's actions (envs/simulator_judged.py)",
     )
+    keep_verified_calls: bool = Field(
+        True,
+        description="with source=verified: keep every call as an imagined episode up to the "
+        "call labelled by its replay, in RUN/verified_calls/step_N (docs/formats.md; the "
+        "judge's hardest negatives); false saves the disk and the write time at full size",
+    )
     audit_with_simulator: bool = Field(
         False,
         description="with source=model: the reward model still judges, and the real simulator "

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from wmrl_cli.data.episodes import SIMULATOR_LABELS, Episode
+from wmrl_cli.data.episodes import VERIFIED_CALL_LABELS, Episode
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.interface import ChunkResult, Obs
 from wmrl_cli.errors import WmrlError
@@ -185,6 +185,10 @@ class VerifiedEnv:
         if replay_steps is not None:
             success[replay_steps - 1 :] = True
         entry = self._entries[i]
+        actions = actions[:length].astype(np.float32)
+        transform = getattr(self.imagined, "action_transform", None)
+        if transform is not None:  # as executed (LIBERO's gripper sign), as stores hold them
+            actions = transform(actions[None])[0]
         return Episode(
             task_id=int(entry.task_id),
             task_name=self.task_names[entry.task_id],
@@ -192,13 +196,14 @@ class VerifiedEnv:
             seed=int(entry.seed),
             init_id=self._init_ids[i],
             frames=np.concatenate(self._frames[i])[: length + 1],
-            actions=actions[:length].astype(np.float32),
+            actions=np.asarray(actions, dtype=np.float32),
             rewards=success.astype(np.float32),
             success=success,
             chunk_size=self._chunks[i][0].shape[0],
             imagined={
-                "labels": SIMULATOR_LABELS,
+                "labels": VERIFIED_CALL_LABELS,
                 "reset_entry": self._init_ids[i],
+                "start_step": int(entry.step),  # > 0: a keyframe start
                 "call": "confirmed" if replay_steps is not None else "false",
             },
         )

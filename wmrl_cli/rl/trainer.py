@@ -17,6 +17,7 @@ checkpointed with the run.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -185,6 +186,7 @@ class PolicyTrainer:
             self._resumed_from = checkpoint.name
         if accelerator.is_main_process:  # once a resume's state has loaded (a damaged one
             self.memory.print()  # stops the command with its one line alone)
+            self._drop_later_calls()
         self.wrapped, self.optimizer = self.sharding.prepare(model, self.optimizer)
         self.unwrapped = self.sharding.unwrap(self.wrapped)
         self._frozen = wms + rms  # moved off the device for updates (offload_during_update)
@@ -240,13 +242,26 @@ class PolicyTrainer:
 
     def _write_calls(self, calls: list) -> None:
         """This step's calls in `verified_calls/step_N` (`_rankR` beside it with several ranks):
-        written whole, and replaced whole where a resumed run takes the step again."""
-        if not calls:
+        written whole, and replaced whole (or removed, with no call) where a resumed run takes
+        the step again."""
+        if not self.cfg.reward_model.keep_verified_calls:
             return
         several = self.accelerator.num_processes > 1
         name = f"step_{self.step + 1:06d}" + (f"_rank{self.rank}" if several else "")
-        with atomic_dir(self.run_dir / VERIFIED_CALLS_DIR / name) as tmp:
+        final = self.run_dir / VERIFIED_CALLS_DIR / name
+        if not calls:
+            shutil.rmtree(final, ignore_errors=True)
+            return
+        with atomic_dir(final) as tmp:
             EpisodeStore(tmp).add(calls)
+
+    def _drop_later_calls(self) -> None:
+        """The call folders of steps after the one resumed from (an earlier attempt that ran
+        further, or with another number of ranks): the steps to come write their own."""
+        for path in (self.run_dir / VERIFIED_CALLS_DIR).glob("step_*"):
+            number = path.name.split("_")[1]
+            if path.is_dir() and number.isdigit() and int(number) > self.step:
+                shutil.rmtree(path)
 
     # -- one step --------------------------------------------------------------------------
     def train_step(self) -> StepResult:
@@ -298,7 +313,9 @@ class PolicyTrainer:
         if hasattr(self.env, "pop_metrics"):  # e.g. verified imagination's call tally
             timings.update(self.env.pop_metrics())
         if hasattr(self.env, "pop_calls"):  # verified imagination's calls, labelled
+            t_calls = time.time()
             self._write_calls(self.env.pop_calls())
+            timings["time/write_calls"] = time.time() - t_calls
 
         adv, returns, keep = self.advantages(ro)
         step_mask = ro.step_mask & keep[:, None]
