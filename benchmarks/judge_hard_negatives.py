@@ -17,8 +17,8 @@ would have been replayed to that step and refuted). Not reproduced offline: the 
 world-model draw that confirms a call (`reward_model.confirm_draws`), whose frames are not
 stored; both judges are read without it, like for like. Without RL: a judge that cannot
 separate the calls here will not hold its precision under RL either. Writes
-DIR/judge_hard_negatives.json; results: docs/results.md#the-learned-verdict-alone. Meta-World
-judges (a published LIBERO task-embedding judge would need its task-id mapping).
+DIR/judge_hard_negatives.json; results: docs/results.md, "What the calls teach the judge".
+Meta-World judges (a published LIBERO task-embedding judge would need its task-id mapping).
 """
 
 from __future__ import annotations
