@@ -187,10 +187,16 @@ def test_ctrl_c_while_a_renderer_is_built_leaves_no_traceback(
     unraisable: list[object] = []
     monkeypatch.setattr(mujoco.Renderer, "__init__", interrupted)
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    envs = MetaWorldEnvs(get_suite("mw3"), 1, 32, "corner", 8, False, base_seed=7)
-    with pytest.raises(KeyboardInterrupt):
-        envs.reset([0], None)
-    envs.close()
+    # Python's own Ctrl-C handler, also where the suite runs as a background job (which starts
+    # with SIGINT ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        envs = MetaWorldEnvs(get_suite("mw3"), 1, 32, "corner", 8, False, base_seed=7)
+        with pytest.raises(KeyboardInterrupt):
+            envs.reset([0], None)
+        envs.close()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     gc.collect()
     assert unraisable == []
 
