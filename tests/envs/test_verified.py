@@ -117,6 +117,10 @@ def test_only_the_calls_the_simulator_confirms_are_paid(entries, expert_episodes
         assert true.frames.shape == (first[0] + 2, 32, 32, 3)
         np.testing.assert_array_equal(true.actions, expert[: first[0] + 1])
         assert env.pop_calls() == []
+        env.keep_calls = False  # nothing held: no frames, no calls
+        env.reset([0, 1, 2])
+        env.chunk_step(actions[:, :CHUNK])
+        assert env._frames == [[], [], []] and env.pop_calls() == []
     finally:
         env.close()
 

@@ -68,10 +68,11 @@ class VerifiedEnv:
     real = False  # the policy's steps are imagined; the replays' are real (pop_real_steps)
     imagines = True
 
-    def __init__(self, imagined: ImaginedEnv, sim) -> None:
+    def __init__(self, imagined: ImaginedEnv, sim, keep_calls: bool = True) -> None:
         """`imagined` judges with its reward model as it would alone (it ends an episode at a
         called success); `sim` holds one env that terminates on success and truncates no
-        earlier than the imagined env."""
+        earlier than the imagined env. `keep_calls`: whether calls are kept as episodes
+        (`pop_calls`); without, no frame is held."""
         check_resettable(imagined, "verified")
         if imagined.reward_model is None:
             raise WmrlError("reward_model.source=verified needs a reward model to call successes")
@@ -82,7 +83,7 @@ class VerifiedEnv:
             )
         if sim.num_envs != 1:
             raise ValueError(f"the replay simulator holds {sim.num_envs} envs, expected 1")
-        self.imagined, self.sim = imagined, sim
+        self.imagined, self.sim, self.keep_calls = imagined, sim, keep_calls
         self.num_envs = imagined.num_envs
         self.action_dim = imagined.action_dim
         self.task_names = imagined.task_names
@@ -135,7 +136,7 @@ class VerifiedEnv:
         self._init_ids = list(init_ids)
         self._entries = [self.reset_set[i] for i in init_ids]
         self._chunks = [[] for _ in range(self.num_envs)]
-        self._frames = [[image[None]] for image in obs.images]
+        self._frames = [[image[None]] if self.keep_calls else [] for image in obs.images]
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._tally["episodes"] += len(init_ids)
         return obs
@@ -147,13 +148,15 @@ class VerifiedEnv:
         rewards = np.where(valid, out.rewards, 0.0).astype(np.float32)
         for i in np.flatnonzero(~self._done):
             self._chunks[i].append(np.asarray(actions[i]))
-            self._frames[i].append(out.frames[i])
+            if self.keep_calls:
+                self._frames[i].append(out.frames[i])
         for i in np.flatnonzero(success.any(axis=1)):
             t0 = time.perf_counter()
             call = first_call(success[i])
             confirmed, steps = replay_confirms(self.sim, self._entries[i], self._chunks[i], call)
             self._sim_time += time.perf_counter() - t0
-            self._calls.append(self._called_episode(i, call, steps if confirmed else None))
+            if self.keep_calls:
+                self._calls.append(self._called_episode(i, call, steps if confirmed else None))
             self._real_steps += steps
             self._tally["calls"] += 1
             self._tally["confirmed"] += int(confirmed)

@@ -273,7 +273,8 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
                 "invalid value for 'reward_model.audit_with_simulator': "
                 "reward_model.source=verified replays every call already"
             )
-        return VerifiedEnv(imagined, rl_simulator(cfg, 1, max_steps=limit))
+        keep = cfg.reward_model.keep_verified_calls
+        return VerifiedEnv(imagined, rl_simulator(cfg, 1, max_steps=limit), keep_calls=keep)
     sim = rl_simulator(cfg, num_envs, max_steps=limit)
     coef = cfg.reward_model.reward_coef
     if cfg.reward_model.source == "model":  # the audit: the reward model judges as always
