@@ -65,23 +65,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         base = _base_report(args.base)
         offsets = {k: float(v) for k, v in _named(args.offset, "--offset").items()}
+        arm_runs = {name: runs.split(",") for name, runs in _named(args.arm, "--arm").items()}
         arms = {
             name: mean_over_seeds(
-                [(run, offsets.get(name, 0.0)) for run in runs.split(",")], base, args.resamples
+                [(run, offsets.get(name, 0.0)) for run in runs], base, args.resamples
             )
-            for name, runs in _named(args.arm, "--arm").items()
+            for name, runs in arm_runs.items()
         }
         args.out.mkdir(parents=True, exist_ok=True)
         body = {name: [p.to_dict() for p in points] for name, points in arms.items()}
         atomic_write_text(args.out / "curves.json", json.dumps(body, indent=1))
         atomic_write_text(args.out / "curves.md", curve_table(arms))
         plot_real_steps(arms, args.out / "real_steps_to_gain.png", base["overall"])
-        runs = {
+        named_runs = {
             f"{name} {i}": Path(run)
-            for name, value in _named(args.arm, "--arm").items()
-            for i, run in enumerate(value.split(","))
+            for name, runs in arm_runs.items()
+            for i, run in enumerate(runs)
         }
-        verification = verification_table(runs)
+        verification = verification_table(named_runs)
         if verification is not None:
             atomic_write_text(args.out / "verification.md", verification)
     except WmrlError as exc:
