@@ -1,0 +1,366 @@
+"""The memory plan against the bytes the code allocates, at full size, on a CPU.
+
+    python benchmarks/memory_plan_check.py --out DIR [--size full|tiny] [--real]
+
+A fake tensor (torch's FakeTensorMode) has a shape, a dtype and a device but no memory, and
+every operation of the real code runs on it: the same modules, bf16 autocast, activation
+checkpointing, LoRA, AdamW. So what a full-size run would hold can be counted on a machine with
+24 GiB: `StorageTracker` adds each storage an operation creates and subtracts it when it is
+freed, and keeps the peak. Two sections, each beside `training/memory_plan.py`'s figures:
+
+1. the 7.5 B policy's GRPO micro-batch (32 sequences of 256x256 frames, the seeds' micro batch)
+   with wmrl's own casting and checkpointing (`PolicySharding.prepare_model`) and an AdamW
+   step built by `PolicySharding.optimizer`, twice (the second micro-batch beside the moments,
+   as every later one): for LoRA rank 32 on float32 weights, full
+   fine-tuning on float32 weights, full fine-tuning on bf16 weights (RLinf's), and LoRA without
+   checkpointing on 4 sequences (the plan's per-block formula);
+2. imagination: the Wan2.2-5B and OpenSora configs at 256x256 in bf16, one chunk (reset and
+   predict) at several env counts: what the world model holds beyond its weights.
+
+What the count leaves to the GPU (`benchmarks/gpu_fullsize.py`): the CUDA caching allocator's
+rounding and fragmentation, library workspaces (cuBLAS, attention), the CUDA context. Two
+stand-ins: CPU autocast's op lists for CUDA's (linear, matmul and convolution run in bf16 on
+both), and AdamW's multi-tensor (`foreach`) step, torch's default for CUDA parameters, asked for
+explicitly since the CPU's default is the per-tensor one. Attention is SDPA's fused kernel on
+both devices: no attention matrix is kept.
+
+`--size tiny` runs the same code on the tiny configs; `--real` runs it on real CPU tensors
+instead of fake ones (tests/benchmarks/test_memory_plan_check.py checks that both count the
+same). Writes DIR/memory_plan_check.json and .md. Results: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+import weakref
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the checkout's wmrl_cli
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # gpu_fullsize's builders
+import gpu_fullsize as fullsize  # noqa: E402
+
+GIB = 2**30
+META = torch.device("meta")
+CPU = torch.device("cpu")
+
+
+class StorageTracker(TorchDispatchMode):
+    """Live bytes of the storages that operations create (and of those `add`ed), and their
+    peak. A storage is counted once however many views share it, and leaves the count when
+    it is freed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}
+        self.now = 0
+        self.peak = 0
+
+    def add(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key in self.live:
+            return
+        self.live[key] = storage.nbytes()
+        self.now += self.live[key]
+        self.peak = max(self.peak, self.now)
+        weakref.finalize(storage, self._freed, key)
+
+    def _freed(self, key: int) -> None:
+        self.now -= self.live.pop(key, 0)
+
+    def reset_peak(self) -> None:
+        self.peak = self.now
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for leaf in tree_flatten(out)[0]:
+            if isinstance(leaf, torch.Tensor):
+                self.add(leaf)
+        return out
+
+
+def fake_copy(module: torch.nn.Module, mode: Any) -> None:
+    """Swap a meta-device module's parameters and buffers, in place, for fake CPU tensors of
+    the same shapes and dtypes (shared ones stay shared)."""
+    made: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (original, fake)
+
+    def fake(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in made:
+            data = t.data if isinstance(t, torch.nn.Parameter) else t
+            made[id(t)] = (t, mode.fake_tensor_converter.from_meta_and_device(mode, data, CPU))
+        return made[id(t)][1]
+
+    for sub in module.modules():
+        for name, param in list(sub._parameters.items()):
+            if param is not None:
+                sub._parameters[name] = torch.nn.Parameter(fake(param), param.requires_grad)
+        for name, buffer in list(sub._buffers.items()):
+            if buffer is not None:
+                sub._buffers[name] = fake(buffer)
+
+
+class Counted:
+    """Where the tensors live (fake or real CPU) and the tracker counting them."""
+
+    def __init__(self, real: bool) -> None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        self.real = real
+        self.mode = None if real else FakeTensorMode(allow_non_fake_inputs=True)
+        self.build_device = CPU if real else META
+
+    def place(self, module: torch.nn.Module) -> None:
+        if self.mode is not None:
+            fake_copy(module, self.mode)
+
+    def context(self):
+        return contextlib.nullcontext() if self.mode is None else self.mode
+
+
+class Numbers(list):
+    """A sampling schedule as plain floats that slices and `tolist`s like a tensor."""
+
+    def __getitem__(self, index):
+        item = super().__getitem__(index)
+        return Numbers(item) if isinstance(index, slice) else item
+
+    def tolist(self) -> list:
+        return list(self)
+
+
+@contextlib.contextmanager
+def real_sampling_schedule():
+    """The sampling loop reads its noise levels as numbers (`tolist`), which a fake tensor
+    has none of: the schedule (a few floats) is computed on real tensors and handed over as
+    numbers."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from wmrl_cli.world_models import flow_matching
+
+    schedule = flow_matching.inference_sigmas
+
+    def real(*args: Any, **kwargs: Any) -> Numbers:
+        with unset_fake_temporarily():
+            return Numbers(schedule(*args, **kwargs).tolist())
+
+    flow_matching.inference_sigmas = real
+    try:
+        yield
+    finally:
+        flow_matching.inference_sigmas = schedule
+
+
+def _gib(n: float) -> float:
+    return n / GIB
+
+
+# -- 1. the policy ----------------------------------------------------------------------------
+
+POLICY_VARIANTS = {  # name: (config overrides, sequences; None: the size's micro batch)
+    "LoRA rank 32, float32 weights": ({"lora_rank": 32}, None),
+    "full fine-tuning, float32 weights": ({}, None),
+    "full fine-tuning, bf16 weights": ({"param_dtype": "bf16"}, None),
+    "LoRA rank 32, no checkpointing": ({"lora_rank": 32, "activation_checkpointing": False}, 4),
+}
+
+
+def policy_plan(cfg, config, sequences: int):
+    """The plan of a micro-batch of `sequences` on one GPU, for `cfg.training`'s settings."""
+    from wmrl_cli.training.memory_plan import PlanSizes, plan_memory, training_settings
+    from wmrl_cli.training.param_counts import policy_size
+
+    settings = training_settings(cfg, 1, sequences)
+    return plan_memory(PlanSizes(policy_size(config, settings.lora_rank)), settings)
+
+
+def policy_variant(size: str, counted: Counted, overrides: dict, sequences: int) -> dict:
+    """Live GiB through one micro-batch and one AdamW step, with the plan's rows beside."""
+    from wmrl_cli.config import resolve_config
+    from wmrl_cli.policies.config import LoraSpec
+    from wmrl_cli.policies.lora import apply_lora
+    from wmrl_cli.training.sharding import PolicySharding
+
+    cfg = resolve_config("wan-spatial-grpo")
+    for key, value in overrides.items():
+        setattr(cfg.training, key, value)
+    model = fullsize.build_policy(size, counted.build_device)
+    if cfg.training.lora_rank:
+        rank = cfg.training.lora_rank
+        apply_lora(model, LoraSpec(rank=rank, alpha=rank))
+    model.train()
+    single = SimpleNamespace(num_processes=1, device=CPU, is_main_process=True)
+    sharding = PolicySharding(cfg.training, single)
+    sharding.prepare_model(model)  # wmrl's cast and checkpointing
+    # the token check reads values, which a fake tensor has none of
+    model.action_tokenizer.is_action_token = lambda ids: np.array(True)
+    counted.place(model)
+    plan = policy_plan(cfg, model.config, sequences)
+    tracker = StorageTracker()
+    row: dict[str, Any] = {"sequences": sequences}
+    t = cfg.training
+    with counted.context():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            tracker.add(tensor)
+        row["weights_gib"] = _gib(tracker.now)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        optimizer = sharding.optimizer(
+            [{"params": trained, "lr": t.lr}],
+            betas=t.adam_betas,
+            eps=t.adam_eps,
+            weight_decay=t.weight_decay,
+            **({"foreach": True} if sharding.state_dtype == sharding.param_dtype else {}),
+        )
+        rng = np.random.default_rng(0)
+        image = fullsize.SIZES[size].image
+        images = rng.integers(0, 256, (sequences, image, image, 3), dtype=np.uint8)
+        first = model.action_tokenizer.first_token_id
+        tokens = torch.from_numpy(rng.integers(first, first + 256, (sequences, 8, 7)))
+        advantages = torch.from_numpy(rng.normal(size=(sequences, 1, 1))).float()
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=t.bf16)
+        with tracker:
+            # twice: the second micro-batch runs beside the moments the first step made (the
+            # steady state of every later update)
+            for _ in range(2):
+                optimizer.zero_grad(set_to_none=True)
+                tracker.reset_peak()
+                before = tracker.now
+                with autocast:
+                    out = model(images, [fullsize.INSTRUCTION] * sequences, tokens, 1.6)
+                row["kept_for_backward_gib"] = _gib(tracker.now - before)
+                loss = -(out.log_probs * advantages).mean()
+                del out
+                loss.backward()
+                del loss
+                row["micro_batch_peak_gib"] = _gib(tracker.peak)
+                row["gradients_gib"] = _gib(tracker.now - before)
+                tracker.reset_peak()
+                optimizer.step()
+                row["optimizer_step_peak_gib"] = _gib(tracker.peak)
+        row["moments_gib"] = _gib(tracker.now) - row["weights_gib"] - row["gradients_gib"]
+    row["peak_gib"] = max(row["micro_batch_peak_gib"], row["optimizer_step_peak_gib"])
+    row["plan"] = {label: update for label, _, update in plan.rows if update}
+    row["plan_gib"] = plan.update
+    row["ratio"] = row["peak_gib"] / plan.update
+    return row
+
+
+def policy_section(size: str, counted: Counted) -> list[dict]:
+    rows = []
+    micro_batch = fullsize.SIZES[size].sequences
+    for name, (overrides, sequences) in POLICY_VARIANTS.items():
+        start = time.perf_counter()
+        row = policy_variant(size, counted, overrides, sequences or micro_batch)
+        rows.append({"variant": name, **row, "seconds": time.perf_counter() - start})
+        print(f"{name}: peak {row['peak_gib']:.2f} GiB, plan {row['plan_gib']:.2f}", flush=True)
+    return rows
+
+
+# -- 2. imagination ---------------------------------------------------------------------------
+
+ENV_COUNTS = {"full": (1, 8, 64), "tiny": (1, 2)}
+
+
+def imagination_section(size: str, counted: Counted) -> list[dict]:
+    """Per backend and env count: the weights, and the peak of one reset and predicted chunk
+    beyond them (in bf16 with `--size full` as on a GPU; the tiny size in float32, as a CPU
+    runs it)."""
+    s, rows = fullsize.SIZES[size], []
+    dtype = torch.bfloat16 if size == "full" else torch.float32
+    for backend, steps in (("wan", s.wan_steps), ("opensora", s.opensora_steps)):
+        model = fullsize.world_model(backend, size, steps, counted.build_device, dtype)
+        counted.place(model)
+        with counted.context(), real_sampling_schedule():
+            tracker = StorageTracker()
+            for tensor in [*model.parameters(), *model.buffers()]:
+                tracker.add(tensor)
+            weights = _gib(tracker.now)
+            for envs in ENV_COUNTS[size]:
+                start = time.perf_counter()
+                tracker.reset_peak()
+                with tracker:
+                    fullsize.imagine_chunk(model, envs, s.image)
+                working = _gib(tracker.peak) - weights
+                rows.append(
+                    {
+                        "backend": backend,
+                        "steps": steps,
+                        "envs": envs,
+                        "weights_gib": weights,
+                        "working_set_gib": working,
+                        "per_env_gib": working / envs,
+                        "seconds": time.perf_counter() - start,
+                    }
+                )
+                print(f"{backend} x{envs}: weights {weights:.2f} GiB, working {working:.2f} GiB")
+        del model
+    return rows
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        f"# memory_plan_check ({result['size']}, {'real' if result['real'] else 'fake'} "
+        f"tensors), torch {result['torch']}",
+        "",
+        "| policy variant | sequences | weights | kept for backward | micro-batch peak "
+        "| gradients | AdamW step peak | peak | plan | peak / plan |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["policy"]:
+        lines.append(
+            f"| {r['variant']} | {r['sequences']} | {r['weights_gib']:.2f} | "
+            f"{r['kept_for_backward_gib']:.2f} | {r['micro_batch_peak_gib']:.2f} | "
+            f"{r['gradients_gib']:.2f} | {r['optimizer_step_peak_gib']:.2f} | "
+            f"{r['peak_gib']:.2f} | {r['plan_gib']:.2f} | {r['ratio']:.2f} |"
+        )
+    lines += [
+        "",
+        "| world model | steps | envs | weights GiB | working set GiB | per env GiB |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in result["imagination"]:
+        lines.append(
+            f"| {r['backend']} | {r['steps']} | {r['envs']} | {r['weights_gib']:.2f} | "
+            f"{r['working_set_gib']:.2f} | {r['per_env_gib']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run(size: str, real: bool) -> dict:
+    if real and size == "full":
+        raise SystemExit("memory_plan_check: --real at full size needs about 150 GB of memory")
+    counted = Counted(real)
+    result: dict[str, Any] = {"size": size, "real": real, "torch": torch.__version__}
+    result["policy"] = policy_section(size, counted)
+    result["imagination"] = imagination_section(size, counted)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--size", default="full", choices=sorted(fullsize.SIZES))
+    parser.add_argument("--real", action="store_true", help="real CPU tensors (tiny size)")
+    args = parser.parse_args()
+    result = run(args.size, args.real)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "memory_plan_check.json").write_text(json.dumps(result, indent=1))
+    (args.out / "memory_plan_check.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""benchmarks/memory_plan_check.py: its storage count on fake tensors equals the count on real
+ones (tiny size, byte for byte), and the count itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import ROOT
+
+
+@pytest.fixture
+def check(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import memory_plan_check
+
+    return memory_plan_check
+
+
+def test_a_storage_counts_once_whatever_its_views_and_leaves_when_freed(check) -> None:
+    tracker = check.StorageTracker()
+    with tracker:
+        a = torch.zeros(1024)  # 4 KiB
+        view = a[:10].view(2, 5)
+        b = a * 2  # a new storage
+        assert tracker.now == 8192 and tracker.peak == 8192
+        del a, b
+        assert tracker.now == 4096  # the view keeps the first storage alive
+        del view
+    assert tracker.now == 0 and tracker.peak == 8192
+
+
+def _bytes(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k != "seconds"}
+
+
+def test_fake_tensors_count_the_bytes_real_ones_allocate(check) -> None:
+    lora = {"lora_rank": 32}
+    real = check.policy_variant("tiny", check.Counted(real=True), lora, 4)
+    fake = check.policy_variant("tiny", check.Counted(real=False), lora, 4)
+    assert _bytes(fake) == _bytes(real)
+    assert real["kept_for_backward_gib"] > 0 and real["moments_gib"] > 0
+    check.ENV_COUNTS["tiny"] = (2,)
+    real_wm = check.imagination_section("tiny", check.Counted(real=True))
+    fake_wm = check.imagination_section("tiny", check.Counted(real=False))
+    assert [_bytes(r) for r in fake_wm] == [_bytes(r) for r in real_wm]
+    assert all(r["working_set_gib"] > 0 for r in real_wm)
