@@ -15,7 +15,8 @@ freed, and keeps the peak. Two sections, each beside `training/memory_plan.py`'s
    fine-tuning on float32 weights, full fine-tuning on bf16 weights (RLinf's), and LoRA without
    checkpointing on 4 sequences (the plan's per-block formula);
 2. imagination: the Wan2.2-5B and OpenSora configs at 256x256 in bf16, one chunk (reset and
-   predict) at several env counts: what the world model holds beyond its weights.
+   predict) at several env counts, all envs through the VAE at once and `world_model.vae_batch`
+   at a time: what the world model holds beyond its weights.
 
 What the count leaves to the GPU (`benchmarks/gpu_fullsize.py`): the CUDA caching allocator's
 rounding and fragmentation, library workspaces (cuBLAS, attention), the CUDA context. Two
@@ -249,9 +250,10 @@ def policy_variant(size: str, counted: Counted, overrides: dict, sequences: int)
                 row["optimizer_step_peak_gib"] = _gib(tracker.peak)
         row["moments_gib"] = _gib(tracker.now) - row["weights_gib"] - row["gradients_gib"]
     row["peak_gib"] = max(row["micro_batch_peak_gib"], row["optimizer_step_peak_gib"])
-    row["plan"] = {label: update for label, _, update in plan.rows if update}
-    row["plan_gib"] = plan.update
-    row["ratio"] = row["peak_gib"] / plan.update
+    row["plan"] = {label: [update, step] for label, _, update, step in plan.rows if update or step}
+    row.update(plan_update_gib=plan.update, plan_step_gib=plan.step)
+    row["plan_gib"] = max(plan.update, plan.step)
+    row["ratio"] = row["peak_gib"] / row["plan_gib"]
     return row
 
 
@@ -268,13 +270,16 @@ def policy_section(size: str, counted: Counted) -> list[dict]:
 
 # -- 2. imagination ---------------------------------------------------------------------------
 
-ENV_COUNTS = {"full": (1, 8, 64), "tiny": (1, 2)}
+# (envs, world_model.vae_batch) of each measured chunk
+IMAGINE_RUNS = {"full": ((1, None), (8, None), (64, None), (64, 4)), "tiny": ((1, None), (2, 1))}
 
 
 def imagination_section(size: str, counted: Counted) -> list[dict]:
     """Per backend and env count: the weights, and the peak of one reset and predicted chunk
     beyond them (in bf16 with `--size full` as on a GPU; the tiny size in float32, as a CPU
     runs it)."""
+    from wmrl_cli.training.memory_plan import imagination_bytes, imagination_cost
+
     s, rows = fullsize.SIZES[size], []
     dtype = torch.bfloat16 if size == "full" else torch.float32
     for backend, steps in (("wan", s.wan_steps), ("opensora", s.opensora_steps)):
@@ -285,24 +290,28 @@ def imagination_section(size: str, counted: Counted) -> list[dict]:
             for tensor in [*model.parameters(), *model.buffers()]:
                 tracker.add(tensor)
             weights = _gib(tracker.now)
-            for envs in ENV_COUNTS[size]:
+            for envs, vae_batch in IMAGINE_RUNS[size]:
+                model.vae_batch = vae_batch
                 start = time.perf_counter()
                 tracker.reset_peak()
                 with tracker:
                     fullsize.imagine_chunk(model, envs, s.image)
                 working = _gib(tracker.peak) - weights
+                cost = imagination_cost(backend, s.image, s.image)
                 rows.append(
                     {
                         "backend": backend,
                         "steps": steps,
                         "envs": envs,
+                        "vae_batch": vae_batch,
                         "weights_gib": weights,
                         "working_set_gib": working,
                         "per_env_gib": working / envs,
+                        "plan_gib": _gib(imagination_bytes(cost, envs, vae_batch)),
                         "seconds": time.perf_counter() - start,
                     }
                 )
-                print(f"{backend} x{envs}: weights {weights:.2f} GiB, working {working:.2f} GiB")
+                print(f"{backend} x{envs} ({vae_batch}): {weights:.2f} + {working:.2f} GiB")
         del model
     return rows
 
@@ -315,26 +324,28 @@ def markdown(result: dict) -> str:
         f"# memory_plan_check ({result['size']}, {'real' if result['real'] else 'fake'} "
         f"tensors), torch {result['torch']}",
         "",
-        "| policy variant | sequences | weights | kept for backward | micro-batch peak "
-        "| gradients | AdamW step peak | peak | plan | peak / plan |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| policy variant | sequences | weights | kept for backward | micro-batch peak (plan) "
+        "| AdamW step peak (plan) | peak / plan |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in result["policy"]:
         lines.append(
             f"| {r['variant']} | {r['sequences']} | {r['weights_gib']:.2f} | "
-            f"{r['kept_for_backward_gib']:.2f} | {r['micro_batch_peak_gib']:.2f} | "
-            f"{r['gradients_gib']:.2f} | {r['optimizer_step_peak_gib']:.2f} | "
-            f"{r['peak_gib']:.2f} | {r['plan_gib']:.2f} | {r['ratio']:.2f} |"
+            f"{r['kept_for_backward_gib']:.2f} | {r['micro_batch_peak_gib']:.2f} "
+            f"({r['plan_update_gib']:.2f}) | {r['optimizer_step_peak_gib']:.2f} "
+            f"({r['plan_step_gib']:.2f}) | {r['ratio']:.2f} |"
         )
     lines += [
         "",
-        "| world model | steps | envs | weights GiB | working set GiB | per env GiB |",
-        "|---|---|---|---|---|---|",
+        "| world model | steps | envs | VAE batch | weights GiB | working set GiB (plan) "
+        "| per env GiB |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in result["imagination"]:
         lines.append(
-            f"| {r['backend']} | {r['steps']} | {r['envs']} | {r['weights_gib']:.2f} | "
-            f"{r['working_set_gib']:.2f} | {r['per_env_gib']:.3f} |"
+            f"| {r['backend']} | {r['steps']} | {r['envs']} | {r['vae_batch'] or 'all'} | "
+            f"{r['weights_gib']:.2f} | "
+            f"{r['working_set_gib']:.2f} ({r['plan_gib']:.2f}) | {r['per_env_gib']:.3f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -1,5 +1,6 @@
 """benchmarks/memory_plan_check.py: its storage count on fake tensors equals the count on real
-ones (tiny size, byte for byte), and the count itself."""
+ones (tiny size, byte for byte), the count itself, and the full-size check of the memory plan
+(slow: about a minute on fake tensors, nothing allocated)."""
 
 from __future__ import annotations
 
@@ -34,14 +35,25 @@ def _bytes(row: dict) -> dict:
     return {k: v for k, v in row.items() if k != "seconds"}
 
 
-def test_fake_tensors_count_the_bytes_real_ones_allocate(check) -> None:
+def test_fake_tensors_count_the_bytes_real_ones_allocate(check, monkeypatch) -> None:
     lora = {"lora_rank": 32}
     real = check.policy_variant("tiny", check.Counted(real=True), lora, 4)
     fake = check.policy_variant("tiny", check.Counted(real=False), lora, 4)
     assert _bytes(fake) == _bytes(real)
     assert real["kept_for_backward_gib"] > 0 and real["moments_gib"] > 0
-    check.ENV_COUNTS["tiny"] = (2,)
+    monkeypatch.setitem(check.IMAGINE_RUNS, "tiny", ((2, None), (2, 1)))
     real_wm = check.imagination_section("tiny", check.Counted(real=True))
     fake_wm = check.imagination_section("tiny", check.Counted(real=False))
     assert [_bytes(r) for r in fake_wm] == [_bytes(r) for r in real_wm]
     assert all(r["working_set_gib"] > 0 for r in real_wm)
+    for whole, batched in zip(real_wm[::2], real_wm[1::2]):  # one env per VAE call holds less
+        assert batched["working_set_gib"] < whole["working_set_gib"]
+
+
+@pytest.mark.slow
+def test_the_memory_plan_is_within_ten_percent_of_the_full_size_count(check) -> None:
+    for overrides, sequences in check.POLICY_VARIANTS.values():
+        row = check.policy_variant("full", check.Counted(real=False), overrides, sequences or 32)
+        assert 0.9 < row["ratio"] < 1.1, (overrides, row["peak_gib"], row["plan_gib"])
+    for r in check.imagination_section("full", check.Counted(real=False)):
+        assert 0.85 < r["working_set_gib"] / r["plan_gib"] < 1.15, r

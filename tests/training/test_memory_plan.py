@@ -19,6 +19,7 @@ from wmrl_cli.training.memory_plan import (
     PlanSettings,
     PlanSizes,
     activation_bytes,
+    imagination_cost,
     plan_memory,
     rl_memory_plan,
 )
@@ -55,11 +56,16 @@ def test_plan_arithmetic_full_fine_tuning_fsdp_and_pure_bf16(full_policy) -> Non
     sizes = PlanSizes(full_policy, world_model=full_world_model_params("wan"))
     base = PlanSettings(sequences=32, compute_dtype="bf16", world_model_dtype="bf16")
     plan = plan_memory(sizes, base)
-    # float32 master weights: 4 + 4 + 8 bytes per parameter, and autocast's bf16 copies
+    # float32 master weights: 4 + 4 + 8 bytes per parameter; without checkpointing autograd
+    # keeps a bf16 copy of every block's and the projector's weights
     assert plan.row("policy weights")[1] == pytest.approx(4 * p / GIB)
     assert plan.row("gradients")[1] == pytest.approx(4 * p / GIB)
     assert plan.row("AdamW moments")[1] == pytest.approx(8 * p / GIB)
-    assert plan.row("policy bf16 copies")[1] == pytest.approx(2 * p / GIB)
+    copies = full_policy.kept_block_params + full_policy.projector_params
+    assert plan.row("policy bf16 weight copies")[1] == pytest.approx(2 * copies / GIB)
+    # AdamW's step: no activations, and torch's multi-tensor step's moment-sized temporary
+    assert plan.row("AdamW step temporary") == (0.0, 0.0, pytest.approx(4 * p / GIB))
+    assert plan.step == pytest.approx(20 * p / GIB + plan.row("world model")[2])
     assert plan.row("world model")[0] == pytest.approx(2 * 5.73e9 / GIB, rel=0.01)
     assert plan.peak > 120  # docs/libero.md before sharding: more than one GPU holds
     fsdp = plan_memory(sizes, replace(base, sharding="fsdp", world_size=8))
@@ -73,7 +79,7 @@ def test_plan_arithmetic_full_fine_tuning_fsdp_and_pure_bf16(full_policy) -> Non
     assert offloaded.row("world model")[1] == 0.0 < offloaded.row("world model")[0]
     assert offloaded.update == pytest.approx(plan.update - plan.row("world model")[1])
     offload = plan_memory(sizes, replace(base, sharding="fsdp", world_size=8, cpu_offload=True))
-    assert offload.row("policy weights") == offload.row("gradients") == (0.0, 0.0)
+    assert offload.row("policy weights") == offload.row("gradients") == (0.0, 0.0, 0.0)
 
 
 def test_lora_trains_only_the_adapters(full_policy) -> None:
@@ -85,17 +91,24 @@ def test_lora_trains_only_the_adapters(full_policy) -> None:
 
 
 def test_activations_estimate_and_checkpointing(full_policy) -> None:
-    """Per Llama layer and token 16 h + (7 h + 4 i) x 2 bytes in bf16; checkpointing keeps each
-    block's input and one block's activations."""
+    """Per Llama layer and token 16 h + (7 h + 4 i) x 2 bytes in bf16, and the projector's
+    linears and GELUs; checkpointing keeps the stack's input and each block's output in the
+    residual stream's dtype (float32 under float32 weights) and one block's activations
+    (benchmarks/memory_plan_check.py counts them at full size)."""
     llama = full_policy.stacks[0]
     assert llama.tokens == 1 + 256 + 32 + 56 + 1
-    one = activation_bytes(full_policy, 1, 2, checkpointing=False)
+    projector = 256 * (2176 + 2 * 8704 + 2 * 4096) * 2  # fused towers: D -> 4D -> H -> H
+    one = activation_bytes(full_policy, 1, 2, 2, checkpointing=False)
     per_token = 16 * 4096 + (7 * 4096 + 4 * 11008) * 2
-    assert one > llama.layers * llama.tokens * per_token  # + the vision towers (trained)
-    kept = activation_bytes(full_policy, 1, 2, checkpointing=True)
+    assert one > llama.layers * llama.tokens * per_token + projector  # + the towers (trained)
+    kept = activation_bytes(full_policy, 1, 2, 2, checkpointing=True)
     assert kept < one / 10
     lora = policy_size(full_config(), lora_rank=32)  # frozen towers keep nothing
-    assert activation_bytes(lora, 1, 2, False) == llama.layers * llama.tokens * per_token
+    frozen = llama.layers * llama.tokens * per_token + projector
+    assert activation_bytes(lora, 1, 2, 2, False) == frozen
+    inputs = (llama.layers + 1) * llama.tokens * 4096
+    one_block = llama.tokens * per_token + projector
+    assert activation_bytes(lora, 1, 2, 4, True) == 4 * inputs + one_block
 
 
 def test_over_budget_names_what_fits() -> None:
@@ -220,3 +233,25 @@ def test_offload_during_update_moves_the_frozen_models_out_and_back(assets, tmp_
     # one update per step; offload itself is onload("cpu"), then back to the run's device
     assert moves == ["out", "back:cpu", "back:cpu"] * 2
     assert "offloaded in the update" in result.output  # the plan counts it
+
+
+def test_imagination_working_set_and_the_vae_batch_where_the_plan_needs_it() -> None:
+    """64 envs on one GPU: the VAE decode of all at once holds 43 GiB (Wan, 256x256, counted by
+    benchmarks/memory_plan_check.py); unset, `world_model.vae_batch` becomes 4 where that is
+    what fits, and set, it is kept (and named where it does not fit)."""
+    cfg = resolve_config("wan-spatial-grpo", overrides=["training.lora_rank=32"])
+    wan = full_world_model_params("wan")
+    cost = imagination_cost("wan", 256, 256)
+    free = rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu", cost)
+    working = free.plan.row("imagination working set")
+    assert working == (pytest.approx(64 * 0.665), 0.0, 0.0) and free.vae_batch is None
+    assert imagination_cost("wan", 128, 128).decode == cost.decode // 4
+    cfg.training.memory_budget_gb = free.plan.rollout - 30  # fits with 4 envs per decode
+    tight = rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu", cost)
+    assert tight.vae_batch == 4 and tight.plan.peak <= cfg.training.memory_budget_gb
+    assert tight.plan.row("imagination working set")[0] == pytest.approx(64 * 0.0496)
+    cfg.world_model.vae_batch = 64
+    with pytest.raises(ConfigError, match="world_model.vae_batch=4"):
+        rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu", cost)
+    sharded = rl_memory_plan(cfg, full_config(), wan, 0, 8, "cpu", cost)  # 8 envs a rank
+    assert sharded.plan.row("imagination working set")[0] == pytest.approx(8 * 0.665)

@@ -113,3 +113,27 @@ def test_all_active_is_predict_and_none_active_costs_nothing(backend: str, monke
     for name, before in start.items():
         if before is not None:
             assert torch.equal(getattr(model, name), before)
+
+
+@pytest.mark.parametrize("backend", ["opensora", "wan"])
+def test_a_vae_batch_bounds_each_vae_call_and_gives_the_same_frames(backend, monkeypatch):
+    """`world_model.vae_batch`: the envs go through the VAE a few at a time (the decode's
+    working set grows with each), and the frames are those of one call for all (to a grey
+    level: a convolution's float sums may round apart at another batch size)."""
+    model = _model(backend)
+    ref, ctx, ctx_actions, actions = _inputs(model, 3)
+    sizes: list[int] = []  # rows of each VAE call: envs (Wan) or envs x frames (OpenSora)
+    decode, encode = model.vae.decode, model.vae.encode
+    monkeypatch.setattr(model.vae, "decode", lambda z, **k: sizes.append(len(z)) or decode(z, **k))
+    monkeypatch.setattr(model.vae, "encode", lambda x, **k: sizes.append(len(x)) or encode(x, **k))
+    model.reset_context(ref, ctx, ctx_actions)
+    whole = model.predict(actions, torch.Generator().manual_seed(5))
+    calls, sizes[:] = list(sizes), []
+    model.vae_batch = 2
+    model.reset_context(ref, ctx, ctx_actions)
+    batched = model.predict(actions, torch.Generator().manual_seed(5))
+    assert (batched.int() - whole.int()).abs().max() <= 1
+    assert (batched != whole).float().mean() < 0.01
+    assert len(sizes) == 2 * len(calls)  # 2 envs, then 1, in each call's place
+    assert [a + b for a, b in zip(sizes[::2], sizes[1::2])] == calls
+    assert all(a == 2 * b for a, b in zip(sizes[::2], sizes[1::2]))

@@ -136,6 +136,7 @@ ADDED_OPTIONS: dict[str, Any] = {
     # before (world_model.dtype auto is float32 on the CPU, where those runs were recorded).
     "world_model.dtype": "auto",
     "world_model.offload_during_update": None,
+    "world_model.vae_batch": None,
     "training.sharding": "none",
     "training.param_dtype": "float32",
     "training.optimizer_dtype": "param",

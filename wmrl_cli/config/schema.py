@@ -79,6 +79,13 @@ class WorldModelConfig(Section):
         description="move the frozen world and reward models to CPU memory for each policy "
         "update and back for the next rollout; null: where the memory plan needs it",
     )
+    vae_batch: int | None = Field(
+        None,
+        ge=1,
+        description="the most envs one VAE encode or decode takes while imagining: the decode "
+        "holds about 0.7 GiB per env at 256x256, 43 GiB for 64 envs; null: all at once, or 4 "
+        "where the memory plan needs it",
+    )
     # training (`wmrl train-wm`)
     carry_detail: bool = Field(
         True,

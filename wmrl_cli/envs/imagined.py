@@ -356,6 +356,7 @@ def load_imagining_world_model(
     dtype = imagining_dtype(cfg, device)
     world_model = load_any_world_model(path, height, width, cfg, device, dtype).eval()
     world_model.autocast_dtype = resolve_precision(cfg.precision, device)
+    world_model.vae_batch = cfg.world_model.vae_batch
     if cfg.world_model.num_inference_steps is not None:
         world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
     guidance = cfg.world_model.action_guidance

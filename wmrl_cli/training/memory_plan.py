@@ -37,6 +37,7 @@ from wmrl_cli.training.param_counts import PolicySize, Stack
 GIB = 2**30
 BYTES = {"float32": 4, "fp32": 4, "bf16": 2, "bfloat16": 2}
 SHARD_COUNTS = (2, 4, 8, 16, 32, 64)
+VAE_BATCH = 4  # the remedy's world_model.vae_batch
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class PlanSettings:
     offload_world_model: bool = False
     lora_rank: int | None = None
     steps_per_trajectory: int | None = None  # RL: sequences of one trajectory (chunks)
+    envs: int = 0  # imagined envs on this rank
+    vae_batch: int | None = None  # world_model.vae_batch
 
     @property
     def shards(self) -> int:
@@ -63,38 +66,77 @@ class PlanSettings:
 
 
 @dataclass(frozen=True)
+class ImaginationCost:
+    """Bytes one imagined env adds while the world model predicts a chunk: its VAE decode (8
+    frames at full resolution through the decoder's widest layers) and its share of the
+    denoiser's working set."""
+
+    decode: int
+    denoise: int
+
+
+# Counted by benchmarks/memory_plan_check.py on fake tensors (docs/benchmarks.md) for the
+# published configs at 256x256 in bf16, RLinf's settings; other resolutions scale by pixels
+# (measured: 128x128 holds a quarter). Peak = the larger of the two (they do not overlap).
+IMAGINATION_256 = {
+    "wan": ImaginationCost(decode=int(0.665 * GIB), denoise=int(0.0496 * GIB)),
+    "opensora": ImaginationCost(decode=int(0.751 * GIB), denoise=int(0.1204 * GIB)),
+}
+
+
+def imagination_cost(backend: str, height: int, width: int) -> ImaginationCost:
+    scale = height * width / 256**2
+    cost = IMAGINATION_256[backend]
+    return ImaginationCost(int(cost.decode * scale), int(cost.denoise * scale))
+
+
+def imagination_bytes(cost: ImaginationCost | None, envs: int, vae_batch: int | None) -> int:
+    """The world model's working set for `envs` envs, `vae_batch` of them per VAE call."""
+    if cost is None or envs <= 0:
+        return 0
+    return max(cost.decode * min(envs, vae_batch or envs), cost.denoise * envs)
+
+
+@dataclass(frozen=True)
 class PlanSizes:
-    """Parameter counts (the policy at the run's LoRA rank) and the reward model's bytes."""
+    """Parameter counts (the policy at the run's LoRA rank), the reward model's bytes and
+    what imagination adds per env."""
 
     policy: PolicySize
     world_model: int = 0
     reward_model_bytes: int = 0
+    imagination: ImaginationCost | None = None
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Rows of (what, GiB during the rollout, GiB during the update), per GPU."""
+    """Rows of (what, GiB during the rollout, during the update's forward and backward, during
+    AdamW's step), per GPU."""
 
-    rows: tuple[tuple[str, float, float], ...]
+    rows: tuple[tuple[str, float, float, float], ...]
     settings: PlanSettings
 
     @property
     def rollout(self) -> float:
-        return sum(r for _, r, _ in self.rows)
+        return sum(row[1] for row in self.rows)
 
     @property
     def update(self) -> float:
-        return sum(u for _, _, u in self.rows)
+        return sum(row[2] for row in self.rows)
+
+    @property
+    def step(self) -> float:
+        return sum(row[3] for row in self.rows)
 
     @property
     def peak(self) -> float:
-        return max(self.rollout, self.update)
+        return max(self.rollout, self.update, self.step)
 
-    def row(self, name: str) -> tuple[float, float]:
-        """(rollout, update) GiB of the row whose label starts with `name`."""
-        for label, r, u in self.rows:
+    def row(self, name: str) -> tuple[float, float, float]:
+        """(rollout, update, step) GiB of the row whose label starts with `name`."""
+        for label, *phases in self.rows:
             if label.startswith(name):
-                return r, u
+                return tuple(phases)
         raise KeyError(name)
 
     def table(self, budget: float | None = None):
@@ -110,13 +152,13 @@ class MemoryPlan:
         )
         table = Table(title=title, title_justify="left")
         table.add_column("what")
-        table.add_column("rollout GiB", justify="right")
-        table.add_column("update GiB", justify="right")
-        for label, r, u in self.rows:
-            if r or u:
-                table.add_row(label, f"{r:.2f}", f"{u:.2f}")
+        for phase in ("rollout GiB", "update GiB", "AdamW step GiB"):
+            table.add_column(phase, justify="right")
+        for label, *phases in self.rows:
+            if any(phases):
+                table.add_row(label, *(f"{x:.2f}" for x in phases))
         tail = "" if budget is None else f" of {budget:.1f}"
-        table.add_row("peak", "", f"{self.peak:.2f}{tail}", style="bold")
+        table.add_row("peak", "", "", f"{self.peak:.2f}{tail}", style="bold")
         return table
 
 
@@ -136,15 +178,20 @@ def block_bytes_per_token(stack: Stack, b: int) -> int:
     return (11 * h + 2 * m) * b
 
 
-def activation_bytes(policy: PolicySize, sequences: int, b: int, checkpointing: bool) -> int:
-    total = 0
+def activation_bytes(
+    policy: PolicySize, sequences: int, b: int, residual: int, checkpointing: bool
+) -> int:
+    """What a micro-batch of `sequences` keeps for backward: each kept stack's blocks (with
+    checkpointing only their inputs, in the residual stream's dtype of `residual` bytes, and one
+    block recomputed at a time) and the projector's linears and GELUs."""
+    total = sequences * policy.projector_kept * b
     for stack, trained in zip(policy.stacks, policy.trainable_stacks):
         if not trained:
             continue
         tokens = sequences * stack.tokens
         per_block = tokens * block_bytes_per_token(stack, b)
-        if checkpointing:
-            total += tokens * stack.hidden * b * stack.layers + per_block
+        if checkpointing:  # the stack's input and every block's output, one block's working set
+            total += tokens * stack.hidden * residual * (stack.layers + 1) + per_block
         else:
             total += per_block * stack.layers
     return total
@@ -159,15 +206,21 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
     weights = _gib(p.params * wb / shards) * on_gpu
     grads = _gib(p.trainable * wb / shards) * on_gpu
     moments = _gib(2 * p.trainable * ob / shards) * on_gpu
+    # torch's multi-tensor AdamW (the default on GPUs) makes one moment-sized temporary;
+    # MixedStateAdamW (moments in another dtype than the weights) steps one tensor at a time
+    step_temporary = _gib(p.trainable * ob / shards) * on_gpu if ob == wb else 0.0
     if s.sharding == "fsdp":
         copies = ("gathered for the rollout / two blocks in flight", _gib(p.params * cb))
         copies_update = _gib(2 * p.largest_unit * cb)
-    elif cb < wb:  # autocast's bf16 copy of each trainable float32 weight
-        copies = ("bf16 copies of the trained weights (autocast)", 0.0)
-        copies_update = _gib(p.trainable * cb)
+        residual = cb  # the gathered weights are in the compute dtype
+    elif cb < wb:  # the bf16 copies of float32 weights that autograd keeps for backward
+        copies = ("bf16 weight copies kept for backward (autocast)", 0.0)
+        blocks = p.largest_kept_block if s.activation_checkpointing else p.kept_block_params
+        copies_update = _gib((blocks + p.projector_params) * cb)
+        residual = wb  # float32 embeddings: the residual stream stays float32
     else:
-        copies, copies_update = ("", 0.0), 0.0
-    acts = _gib(activation_bytes(p, s.sequences, cb, s.activation_checkpointing))
+        copies, copies_update, residual = ("", 0.0), 0.0, wb
+    acts = _gib(activation_bytes(p, s.sequences, cb, residual, s.activation_checkpointing))
     wm = _gib(sizes.world_model * BYTES[s.world_model_dtype])
     rm = _gib(sizes.reward_model_bytes)
     kept = 0.0 if s.offload_world_model else 1.0
@@ -175,29 +228,39 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
     if p.trainable < 0.99 * p.params:  # LoRA
         weight_label += f", {p.trainable / 1e6:.0f} M trained"
     rows = [
-        (f"policy weights ({_params(p.params)}, {weight_label})", weights, weights),
-        (f"policy {copies[0]}", copies[1], copies_update),
-        (f"gradients ({s.param_dtype})", 0.0, grads),
-        (f"AdamW moments ({s.optimizer_dtype})", moments, moments),
+        (f"policy weights ({_params(p.params)}, {weight_label})", weights, weights, weights),
+        (f"policy {copies[0]}", copies[1], copies_update, 0.0),
+        (f"gradients ({s.param_dtype})", 0.0, grads, grads),
+        (f"AdamW moments ({s.optimizer_dtype})", moments, moments, moments),
+        ("AdamW step temporary (multi-tensor)", 0.0, 0.0, step_temporary),
         (
             f"activations ({s.sequences} sequences"
             + (", checkpointed)" if s.activation_checkpointing else ")"),
             0.0,
             acts,
+            0.0,
         ),
         (
             "KL reference policy (frozen)",
-            *(2 * [_gib(p.params * wb)] if s.kl_reference else [0, 0]),
+            *(3 * [_gib(p.params * wb)] if s.kl_reference else [0, 0, 0]),
         ),
         (
             f"world model + VAE ({_params(sizes.world_model)}, {s.world_model_dtype}"
             + (", offloaded in the update)" if s.offload_world_model else ")"),
             wm,
             wm * kept,
+            wm * kept,
         ),
-        ("reward model", rm, rm * kept),
+        (
+            f"imagination working set ({s.envs} envs"
+            + (f", VAE {s.vae_batch} at a time)" if s.vae_batch else ")"),
+            _gib(imagination_bytes(sizes.imagination, s.envs, s.vae_batch)),
+            0.0,
+            0.0,
+        ),
+        ("reward model", rm, rm * kept, rm * kept),
     ]
-    return MemoryPlan(tuple((label, float(r), float(u)) for label, r, u in rows), s)
+    return MemoryPlan(tuple((label, *map(float, phases)) for label, *phases in rows), s)
 
 
 # -- over budget: what to change ----------------------------------------------------------------
@@ -240,6 +303,9 @@ def remedies(s: PlanSettings, has_world_model: bool, lora: bool = True) -> list[
     if has_world_model and not s.offload_world_model:
         offloaded = replace(s, offload_world_model=True)
         out.append(Remedy("--set world_model.offload_during_update=true", offloaded))
+    if has_world_model and s.envs > VAE_BATCH and (s.vae_batch or s.envs) > VAE_BATCH:
+        batched = replace(s, vae_batch=VAE_BATCH)
+        out.append(Remedy(f"--set world_model.vae_batch={VAE_BATCH}", batched))
     return out
 
 
@@ -259,6 +325,7 @@ def _merge(a: PlanSettings, b: PlanSettings) -> PlanSettings:
         compute_dtype=bf16(a.compute_dtype, b.compute_dtype),
         cpu_offload=a.cpu_offload or b.cpu_offload,
         offload_world_model=a.offload_world_model or b.offload_world_model,
+        vae_batch=min(x for x in (a.vae_batch, b.vae_batch, a.envs or 1) if x),
     )
 
 
@@ -347,8 +414,8 @@ def training_settings(cfg, world_size: int, sequences: int, **extra) -> PlanSett
 
 @dataclass(frozen=True)
 class CheckedPlan:
-    """A plan with what it was checked against; `offload_world_model` is the resolved
-    `world_model.offload_during_update`."""
+    """A plan with what it was checked against; `offload_world_model` and `vae_batch` are the
+    resolved `world_model.offload_during_update` and `world_model.vae_batch`."""
 
     plan: MemoryPlan
     budget: float | None
@@ -357,6 +424,10 @@ class CheckedPlan:
     @property
     def offload_world_model(self) -> bool:
         return self.plan.settings.offload_world_model
+
+    @property
+    def vae_batch(self) -> int | None:
+        return self.plan.settings.vae_batch
 
     def print(self) -> None:
         from wmrl_cli.logging import console
@@ -371,10 +442,13 @@ def rl_memory_plan(
     reward_model_bytes: int,
     world_size: int,
     device: str,
+    imagination: ImaginationCost | None = None,
 ) -> CheckedPlan:
     """The plan of `train-policy` (and co-evolve's RL stages), checked against the device:
     a ConfigError naming what to change when it does not fit. `world_model.offload_during_update`
-    unset (None) turns offloading on where the plan needs it."""
+    unset (None) turns offloading on where the plan needs it, and `world_model.vae_batch` unset
+    decodes `VAE_BATCH` envs at a time where that is what the plan needs. `imagination`: what
+    one env adds while the world model imagines (`imagination_cost`)."""
     from wmrl_cli.training.param_counts import policy_size
     from wmrl_cli.world_models.factory import world_model_dtype_name
 
@@ -389,20 +463,23 @@ def rl_memory_plan(
         kl_reference=alg.kl_coef > 0,
         world_model_dtype=world_model_dtype_name(wm.dtype, device),
         offload_world_model=bool(wm.offload_during_update) and world_model_params > 0,
+        envs=alg.num_envs // world_size if world_model_params else 0,
+        vae_batch=wm.vae_batch,
     )
 
     def replan(s: PlanSettings, lora: bool = False) -> MemoryPlan:
         rank = s.lora_rank if (lora or s.lora_rank) else None
-        sizes = PlanSizes(
-            policy_size(policy_config, rank, value_head), world_model_params, reward_model_bytes
-        )
+        policy = policy_size(policy_config, rank, value_head)
+        sizes = PlanSizes(policy, world_model_params, reward_model_bytes, imagination)
         return plan_memory(sizes, s)
 
     budget, where = device_budget(cfg, device)
     plan = replan(settings)
-    auto = wm.offload_during_update is None and world_model_params and budget is not None
-    if auto and plan.peak > budget:
-        plan = replan(replace(settings, offload_world_model=True))
+    auto = world_model_params and budget is not None
+    if auto and wm.offload_during_update is None and plan.peak > budget:
+        plan = replan(replace(plan.settings, offload_world_model=True))
+    if auto and wm.vae_batch is None and plan.peak > budget and settings.envs > VAE_BATCH:
+        plan = replan(replace(plan.settings, vae_batch=VAE_BATCH))
     check_budget(plan, budget, where, replan, world_model_params > 0)
     return CheckedPlan(plan, budget, where)
 
@@ -431,6 +508,7 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
         policy_config_of,
         weight_file_bytes,
         world_model_params,
+        world_model_resolution,
     )
 
     if device is None:
@@ -442,4 +520,8 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
     params = sum(world_model_params(path, backend) for path in worlds)
     reward = weight_file_bytes(inputs.reward_model)
     policy = policy_config_of(inputs.policy)
-    return rl_memory_plan(cfg, policy, params, reward, world_size, device)
+    cost = None
+    if inputs.world_model:
+        height, width = world_model_resolution(inputs.world_model)
+        cost = imagination_cost(backend, height, width)
+    return rl_memory_plan(cfg, policy, params, reward, world_size, device, cost)

@@ -49,6 +49,14 @@ class PolicySize:
     largest_unit: int
     stacks: tuple[Stack, ...]
     trainable_stacks: tuple[bool, ...]  # whether activations of each stack are kept for backward
+    # for the bf16 copies of float32 weights that autograd keeps under autocast: the blocks of
+    # the stacks whose activations are kept, all together and the largest one
+    kept_block_params: int = 0
+    largest_kept_block: int = 0
+    # the projector (trained in LoRA and full fine-tuning alike): its parameters, and the
+    # elements per sequence its linears and GELUs keep for backward
+    projector_params: int = 0
+    projector_kept: int = 0
 
 
 def count(module: nn.Module, trainable_only: bool = False) -> int:
@@ -86,12 +94,23 @@ def _policy_size(config_json: str, lora_rank: int | None, value_head: bool) -> P
             )
         )
     towers_train = any(p.requires_grad for p in model.vision_towers.parameters())
+    llm_blocks = len(model.llm().model.layers)
+    kept = blocks if towers_train else blocks[:llm_blocks]
+    # each linear's input and each GELU's output: fused D -> 4D -> H -> H, else D -> H -> H
+    fc1 = model.projector.fc1
+    per_patch = (
+        fc1.in_features + 2 * fc1.out_features + (2 * llm.hidden_size if config.fused else 0)
+    )
     return PolicySize(
         params=count(model),
         trainable=count(model, trainable_only=True),
         largest_unit=max(units),
         stacks=tuple(stacks),
         trainable_stacks=(True,) + (towers_train,) * len(config.vision),
+        kept_block_params=sum(kept),
+        largest_kept_block=max(kept),
+        projector_params=count(model.projector),
+        projector_kept=config.num_patches * per_patch,
     )
 
 
@@ -160,6 +179,19 @@ def world_model_params(path: Path | None, backend: str = "wan") -> int:
     directory, saved_backend = saved_world_model(path)
     config = json.loads((directory / "config.json").read_text())
     return _world_model_params(saved_backend, json.dumps(config, sort_keys=True))
+
+
+def world_model_resolution(path: Path) -> tuple[int, int]:
+    """(height, width) a world model imagines at: a wmrl model's config.json, else (published
+    models) 256 x 256."""
+    from wmrl_cli.world_models.factory import saved_world_model
+    from wmrl_cli.world_models.published import published_layout
+
+    if published_layout(path) is None:
+        directory, _ = saved_world_model(path)
+        config = json.loads((directory / "config.json").read_text())
+        return int(config.get("height", 256)), int(config.get("width", 256))
+    return 256, 256
 
 
 def _numel(tensors: dict[str, torch.Tensor]) -> int:

@@ -155,16 +155,30 @@ class FlowWorldModel(WorldModel):
 
     # -- the autoencoder's pixels ---------------------------------------------------------------
 
+    def _vae_batches(self, x: torch.Tensor, rows_per_env: int = 1) -> tuple[torch.Tensor, ...]:
+        """`x` split along dim 0 into the rows of `vae_batch` envs each (all of it where unset):
+        the decode's working set grows with every env it takes at once."""
+        return (x,) if self.vae_batch is None else x.split(self.vae_batch * rows_per_env)
+
     def _posterior_means(self, frames: torch.Tensor) -> torch.Tensor:
         """uint8 frames -> the VAE posterior's means, float32, in the VAE's own layout."""
         with self.autocast():
-            return self.vae.encode(self._to_vae_input(frames)).latent_dist.mode().float()
+            return torch.cat(
+                [
+                    self.vae.encode(self._to_vae_input(part)).latent_dist.mode().float()
+                    for part in self._vae_batches(frames)
+                ]
+            )
 
-    def _decoded_pixels(self, z: torch.Tensor) -> torch.Tensor:
-        """Unnormalized latents -> the decoded frames as uint8, in the VAE's own layout."""
-        with self.autocast():
-            video = self.vae.decode(z.to(self.vae_dtype)).sample
-        return ((video.float().clamp(-1.0, 1.0) + 1.0) * 127.5).round().to(torch.uint8)
+    def _decoded_pixels(self, z: torch.Tensor, rows_per_env: int = 1) -> torch.Tensor:
+        """Unnormalized latents (`rows_per_env` rows each env: a per-frame VAE's frames) -> the
+        decoded frames as uint8, in the VAE's own layout."""
+        parts = []
+        for part in self._vae_batches(z, rows_per_env):
+            with self.autocast():
+                video = self.vae.decode(part.to(self.vae_dtype)).sample
+            parts.append(((video.float().clamp(-1.0, 1.0) + 1.0) * 127.5).round().to(torch.uint8))
+        return torch.cat(parts)
 
     # -- context ----------------------------------------------------------------------------------
 

@@ -142,6 +142,8 @@ class WorldModel(nn.Module, ABC):
     # the denoiser and the autoencoder under autocast (weights, sampler state and losses stay
     # float32); None runs them in the weights' dtype (`runtime.resolve_precision`).
     autocast_dtype: torch.dtype | None = None
+    # the most samples one VAE encode or decode takes (None: all): `world_model.vae_batch`
+    vae_batch: int | None = None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The precision context of this model's forward passes (see `autocast_dtype`)."""

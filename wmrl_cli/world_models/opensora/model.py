@@ -304,7 +304,8 @@ class OpenSoraWorldModel(FlowWorldModel):
         batch, _, count = latents.shape[:3]
         scale, shift = self._latent_affine()
         z = latents.transpose(1, 2).flatten(0, 1).float() / scale + shift
-        return self._decoded_pixels(z).permute(0, 2, 3, 1).unflatten(0, (batch, count))
+        frames = self._decoded_pixels(z, rows_per_env=count)
+        return frames.permute(0, 2, 3, 1).unflatten(0, (batch, count))
 
     def set_latent_scaling(self, scaling_factor: float, shift_factor: float | None = None) -> None:
         """Set the latent normalization z = (mu - shift) * scale (e.g. after training the VAE)."""
