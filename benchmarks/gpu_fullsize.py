@@ -8,7 +8,8 @@ that would not finish in time is recorded as skipped, with why):
 
 1. imagination: the Wan2.2-TI2V-5B-config world model at 256x256 with 5 sampling steps and
    the OpenSora-1.1B-config one with 10 (RLinf's settings), in bf16 (`world_model.dtype`
-   auto on a GPU): frames/s at several env counts, peak memory, GPU utilization;
+   auto on a GPU): frames/s at several env counts, peak memory, GPU utilization, and at the
+   largest count again with `world_model.vae_batch` 4 (what bounding the decode costs);
 2. policy: the 7.5 B OpenVLA-OFT forward and backward of one GRPO micro-batch (32 sequences:
    one trajectory of 32 chunks, `algorithm.minibatch_trajectories=1`, activation
    checkpointing, bf16 autocast), with LoRA rank 32 on float32 weights, with full fine-tuning
@@ -71,6 +72,8 @@ class Size:
     step_envs: int  # GRPO step: envs (one group)
     episode_steps: int  # GRPO step: env steps per episode (at most)
 
+
+VAE_BATCH = 4  # the memory plan's world_model.vae_batch remedy
 
 SIZES = {
     "full": Size(256, 5, 10, (8, 32, 64), 32, 8, 256),
@@ -250,8 +253,13 @@ def imagination(size: str, device: torch.device, budget: Budget, dtype: torch.dt
         built = {"params": sum(p.numel() for p in model.parameters())}
         built["build_s"] = time.perf_counter() - start
         per_frame = None
-        for envs in s.env_counts:
+        # every env count with the whole batch through the VAE at once, then the largest with
+        # world_model.vae_batch (the memory plan's remedy): what bounding the decode costs
+        runs = [(envs, None) for envs in s.env_counts] + [(s.env_counts[-1], VAE_BATCH)]
+        for envs, vae_batch in runs:
+            model.vae_batch = vae_batch
             row: dict[str, Any] = {"backend": backend, "steps": steps, "envs": envs, **built}
+            row["vae_batch"] = vae_batch
             # a warm-up chunk and a timed one; skipped if they would not fit what is left
             if per_frame is not None and 2.5 * per_frame * envs * 8 > budget.left() - 200:
                 rows.append({**row, "skipped": "time budget"})
@@ -319,7 +327,7 @@ def micro_batch(model, sequences: int, image: int) -> float:
 
 
 def plan_for(cfg, model, device: torch.device, world_model_params: int = 0):
-    from wmrl_cli.training.memory_plan import rl_memory_plan
+    from wmrl_cli.training.memory_budget import rl_memory_plan
 
     cfg.training.memory_budget_gb = 1e6  # the estimate, whatever the device holds
     return rl_memory_plan(cfg, model.config, world_model_params, 0, 1, str(device)).plan
@@ -493,12 +501,13 @@ def markdown(result: dict) -> str:
         f"torch {result['torch']}; {result['wall_s']:.0f} s in all"
         + ("" if result.get("done") else " (cut short: the sections not written did not run)"),
         "",
-        "| world model | steps | envs | frames/s | peak GiB | GPU util % | note |",
-        "|---|---|---|---|---|---|---|",
+        "| world model | steps | envs | VAE batch | frames/s | peak GiB | GPU util % | note |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in result.get("imagination", []):
         lines.append(
             f"| {r['backend']} | {r.get('steps', '-')} | {r.get('envs', '-')} | "
+            f"{r.get('vae_batch') or 'all'} | "
             f"{_fmt(r.get('frames_per_s'))} | {_fmt(r.get('peak_gib'))} | "
             f"{_fmt(r.get('gpu_util_pct'), 0)} | {r.get('skipped') or r.get('error') or ''} |"
         )

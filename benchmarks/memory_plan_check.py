@@ -178,7 +178,8 @@ POLICY_VARIANTS = {  # name: (config overrides, sequences; None: the size's micr
 
 def policy_plan(cfg, config, sequences: int):
     """The plan of a micro-batch of `sequences` on one GPU, for `cfg.training`'s settings."""
-    from wmrl_cli.training.memory_plan import PlanSizes, plan_memory, training_settings
+    from wmrl_cli.training.memory_budget import training_settings
+    from wmrl_cli.training.memory_plan import PlanSizes, plan_memory
     from wmrl_cli.training.param_counts import policy_size
 
     settings = training_settings(cfg, 1, sequences)

@@ -18,9 +18,11 @@ def test_tiny_size_runs_every_section_and_writes_json_and_markdown(tmp_path) -> 
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "gpu_fullsize.json").read_text())
     assert result["size"] == "tiny" and result["device"] == "cpu"
-    imagined = {r["backend"]: r for r in result["imagination"]}
-    assert set(imagined) == {"wan", "opensora"}
-    assert all(r["frames_per_s"] > 0 for r in imagined.values())
+    rows = result["imagination"]
+    assert {r["backend"] for r in rows} == {"wan", "opensora"}
+    assert all(r["frames_per_s"] > 0 for r in rows)
+    wan = [(r["envs"], r["vae_batch"]) for r in rows if r["backend"] == "wan"]
+    assert wan == [(2, None), (2, 4)]  # and again with the plan's world_model.vae_batch
     variants = [r["variant"] for r in result["policy"]]
     assert variants == [
         "LoRA rank 32, float32 weights",
@@ -32,5 +34,6 @@ def test_tiny_size_runs_every_section_and_writes_json_and_markdown(tmp_path) -> 
     assert step["envs"] == 2 and step["seconds"] > 0 and step["plan_gib"] > 0
     assert step["update_s"] > 0 and step["rollout_s"] > 0
     table = (tmp_path / "gpu_fullsize.md").read_text()
-    assert "| wan | 1 | 2 |" in table and "| wan-spatial-grpo, LoRA 32 | 2 | 16 |" in table
+    assert "| wan | 1 | 2 | all |" in table and "| wan | 1 | 2 | 4 |" in table
+    assert "| wan-spatial-grpo, LoRA 32 | 2 | 16 |" in table
     assert result["wall_s"] < 60

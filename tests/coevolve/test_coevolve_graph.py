@@ -270,6 +270,7 @@ READ_BY = {
     "coevolve.simulator_control": "structure",  # adds a stage, changes none
     "world_model.dtype": "rl",
     "world_model.offload_during_update": "rl",
+    "world_model.vae_batch": "rl",
     "training.sharding": "rl",
     "training.param_dtype": "rl",
     "training.optimizer_dtype": "rl",
@@ -289,6 +290,7 @@ OTHER_VALUE = {
     "coevolve.trust_precision_floor": 0.7,
     "world_model.dtype": "bf16",
     "world_model.offload_during_update": True,
+    "world_model.vae_batch": 4,
     "training.sharding": "fsdp",
     "training.param_dtype": "bf16",
     "training.optimizer_dtype": "float32",

@@ -14,6 +14,7 @@ from wmrl_cli.cli.app import app
 from wmrl_cli.config import resolve_config
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.policies.config import full_config
+from wmrl_cli.training.memory_budget import rl_memory_plan
 from wmrl_cli.training.memory_plan import (
     GIB,
     PlanSettings,
@@ -21,7 +22,6 @@ from wmrl_cli.training.memory_plan import (
     activation_bytes,
     imagination_cost,
     plan_memory,
-    rl_memory_plan,
 )
 from wmrl_cli.training.param_counts import full_world_model_params, policy_size
 

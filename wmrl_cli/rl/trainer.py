@@ -56,7 +56,8 @@ from wmrl_cli.rl.judge_audit import JudgeAudit
 from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_batches
 from wmrl_cli.run_dirs import write_rank_summary
 from wmrl_cli.training.checkpoints import latest_checkpoint, save_checkpoint
-from wmrl_cli.training.memory_plan import imagination_cost, rl_memory_plan
+from wmrl_cli.training.memory_budget import rl_memory_plan
+from wmrl_cli.training.memory_plan import imagination_cost
 from wmrl_cli.training.sharding import PolicySharding, frozen_models, offloaded
 
 POLICY_DIR = "policy"

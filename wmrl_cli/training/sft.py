@@ -20,7 +20,7 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.runtime import seed_stage
 from wmrl_cli.training.checkpoints import latest_checkpoint, restore_rng, save_checkpoint
-from wmrl_cli.training.memory_plan import sft_memory_plan
+from wmrl_cli.training.memory_budget import sft_memory_plan
 from wmrl_cli.training.sharding import PolicySharding
 
 POLICY_DIR = "policy"

@@ -1,0 +1,288 @@
+"""Whether a run's memory plan (`training/memory_plan.py`) fits its GPU, and what to change
+where it does not: the plan of `train-policy`, `sft` and co-evolve's RL stages built from the
+run's config, checked against the device's memory (or `training.memory_budget_gb`) before
+anything large loads; over budget, one line (a ConfigError, exit 2) naming the single changes
+that fit, else the ones that fit together, else more GPUs. Unset,
+`world_model.offload_during_update` and `world_model.vae_batch` turn on where the plan needs
+them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from wmrl_cli.errors import ConfigError
+from wmrl_cli.training.memory_plan import (
+    GIB,
+    ImaginationCost,
+    MemoryPlan,
+    PlanSettings,
+    PlanSizes,
+    imagination_cost,
+    plan_memory,
+)
+
+SHARD_COUNTS = (2, 4, 8, 16, 32, 64)
+VAE_BATCH = 4  # the remedy's world_model.vae_batch
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """One change a user can make: the option that makes it and the settings it gives."""
+
+    option: str
+    settings: PlanSettings
+    lora: bool = False  # the plan needs the LoRA-sized policy
+    sharding: bool = False
+
+
+def remedies(s: PlanSettings, has_world_model: bool, lora: bool = True) -> list[Remedy]:
+    """The single changes worth trying, in the order they are suggested (`lora`: whether the
+    command trains LoRA adapters; sft does not)."""
+    out = []
+    if lora and not s.lora_rank:
+        out.append(Remedy("--set training.lora_rank=32", replace(s, lora_rank=32), lora=True))
+    ranks = [n for n in SHARD_COUNTS if n > s.world_size or (n == s.world_size and s.shards == 1)]
+    if s.shards == 1 and s.world_size > 1 and s.world_size not in ranks:
+        ranks.insert(0, s.world_size)
+    for n in ranks:
+        more = "" if n == s.world_size else f" --num-processes {n}"
+        sharded = replace(s, sharding="fsdp", world_size=n)
+        out.append(Remedy(f"--set training.sharding=fsdp{more}", sharded, sharding=True))
+    if not s.activation_checkpointing:
+        checkpointed = replace(s, activation_checkpointing=True)
+        out.append(Remedy("--set training.activation_checkpointing=true", checkpointed))
+    if s.steps_per_trajectory and s.sequences > s.steps_per_trajectory:
+        fewer = replace(s, sequences=s.steps_per_trajectory)
+        out.append(Remedy("--set algorithm.minibatch_trajectories=1", fewer))
+    if s.param_dtype != "bf16":
+        bf16 = replace(s, param_dtype="bf16", optimizer_dtype="bf16", compute_dtype="bf16")
+        out.append(Remedy("--set training.param_dtype=bf16", bf16))
+    if s.sharding == "fsdp" and not s.cpu_offload:
+        out.append(Remedy("--set training.cpu_offload=true", replace(s, cpu_offload=True)))
+    if has_world_model and not s.offload_world_model:
+        offloaded = replace(s, offload_world_model=True)
+        out.append(Remedy("--set world_model.offload_during_update=true", offloaded))
+    if has_world_model and s.envs > VAE_BATCH and (s.vae_batch or s.envs) > VAE_BATCH:
+        batched = replace(s, vae_batch=VAE_BATCH)
+        out.append(Remedy(f"--set world_model.vae_batch={VAE_BATCH}", batched))
+    return out
+
+
+def _merge(a: PlanSettings, b: PlanSettings) -> PlanSettings:
+    """`a` with the cheaper of each setting `a` and `b` differ in (sharding aside)."""
+
+    def bf16(x: str, y: str) -> str:
+        return "bf16" if "bf16" in (x, y) else x
+
+    return replace(
+        a,
+        lora_rank=a.lora_rank or b.lora_rank,
+        activation_checkpointing=a.activation_checkpointing or b.activation_checkpointing,
+        sequences=min(a.sequences, b.sequences),
+        param_dtype=bf16(a.param_dtype, b.param_dtype),
+        optimizer_dtype=bf16(a.optimizer_dtype, b.optimizer_dtype),
+        compute_dtype=bf16(a.compute_dtype, b.compute_dtype),
+        cpu_offload=a.cpu_offload or b.cpu_offload,
+        offload_world_model=a.offload_world_model or b.offload_world_model,
+        vae_batch=min(x for x in (a.vae_batch, b.vae_batch, a.envs or 1) if x),
+    )
+
+
+Replan = Callable[[PlanSettings, bool], MemoryPlan]
+
+
+def over_budget_message(
+    plan: MemoryPlan,
+    budget: float,
+    where: str,
+    replan: Replan,
+    has_world_model: bool,
+    lora: bool = True,
+) -> str:
+    """One line: the plan's peak against the budget, and the changes that bring it under
+    (each alone; else all but sharding together; else more GPUs)."""
+    head = (
+        f"the memory plan needs {plan.peak:.1f} GiB per GPU, more than the {budget:.1f} GiB "
+        f"of {where}"
+    )
+    options = remedies(plan.settings, has_world_model, lora)
+    fits: list[Remedy] = []
+    for remedy in options:
+        if remedy.sharding and any(f.sharding for f in fits):
+            continue  # the fewest ranks that fit
+        if replan(remedy.settings, remedy.lora).peak <= budget:
+            fits.append(remedy)
+    if fits:
+        return f"{head}; each of these fits: " + "; ".join(r.option for r in fits)
+    rest = [r for r in options if not r.sharding]
+    together = plan.settings
+    for remedy in rest:
+        together = _merge(together, remedy.settings)
+    if rest and replan(together, any(r.lora for r in rest)).peak <= budget:
+        return f"{head}; it fits with these together: " + "; ".join(r.option for r in rest)
+    return f"{head}, even with {'; '.join(r.option for r in rest) or 'every saving'}: use more GPUs"
+
+
+def check_budget(
+    plan: MemoryPlan,
+    budget: float | None,
+    where: str,
+    replan: Replan,
+    has_world_model: bool,
+    lora: bool = True,
+) -> None:
+    """A ConfigError (exit 2) naming what to change when the plan exceeds `budget` GiB."""
+    if budget is not None and plan.peak > budget:
+        message = over_budget_message(plan, budget, where, replan, has_world_model, lora)
+        raise ConfigError(message)
+
+
+# -- from a run's config --------------------------------------------------------------------------
+
+
+def device_budget(cfg, device: str) -> tuple[float | None, str]:
+    """(GiB the plan must fit in, what holds them): `training.memory_budget_gb`, else the
+    CUDA device's total memory; None on a CPU (nothing is checked there)."""
+    if cfg.training.memory_budget_gb is not None:
+        return cfg.training.memory_budget_gb, "training.memory_budget_gb"
+    if str(device).startswith("cuda"):
+        import torch
+
+        return torch.cuda.mem_get_info(device)[1] / GIB, str(device)
+    return None, str(device)
+
+
+def training_settings(cfg, world_size: int, sequences: int, **extra) -> PlanSettings:
+    """The plan's settings from `cfg.training` (and `extra`: world-model and RL settings)."""
+    t = cfg.training
+    param = "bf16" if t.param_dtype == "bf16" else "float32"
+    optimizer = param if t.optimizer_dtype == "param" else t.optimizer_dtype
+    return PlanSettings(
+        world_size=world_size,
+        sharding=t.sharding if world_size > 1 else "none",  # one rank shards nothing
+        param_dtype=param,
+        optimizer_dtype="bf16" if optimizer == "bf16" else "float32",
+        compute_dtype="bf16" if t.bf16 or param == "bf16" else "float32",
+        activation_checkpointing=t.activation_checkpointing,
+        cpu_offload=t.cpu_offload,
+        sequences=sequences,
+        lora_rank=t.lora_rank,
+        **extra,
+    )
+
+
+@dataclass(frozen=True)
+class CheckedPlan:
+    """A plan with what it was checked against; `offload_world_model` and `vae_batch` are the
+    resolved `world_model.offload_during_update` and `world_model.vae_batch`."""
+
+    plan: MemoryPlan
+    budget: float | None
+    where: str
+
+    @property
+    def offload_world_model(self) -> bool:
+        return self.plan.settings.offload_world_model
+
+    @property
+    def vae_batch(self) -> int | None:
+        return self.plan.settings.vae_batch
+
+    def print(self) -> None:
+        from wmrl_cli.logging import console
+
+        console.print(self.plan.table(self.budget))
+
+
+def rl_memory_plan(
+    cfg,
+    policy_config,
+    world_model_params: int,
+    reward_model_bytes: int,
+    world_size: int,
+    device: str,
+    imagination: ImaginationCost | None = None,
+) -> CheckedPlan:
+    """The plan of `train-policy` (and co-evolve's RL stages), checked against the device:
+    a ConfigError naming what to change when it does not fit. `world_model.offload_during_update`
+    unset (None) turns offloading on where the plan needs it, and `world_model.vae_batch` unset
+    decodes `VAE_BATCH` envs at a time where that is what the plan needs. `imagination`: what
+    one env adds while the world model imagines (`imagination_cost`)."""
+    from wmrl_cli.training.param_counts import policy_size
+    from wmrl_cli.world_models.factory import world_model_dtype_name
+
+    alg, wm = cfg.algorithm, cfg.world_model
+    per_trajectory = -(-alg.max_episode_steps // policy_config.chunk_len)
+    value_head = alg.name == "ppo" or policy_config.value_head
+    settings = training_settings(
+        cfg,
+        world_size,
+        alg.minibatch_trajectories * per_trajectory,
+        steps_per_trajectory=per_trajectory,
+        kl_reference=alg.kl_coef > 0,
+        world_model_dtype=world_model_dtype_name(wm.dtype, device),
+        offload_world_model=bool(wm.offload_during_update) and world_model_params > 0,
+        envs=alg.num_envs // world_size if world_model_params else 0,
+        vae_batch=wm.vae_batch,
+    )
+
+    def replan(s: PlanSettings, lora: bool = False) -> MemoryPlan:
+        rank = s.lora_rank if (lora or s.lora_rank) else None
+        policy = policy_size(policy_config, rank, value_head)
+        sizes = PlanSizes(policy, world_model_params, reward_model_bytes, imagination)
+        return plan_memory(sizes, s)
+
+    budget, where = device_budget(cfg, device)
+    plan = replan(settings)
+    auto = world_model_params and budget is not None
+    if auto and wm.offload_during_update is None and plan.peak > budget:
+        plan = replan(replace(plan.settings, offload_world_model=True))
+    if auto and wm.vae_batch is None and plan.peak > budget and settings.envs > VAE_BATCH:
+        plan = replan(replace(plan.settings, vae_batch=VAE_BATCH))
+    check_budget(plan, budget, where, replan, world_model_params > 0)
+    return CheckedPlan(plan, budget, where)
+
+
+def sft_memory_plan(cfg, policy_config, world_size: int, device: str) -> CheckedPlan:
+    """The plan of `sft`: the policy alone, `sft.batch_size / ranks` sequences per step."""
+    from wmrl_cli.training.param_counts import policy_size
+
+    settings = training_settings(cfg, world_size, max(1, cfg.sft.batch_size // world_size))
+    settings = replace(settings, lora_rank=None)  # sft trains every weight
+
+    def replan(s: PlanSettings, lora: bool = False) -> MemoryPlan:
+        return plan_memory(PlanSizes(policy_size(policy_config, s.lora_rank)), s)
+
+    budget, where = device_budget(cfg, device)
+    plan = replan(settings)
+    check_budget(plan, budget, where, replan, False, lora=False)
+    return CheckedPlan(plan, budget, where)
+
+
+def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> CheckedPlan:
+    """The RL plan from the inputs' files (`rl.setup.Inputs`), before any of them loads:
+    `train-policy` checks it before starting its ranks, `rl.train_policy` before loading the
+    policy. A ConfigError (exit 2) naming what to change where it does not fit."""
+    from wmrl_cli.training.param_counts import (
+        policy_config_of,
+        weight_file_bytes,
+        world_model_params,
+        world_model_resolution,
+    )
+
+    if device is None:
+        import torch
+
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    backend = cfg.world_model.backend
+    worlds = [inputs.world_model, *inputs.confirm_world_models] if inputs.world_model else []
+    params = sum(world_model_params(path, backend) for path in worlds)
+    reward = weight_file_bytes(inputs.reward_model)
+    policy = policy_config_of(inputs.policy)
+    cost = None
+    if inputs.world_model:
+        height, width = world_model_resolution(inputs.world_model)
+        cost = imagination_cost(backend, height, width)
+    return rl_memory_plan(cfg, policy, params, reward, world_size, device, cost)
