@@ -9,11 +9,13 @@ checkpointing, LoRA, AdamW. So what a full-size run would hold can be counted on
 freed, and keeps the peak. Two sections, each beside `training/memory_plan.py`'s figures:
 
 1. the 7.5 B policy's GRPO micro-batch (32 sequences of 256x256 frames, the seeds' micro batch)
-   with wmrl's own casting and checkpointing (`PolicySharding.prepare_model`) and an AdamW
-   step built by `PolicySharding.optimizer`, twice (the second micro-batch beside the moments,
-   as every later one): for LoRA rank 32 on float32 weights, full
-   fine-tuning on float32 weights, full fine-tuning on bf16 weights (RLinf's), and LoRA without
-   checkpointing on 4 sequences (the plan's per-block formula);
+   with wmrl's own casting, checkpointing and sharding (`PolicySharding.prepare_model`) and an
+   AdamW step built by `PolicySharding.optimizer`, twice (the second micro-batch beside the
+   moments, as every later one): for LoRA rank 32 on float32 weights, full fine-tuning on
+   float32 weights, full fine-tuning on bf16 weights (RLinf's), LoRA without checkpointing on
+   4 sequences (the plan's per-block formula), and full fine-tuning sharded by FSDP as rank 0
+   of 8 (a process group of torch's fake backend: collectives move nothing, shards and gathers
+   keep their sizes);
 2. imagination: the Wan2.2-5B and OpenSora configs at 256x256 in bf16, one chunk (reset and
    predict) at several env counts, all envs through the VAE at once and `world_model.vae_batch`
    at a time: what the world model holds beyond its weights.
@@ -58,8 +60,9 @@ CPU = torch.device("cpu")
 
 class StorageTracker(TorchDispatchMode):
     """Live bytes of the storages that operations create (and of those `add`ed), and their
-    peak. A storage is counted once however many views share it, and leaves the count when
-    it is freed."""
+    peak. A storage is counted once however many views share it, follows its `resize_` (FSDP
+    frees and refills its gathered parameters that way) and leaves the count when it is
+    freed. A DTensor counts as its local shard."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -68,20 +71,38 @@ class StorageTracker(TorchDispatchMode):
         self.peak = 0
 
     def add(self, tensor: torch.Tensor) -> None:
-        storage = tensor.untyped_storage()
+        self._count(getattr(tensor, "_local_tensor", tensor).untyped_storage())
+
+    def _count(self, storage: torch.UntypedStorage) -> None:
         key = storage._cdata
-        if key in self.live:
-            return
+        if key not in self.live:
+            self.live[key] = 0
+            weakref.finalize(storage, self._freed, key)
+        self.now += storage.nbytes() - self.live[key]
         self.live[key] = storage.nbytes()
-        self.now += self.live[key]
         self.peak = max(self.peak, self.now)
-        weakref.finalize(storage, self._freed, key)
 
     def _freed(self, key: int) -> None:
         self.now -= self.live.pop(key, 0)
 
     def reset_peak(self) -> None:
         self.peak = self.now
+
+    def __enter__(self) -> StorageTracker:
+        # a storage's resize_ is not an operation a dispatch mode sees
+        self._resize = resize = torch.UntypedStorage.resize_
+
+        def counted_resize(storage: torch.UntypedStorage, size: int) -> Any:
+            out = resize(storage, size)
+            self._count(storage)
+            return out
+
+        torch.UntypedStorage.resize_ = counted_resize
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        torch.UntypedStorage.resize_ = self._resize
+        super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -168,26 +189,56 @@ def _gib(n: float) -> float:
 
 # -- 1. the policy ----------------------------------------------------------------------------
 
-POLICY_VARIANTS = {  # name: (config overrides, sequences; None: the size's micro batch)
-    "LoRA rank 32, float32 weights": ({"lora_rank": 32}, None),
-    "full fine-tuning, float32 weights": ({}, None),
-    "full fine-tuning, bf16 weights": ({"param_dtype": "bf16"}, None),
-    "LoRA rank 32, no checkpointing": ({"lora_rank": 32, "activation_checkpointing": False}, 4),
+# name: (config overrides, sequences (None: the size's micro batch), ranks)
+POLICY_VARIANTS = {
+    "LoRA rank 32, float32 weights": ({"lora_rank": 32}, None, 1),
+    "full fine-tuning, float32 weights": ({}, None, 1),
+    "full fine-tuning, bf16 weights": ({"param_dtype": "bf16"}, None, 1),
+    "LoRA rank 32, no checkpointing": ({"lora_rank": 32, "activation_checkpointing": False}, 4, 1),
+    "full fine-tuning, float32 weights, FSDP over 8 ranks": ({}, None, 8),
 }
 
 
-def policy_plan(cfg, config, sequences: int):
-    """The plan of a micro-batch of `sequences` on one GPU, for `cfg.training`'s settings."""
+def policy_plan(cfg, config, sequences: int, ranks: int = 1):
+    """The plan of a micro-batch of `sequences` on one of `ranks` GPUs, for `cfg.training`'s
+    settings."""
     from wmrl_cli.training.memory_budget import training_settings
     from wmrl_cli.training.memory_plan import PlanSizes, plan_memory
     from wmrl_cli.training.param_counts import policy_size
 
-    settings = training_settings(cfg, 1, sequences)
+    settings = training_settings(cfg, ranks, sequences)
     return plan_memory(PlanSizes(policy_size(config, settings.lora_rank)), settings)
 
 
-def policy_variant(size: str, counted: Counted, overrides: dict, sequences: int) -> dict:
-    """Live GiB through one micro-batch and one AdamW step, with the plan's rows beside."""
+@contextlib.contextmanager
+def fake_ranks(ranks: int):
+    """A process group of `ranks` whose collectives move nothing (torch's fake backend): this
+    process is rank 0 of an FSDP run, its shards and gathers the sizes they would be."""
+    if ranks == 1:
+        yield
+        return
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=ranks)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def policy_variant(
+    size: str, counted: Counted, overrides: dict, sequences: int, ranks: int = 1
+) -> dict:
+    """Live GiB through one micro-batch and one AdamW step on rank 0 of `ranks`, with the
+    plan's rows beside."""
+    with fake_ranks(ranks):
+        return _policy_variant(size, counted, overrides, sequences, ranks)
+
+
+def _policy_variant(
+    size: str, counted: Counted, overrides: dict, sequences: int, ranks: int
+) -> dict:
     from wmrl_cli.config import resolve_config
     from wmrl_cli.policies.config import LoraSpec
     from wmrl_cli.policies.lora import apply_lora
@@ -201,15 +252,16 @@ def policy_variant(size: str, counted: Counted, overrides: dict, sequences: int)
         rank = cfg.training.lora_rank
         apply_lora(model, LoraSpec(rank=rank, alpha=rank))
     model.train()
-    single = SimpleNamespace(num_processes=1, device=CPU, is_main_process=True)
-    sharding = PolicySharding(cfg.training, single)
-    sharding.prepare_model(model)  # wmrl's cast and checkpointing
     # the token check reads values, which a fake tensor has none of
     model.action_tokenizer.is_action_token = lambda ids: np.array(True)
     counted.place(model)
-    plan = policy_plan(cfg, model.config, sequences)
+    rank = SimpleNamespace(num_processes=ranks, device=CPU, is_main_process=True)
+    sharding = PolicySharding(cfg.training, rank)
+    # wmrl's cast, checkpointing and sharding, outside the fake mode (the device mesh is real)
+    sharding.prepare_model(model)
+    plan = policy_plan(cfg, model.config, sequences, ranks)
     tracker = StorageTracker()
-    row: dict[str, Any] = {"sequences": sequences}
+    row: dict[str, Any] = {"sequences": sequences, "ranks": ranks}
     t = cfg.training
     with counted.context():
         for tensor in [*model.parameters(), *model.buffers()]:
@@ -261,9 +313,9 @@ def policy_variant(size: str, counted: Counted, overrides: dict, sequences: int)
 def policy_section(size: str, counted: Counted) -> list[dict]:
     rows = []
     micro_batch = fullsize.SIZES[size].sequences
-    for name, (overrides, sequences) in POLICY_VARIANTS.items():
+    for name, (overrides, sequences, ranks) in POLICY_VARIANTS.items():
         start = time.perf_counter()
-        row = policy_variant(size, counted, overrides, sequences or micro_batch)
+        row = policy_variant(size, counted, overrides, sequences or micro_batch, ranks)
         rows.append({"variant": name, **row, "seconds": time.perf_counter() - start})
         print(f"{name}: peak {row['peak_gib']:.2f} GiB, plan {row['plan_gib']:.2f}", flush=True)
     return rows

@@ -50,10 +50,25 @@ def test_fake_tensors_count_the_bytes_real_ones_allocate(check, monkeypatch) -> 
         assert batched["working_set_gib"] < whole["working_set_gib"]
 
 
+def test_rank_zero_of_eight_fake_fsdp_ranks_holds_an_eighth_of_the_state(check) -> None:
+    """wmrl's FSDP sharding in a process group whose collectives move nothing: rank 0 holds
+    its shard of the weights, gradients and moments, and the group is gone afterwards."""
+    import torch.distributed as dist
+
+    one = check.policy_variant("tiny", check.Counted(real=False), {}, 4, 1)
+    eight = check.policy_variant("tiny", check.Counted(real=False), {}, 4, 8)
+    for key in ("weights_gib", "gradients_gib", "moments_gib"):
+        assert eight[key] == pytest.approx(one[key] / 8, rel=0.1), key
+    assert not dist.is_initialized()
+
+
 @pytest.mark.slow
-def test_the_memory_plan_is_within_ten_percent_of_the_full_size_count(check) -> None:
-    for overrides, sequences in check.POLICY_VARIANTS.values():
-        row = check.policy_variant("full", check.Counted(real=False), overrides, sequences or 32)
-        assert 0.9 < row["ratio"] < 1.1, (overrides, row["peak_gib"], row["plan_gib"])
+def test_the_memory_plan_holds_the_full_size_count_within_fifteen_percent(check) -> None:
+    for overrides, sequences, ranks in check.POLICY_VARIANTS.values():
+        counted = check.Counted(real=False)
+        row = check.policy_variant("full", counted, overrides, sequences or 32, ranks)
+        # the plan may overstate (it adds every gradient to every activation, which backward
+        # frees as it makes them) but must not understate what the code allocates
+        assert 0.85 < row["ratio"] < 1.05, (overrides, row["peak_gib"], row["plan_gib"])
     for r in check.imagination_section("full", check.Counted(real=False)):
         assert 0.85 < r["working_set_gib"] / r["plan_gib"] < 1.15, r
