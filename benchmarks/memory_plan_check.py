@@ -12,8 +12,9 @@ freed, and keeps the peak. Two sections, each beside `training/memory_plan.py`'s
    with wmrl's own casting, checkpointing and sharding (`PolicySharding.prepare_model`) and an
    AdamW step built by `PolicySharding.optimizer`, twice (the second micro-batch beside the
    moments, as every later one): for LoRA rank 32 on float32 weights, full fine-tuning on
-   float32 weights, full fine-tuning on bf16 weights (RLinf's), LoRA without checkpointing on
-   4 sequences (the plan's per-block formula), and full fine-tuning sharded by FSDP as rank 0
+   float32 weights, full fine-tuning on bf16 weights (RLinf's), full fine-tuning with bf16
+   moments (wmrl's per-tensor AdamW), LoRA without checkpointing on 4 sequences (the plan's
+   per-block formula), and full fine-tuning sharded by FSDP as rank 0
    of 8 (a process group of torch's fake backend: collectives move nothing, shards and gathers
    keep their sizes);
 2. imagination: the Wan2.2-5B and OpenSora configs at 256x256 in bf16, one chunk (reset and
@@ -194,19 +195,23 @@ POLICY_VARIANTS = {
     "LoRA rank 32, float32 weights": ({"lora_rank": 32}, None, 1),
     "full fine-tuning, float32 weights": ({}, None, 1),
     "full fine-tuning, bf16 weights": ({"param_dtype": "bf16"}, None, 1),
+    "full fine-tuning, float32 weights, bf16 moments": ({"optimizer_dtype": "bf16"}, None, 1),
     "LoRA rank 32, no checkpointing": ({"lora_rank": 32, "activation_checkpointing": False}, 4, 1),
     "full fine-tuning, float32 weights, FSDP over 8 ranks": ({}, None, 8),
 }
 
 
-def policy_plan(cfg, config, sequences: int, ranks: int = 1):
-    """The plan of a micro-batch of `sequences` on one of `ranks` GPUs, for `cfg.training`'s
-    settings."""
+ROLLOUT_ENVS = {"full": 64, "tiny": 8}  # the presets' algorithm.num_envs, over the ranks
+
+
+def policy_plan(cfg, config, sequences: int, ranks: int = 1, envs: int = 0):
+    """The plan of a micro-batch of `sequences` and a rollout of `envs` on one of `ranks` GPUs,
+    for `cfg.training`'s settings."""
     from wmrl_cli.training.memory_budget import training_settings
     from wmrl_cli.training.memory_plan import PlanSizes, plan_memory
     from wmrl_cli.training.param_counts import policy_size
 
-    settings = training_settings(cfg, ranks, sequences)
+    settings = training_settings(cfg, ranks, sequences, envs=envs)
     return plan_memory(PlanSizes(policy_size(config, settings.lora_rank)), settings)
 
 
@@ -259,7 +264,7 @@ def _policy_variant(
     sharding = PolicySharding(cfg.training, rank)
     # wmrl's cast, checkpointing and sharding, outside the fake mode (the device mesh is real)
     sharding.prepare_model(model)
-    plan = policy_plan(cfg, model.config, sequences, ranks)
+    plan = policy_plan(cfg, model.config, sequences, ranks, ROLLOUT_ENVS[size] // ranks)
     tracker = StorageTracker()
     row: dict[str, Any] = {"sequences": sequences, "ranks": ranks}
     t = cfg.training
@@ -301,11 +306,25 @@ def _policy_variant(
                 tracker.reset_peak()
                 optimizer.step()
                 row["optimizer_step_peak_gib"] = _gib(tracker.peak)
-        row["moments_gib"] = _gib(tracker.now) - row["weights_gib"] - row["gradients_gib"]
-    row["peak_gib"] = max(row["micro_batch_peak_gib"], row["optimizer_step_peak_gib"])
-    row["plan"] = {label: [update, step] for label, _, update, step in plan.rows if update or step}
+            row["moments_gib"] = _gib(tracker.now) - row["weights_gib"] - row["gradients_gib"]
+            # a rollout: the next chunk's forward for this rank's envs, the policy gathered
+            optimizer.zero_grad(set_to_none=True)
+            tracker.reset_peak()
+            envs = ROLLOUT_ENVS[size] // ranks
+            with sharding.gathered(model), torch.no_grad(), autocast:
+                model(
+                    images[:1].repeat(envs, 0),
+                    [fullsize.INSTRUCTION] * envs,
+                    tokens[:1].repeat(envs, 1, 1),
+                    1.6,
+                )
+            row.update(rollout_envs=envs, rollout_peak_gib=_gib(tracker.peak))
+    phases = ("micro_batch_peak_gib", "optimizer_step_peak_gib", "rollout_peak_gib")
+    row["peak_gib"] = max(row[phase] for phase in phases)
+    row["plan"] = {label: phases for label, *phases in plan.rows if any(phases)}
     row.update(plan_update_gib=plan.update, plan_step_gib=plan.step)
-    row["plan_gib"] = max(plan.update, plan.step)
+    row["plan_rollout_gib"] = plan.rollout
+    row["plan_gib"] = plan.peak
     row["ratio"] = row["peak_gib"] / row["plan_gib"]
     return row
 
@@ -324,7 +343,11 @@ def policy_section(size: str, counted: Counted) -> list[dict]:
 # -- 2. imagination ---------------------------------------------------------------------------
 
 # (envs, world_model.vae_batch) of each measured chunk
-IMAGINE_RUNS = {"full": ((1, None), (8, None), (64, None), (64, 4)), "tiny": ((1, None), (2, 1))}
+# (the plan's per-env constants were read off (1, all) and (64, 4): the other rows test it)
+IMAGINE_RUNS = {
+    "full": ((1, None), (8, None), (64, None), (64, 4), (64, 16)),
+    "tiny": ((1, None), (2, 1)),
+}
 
 
 def imagination_section(size: str, counted: Counted) -> list[dict]:
@@ -378,15 +401,16 @@ def markdown(result: dict) -> str:
         f"tensors), torch {result['torch']}",
         "",
         "| policy variant | sequences | weights | kept for backward | micro-batch peak (plan) "
-        "| AdamW step peak (plan) | peak / plan |",
-        "|---|---|---|---|---|---|---|",
+        "| AdamW step peak (plan) | rollout peak (plan) | peak / plan |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in result["policy"]:
         lines.append(
             f"| {r['variant']} | {r['sequences']} | {r['weights_gib']:.2f} | "
             f"{r['kept_for_backward_gib']:.2f} | {r['micro_batch_peak_gib']:.2f} "
             f"({r['plan_update_gib']:.2f}) | {r['optimizer_step_peak_gib']:.2f} "
-            f"({r['plan_step_gib']:.2f}) | {r['ratio']:.2f} |"
+            f"({r['plan_step_gib']:.2f}) | {r['rollout_peak_gib']:.2f} "
+            f"({r['plan_rollout_gib']:.2f}) | {r['ratio']:.2f} |"
         )
     lines += [
         "",

@@ -62,7 +62,11 @@ def test_plan_arithmetic_full_fine_tuning_fsdp_and_pure_bf16(full_policy) -> Non
     assert plan.row("gradients")[1] == pytest.approx(4 * p / GIB)
     assert plan.row("AdamW moments")[1] == pytest.approx(8 * p / GIB)
     copies = full_policy.kept_block_params + full_policy.projector_params
-    assert plan.row("policy bf16 weight copies")[1] == pytest.approx(2 * copies / GIB)
+    assert plan.row("policy bf16 weight copies") == (
+        pytest.approx(2 * p / GIB),  # a rollout's forward: autocast caches every trained weight
+        pytest.approx(2 * copies / GIB),
+        0.0,
+    )
     # AdamW's step: no activations, and torch's multi-tensor step's moment-sized temporary
     assert plan.row("AdamW step temporary") == (0.0, 0.0, pytest.approx(4 * p / GIB))
     assert plan.step == pytest.approx(20 * p / GIB + plan.row("world model")[2])
@@ -243,15 +247,60 @@ def test_imagination_working_set_and_the_vae_batch_where_the_plan_needs_it() -> 
     wan = full_world_model_params("wan")
     cost = imagination_cost("wan", 256, 256)
     free = rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu", cost)
-    working = free.plan.row("imagination working set")
+    working = free.plan.row("rollout working set")
     assert working == (pytest.approx(64 * 0.665), 0.0, 0.0) and free.vae_batch is None
     assert imagination_cost("wan", 128, 128).decode == cost.decode // 4
     cfg.training.memory_budget_gb = free.plan.rollout - 30  # fits with 4 envs per decode
     tight = rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu", cost)
     assert tight.vae_batch == 4 and tight.plan.peak <= cfg.training.memory_budget_gb
-    assert tight.plan.row("imagination working set")[0] == pytest.approx(64 * 0.0496)
+    assert not tight.offload_world_model  # the update was never over: nothing to offload
+    # 64 * 0.0496 GiB to imagine: now the policy's forward of 64 sequences is the larger
+    block = policy_size(full_config(), lora_rank=32).largest_kept_block  # its bf16 copy too
+    forward = 64 * 346 * (16 * 4096 + (7 * 4096 + 4 * 11008) * 2) + 2 * block
+    assert tight.plan.row("rollout working set")[0] == pytest.approx(forward / GIB, rel=0.01)
     cfg.world_model.vae_batch = 64
     with pytest.raises(ConfigError, match="world_model.vae_batch=4"):
         rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu", cost)
     sharded = rl_memory_plan(cfg, full_config(), wan, 0, 8, "cpu", cost)  # 8 envs a rank
-    assert sharded.plan.row("imagination working set")[0] == pytest.approx(8 * 0.665)
+    assert sharded.plan.row("rollout working set")[0] == pytest.approx(8 * 0.665)
+
+
+class _World(torch.nn.Module):
+    """What the plan reads of an imagining world model: backend, frame size, parameters."""
+
+    backend, height, width, vae_batch = "opensora", 256, 256, None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+
+def test_the_trainers_plan_reads_its_env_and_batches_every_imagining_world_model() -> None:
+    """Inside a verified or simulator-judged env, the imagining model's own backend (OpenSora
+    here, whatever `world_model.backend` says) sizes the working set, and the resolved
+    `world_model.vae_batch` reaches the confirming world models too."""
+    from types import SimpleNamespace
+
+    from wmrl_cli.training.memory_budget import env_memory_plan
+
+    cfg = resolve_config("wan-spatial-grpo", overrides=["training.lora_rank=32"])
+    main, confirm = _World(), _World()
+    inner = SimpleNamespace(world_model=main, confirm_models=[confirm], reward_model=None)
+    env = SimpleNamespace(imagined=inner)
+    free = env_memory_plan(cfg, full_config(), env, 1, "cpu")
+    assert free.plan.row("rollout working set")[0] == pytest.approx(64 * 0.751)
+    cfg.training.memory_budget_gb = free.plan.rollout - 30
+    tight = env_memory_plan(cfg, full_config(), env, 1, "cpu")
+    assert tight.vae_batch == 4 and main.vae_batch == confirm.vae_batch == 4
+    assert not tight.offload_world_model
+
+
+def test_a_per_tensor_adamw_step_counts_copies_of_the_largest_tensor(full_policy) -> None:
+    """Moments in another dtype than the weights: wmrl's per-tensor step, whose float32 copies
+    of one tensor (the 32064 x 4096 embedding) replace the multi-tensor step's temporary."""
+    sizes = PlanSizes(full_policy)
+    mixed = PlanSettings(sequences=32, compute_dtype="bf16", optimizer_dtype="bf16")
+    plan = plan_memory(sizes, mixed)
+    assert full_policy.largest_trainable == 32064 * 4096
+    expected = 5 * full_policy.largest_trainable * 4 / GIB
+    assert plan.row("AdamW step temporary") == (0.0, 0.0, pytest.approx(expected))

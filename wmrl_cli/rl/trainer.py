@@ -56,8 +56,7 @@ from wmrl_cli.rl.judge_audit import JudgeAudit
 from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_batches
 from wmrl_cli.run_dirs import write_rank_summary
 from wmrl_cli.training.checkpoints import latest_checkpoint, save_checkpoint
-from wmrl_cli.training.memory_budget import rl_memory_plan
-from wmrl_cli.training.memory_plan import imagination_cost
+from wmrl_cli.training.memory_budget import env_memory_plan
 from wmrl_cli.training.sharding import PolicySharding, frozen_models, offloaded
 
 POLICY_DIR = "policy"
@@ -123,19 +122,7 @@ class PolicyTrainer:
         self.rank = rank
         # The memory plan, before the first step (one line, exit 2, where it does not fit).
         wms, rms = frozen_models(env)
-        imagining = getattr(env, "world_model", None)
-        pixels = getattr(imagining, "height", None), getattr(imagining, "width", None)
-        self.memory = rl_memory_plan(
-            cfg,
-            model.config,
-            sum(p.numel() for m in wms for p in m.parameters()),
-            sum(p.numel() * p.element_size() for m in rms for p in m.parameters()),
-            world,
-            str(accelerator.device),
-            None if None in pixels else imagination_cost(cfg.world_model.backend, *pixels),
-        )
-        if imagining is not None:  # world_model.vae_batch as the plan resolved it
-            imagining.vae_batch = self.memory.vae_batch
+        self.memory = env_memory_plan(cfg, model.config, env, world, str(accelerator.device))
         self.sharding = PolicySharding(cfg.training, accelerator)
         # KL anchor (algorithm.kl_coef > 0): a frozen copy of the policy as given, before any
         # checkpoint or LoRA adapter replaces it, so that a resumed run keeps the same anchor.

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.training.memory_plan import (
     GIB,
+    IMAGINATION_256,
     ImaginationCost,
     MemoryPlan,
     PlanSettings,
@@ -224,7 +225,7 @@ def rl_memory_plan(
         kl_reference=alg.kl_coef > 0,
         world_model_dtype=world_model_dtype_name(wm.dtype, device),
         offload_world_model=bool(wm.offload_during_update) and world_model_params > 0,
-        envs=alg.num_envs // world_size if world_model_params else 0,
+        envs=alg.num_envs // world_size,
         vae_batch=wm.vae_batch,
     )
 
@@ -237,12 +238,41 @@ def rl_memory_plan(
     budget, where = device_budget(cfg, device)
     plan = replan(settings)
     auto = world_model_params and budget is not None
-    if auto and wm.offload_during_update is None and plan.peak > budget:
-        plan = replan(replace(plan.settings, offload_world_model=True))
-    if auto and wm.vae_batch is None and plan.peak > budget and settings.envs > VAE_BATCH:
+    # each where its own phase is over: batching the decode lowers the rollout, offloading the
+    # world model the update and the step
+    if auto and wm.vae_batch is None and plan.rollout > budget and settings.envs > VAE_BATCH:
         plan = replan(replace(plan.settings, vae_batch=VAE_BATCH))
+    over = auto and max(plan.update, plan.step) > budget
+    if over and wm.offload_during_update is None:
+        plan = replan(replace(plan.settings, offload_world_model=True))
     check_budget(plan, budget, where, replan, world_model_params > 0)
     return CheckedPlan(plan, budget, where)
+
+
+def env_memory_plan(cfg, policy_config, env, world_size: int, device: str) -> CheckedPlan:
+    """The trainer's plan, from the models its env holds (the world models, the reward model,
+    the imagining model's backend and frame size), with `world_model.vae_batch` as the plan
+    resolved it set on every world model that imagines (the confirming ones too)."""
+    from wmrl_cli.training.sharding import frozen_models
+
+    worlds, rewards = frozen_models(env)
+    imagining = getattr(getattr(env, "imagined", env), "world_model", None)
+    backend = getattr(imagining, "backend", None)
+    cost = None
+    if backend in IMAGINATION_256:
+        cost = imagination_cost(backend, imagining.height, imagining.width)
+    checked = rl_memory_plan(
+        cfg,
+        policy_config,
+        sum(p.numel() for m in worlds for p in m.parameters()),
+        sum(p.numel() * p.element_size() for m in rewards for p in m.parameters()),
+        world_size,
+        device,
+        cost,
+    )
+    for world in worlds:
+        world.vae_batch = checked.vae_batch
+    return checked
 
 
 def sft_memory_plan(cfg, policy_config, world_size: int, device: str) -> CheckedPlan:
@@ -268,8 +298,8 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
     from wmrl_cli.training.param_counts import (
         policy_config_of,
         weight_file_bytes,
+        world_model_geometry,
         world_model_params,
-        world_model_resolution,
     )
 
     if device is None:
@@ -283,6 +313,5 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
     policy = policy_config_of(inputs.policy)
     cost = None
     if inputs.world_model:
-        height, width = world_model_resolution(inputs.world_model)
-        cost = imagination_cost(backend, height, width)
+        cost = imagination_cost(*world_model_geometry(inputs.world_model))
     return rl_memory_plan(cfg, policy, params, reward, world_size, device, cost)

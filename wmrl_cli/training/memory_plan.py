@@ -16,8 +16,9 @@ Sizes come from parameter counts (`training/param_counts.py`, built on the meta 
 bytes per element: float32 4, bf16 2. Sharding (FSDP) divides weights, gradients and optimizer
 state by the ranks; CPU offload moves all three to CPU memory. With float32 weights and bf16
 compute, the float32 weights are the master copy; autocast's bf16 copy of a weight is kept for
-backward by the layer that used it (every block without checkpointing, one block with it;
-FSDP gathers the compute dtype itself, one block at a time, two in flight).
+backward by the layer that used it (every block without checkpointing, one block with it), and
+a rollout's forward caches a copy of every trained weight until it leaves autocast (FSDP
+gathers the compute dtype itself, one block at a time in the update, two in flight).
 
 Activations, per token and block, are what autograd keeps for backward (SDPA keeps no attention
 matrix). Llama (RMSNorm in float32, SwiGLU with MLP width i): 16 h + (7 h + 4 i) x b bytes; a
@@ -28,7 +29,9 @@ plus one block recomputed at a time. Frozen vision towers (LoRA) keep nothing; t
 keeps its linears' inputs and GELUs' outputs. A micro-batch is `algorithm.minibatch_trajectories`
 x ceil(max_episode_steps / chunk) sequences of 1 + patches + 32 prompt + C x A action + 1 tokens
 (every step valid: the worst case). `benchmarks/memory_plan_check.py` counts what the code
-allocates at full size on fake tensors: the plan is within 1% of it (docs/benchmarks.md). Not
+allocates at full size on fake tensors: the plan's peak phase is within 1% of the count on one
+GPU and on rank 0 of 8 FSDP ranks; the update phase of full fine-tuning it overstates by 8-12%,
+which matters only with bf16 moments, where that phase is the peak (docs/benchmarks.md). Not
 counted: the CUDA context (~0.5 GiB), library workspaces and allocator fragmentation (the GPU
 rows of `benchmarks/gpu_fullsize.py`). Whether a plan fits, and what to change where it does
 not: `training/memory_budget.py`.
@@ -61,7 +64,7 @@ class PlanSettings:
     offload_world_model: bool = False
     lora_rank: int | None = None
     steps_per_trajectory: int | None = None  # RL: sequences of one trajectory (chunks)
-    envs: int = 0  # imagined envs on this rank
+    envs: int = 0  # RL: envs on this rank (the policy's rollout batch, imagined or simulated)
     vae_batch: int | None = None  # world_model.vae_batch
 
     @property
@@ -81,7 +84,8 @@ class ImaginationCost:
 
 # Counted by benchmarks/memory_plan_check.py on fake tensors (docs/benchmarks.md) for the
 # published configs at 256x256 in bf16, RLinf's settings; other resolutions scale by pixels
-# (measured: 128x128 holds a quarter). Peak = the larger of the two (they do not overlap).
+# (a convolutional decoder's activations do; only 256x256 was counted). Peak: the larger of the
+# two (they hardly overlap: 1.5-3% more is counted at 64 envs decoded 16 at a time).
 IMAGINATION_256 = {
     "wan": ImaginationCost(decode=int(0.665 * GIB), denoise=int(0.0496 * GIB)),
     "opensora": ImaginationCost(decode=int(0.751 * GIB), denoise=int(0.1204 * GIB)),
@@ -201,6 +205,15 @@ def activation_bytes(
     return total
 
 
+def rollout_forward_bytes(policy: PolicySize, envs: int, b: int, w: int, sharding: str) -> int:
+    """The policy's forward for `envs` observations without gradients: one Llama block's working
+    set at a time, and (float32 weights under bf16 autocast, unsharded) that block's bf16
+    weight copies. It runs when the world model does not, so it and imagination do not add."""
+    llama = policy.stacks[0]
+    copies = policy.largest_kept_block * b if b < w and sharding != "fsdp" else 0
+    return envs * llama.tokens * block_bytes_per_token(llama, b) + copies if envs else 0
+
+
 def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
     """The per-GPU estimate for `sizes` under `s` (see the module doc)."""
     p = sizes.policy
@@ -211,20 +224,27 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
     grads = _gib(p.trainable * wb / shards) * on_gpu
     moments = _gib(2 * p.trainable * ob / shards) * on_gpu
     # torch's multi-tensor AdamW (the default on GPUs) makes one moment-sized temporary;
-    # MixedStateAdamW (moments in another dtype than the weights) steps one tensor at a time
-    step_temporary = _gib(p.trainable * ob / shards) * on_gpu if ob == wb else 0.0
+    # MixedStateAdamW (moments in another dtype than the weights) steps one tensor at a time,
+    # through up to five float32 copies of it (gradient, moments, weight, denominator)
+    if ob == wb:
+        step_temporary = _gib(p.trainable * ob / shards) * on_gpu
+    else:
+        step_temporary = _gib(5 * p.largest_trainable * 4 / shards) * on_gpu
     if s.sharding == "fsdp":
         copies = ("gathered for the rollout / two blocks in flight", _gib(p.params * cb))
         copies_update = _gib(2 * p.largest_unit * cb)
         residual = cb  # the gathered weights are in the compute dtype
     elif cb < wb:  # the bf16 copies of float32 weights that autograd keeps for backward
-        copies = ("bf16 weight copies kept for backward (autocast)", 0.0)
+        # (and a rollout's forward, without checkpointing, fills autocast's cache with a copy
+        # of every weight that requires a gradient until the forward leaves autocast)
+        copies = ("bf16 weight copies (autocast)", _gib(p.trainable * cb))
         blocks = p.largest_kept_block if s.activation_checkpointing else p.kept_block_params
         copies_update = _gib((blocks + p.projector_params) * cb)
         residual = wb  # float32 embeddings: the residual stream stays float32
     else:
         copies, copies_update, residual = ("", 0.0), 0.0, wb
     acts = _gib(activation_bytes(p, s.sequences, cb, residual, s.activation_checkpointing))
+    imagination = imagination_bytes(sizes.imagination, s.envs, s.vae_batch)
     wm = _gib(sizes.world_model * BYTES[s.world_model_dtype])
     rm = _gib(sizes.reward_model_bytes)
     kept = 0.0 if s.offload_world_model else 1.0
@@ -236,7 +256,12 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
         (f"policy {copies[0]}", copies[1], copies_update, 0.0),
         (f"gradients ({s.param_dtype})", 0.0, grads, grads),
         (f"AdamW moments ({s.optimizer_dtype})", moments, moments, moments),
-        ("AdamW step temporary (multi-tensor)", 0.0, 0.0, step_temporary),
+        (
+            "AdamW step temporary (" + ("multi-tensor)" if ob == wb else "per tensor)"),
+            0.0,
+            0.0,
+            step_temporary,
+        ),
         (
             f"activations ({s.sequences} sequences"
             + (", checkpointed)" if s.activation_checkpointing else ")"),
@@ -256,9 +281,10 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
             wm * kept,
         ),
         (
-            f"imagination working set ({s.envs} envs"
-            + (f", VAE {s.vae_batch} at a time)" if s.vae_batch else ")"),
-            _gib(imagination_bytes(sizes.imagination, s.envs, s.vae_batch)),
+            f"rollout working set ({s.envs} envs: the larger of imagination"
+            + (f", VAE {s.vae_batch} at a time," if s.vae_batch else "")
+            + " and the policy's forward)",
+            _gib(max(imagination, rollout_forward_bytes(p, s.envs, cb, wb, s.sharding))),
             0.0,
             0.0,
         ),

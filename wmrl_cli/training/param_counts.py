@@ -57,6 +57,7 @@ class PolicySize:
     # elements per sequence its linears and GELUs keep for backward
     projector_params: int = 0
     projector_kept: int = 0
+    largest_trainable: int = 0  # the largest trained tensor (a per-tensor AdamW step's copies)
 
 
 def count(module: nn.Module, trainable_only: bool = False) -> int:
@@ -111,6 +112,7 @@ def _policy_size(config_json: str, lora_rank: int | None, value_head: bool) -> P
         largest_kept_block=max(kept),
         projector_params=count(model.projector),
         projector_kept=config.num_patches * per_patch,
+        largest_trainable=max(p.numel() for p in model.parameters() if p.requires_grad),
     )
 
 
@@ -181,17 +183,18 @@ def world_model_params(path: Path | None, backend: str = "wan") -> int:
     return _world_model_params(saved_backend, json.dumps(config, sort_keys=True))
 
 
-def world_model_resolution(path: Path) -> tuple[int, int]:
-    """(height, width) a world model imagines at: a wmrl model's config.json, else (published
-    models) 256 x 256."""
+def world_model_geometry(path: Path) -> tuple[str, int, int]:
+    """(backend, height, width) a world model imagines at: a wmrl model's config.json, else
+    (published models) its layout's backend at 256 x 256."""
     from wmrl_cli.world_models.factory import saved_world_model
-    from wmrl_cli.world_models.published import published_layout
+    from wmrl_cli.world_models.published import RLINF_OPENSORA, published_layout
 
-    if published_layout(path) is None:
-        directory, _ = saved_world_model(path)
+    layout = published_layout(path)
+    if layout is None:
+        directory, backend = saved_world_model(path)
         config = json.loads((directory / "config.json").read_text())
-        return int(config.get("height", 256)), int(config.get("width", 256))
-    return 256, 256
+        return backend, int(config.get("height", 256)), int(config.get("width", 256))
+    return ("opensora" if layout == RLINF_OPENSORA else "wan"), 256, 256
 
 
 def _numel(tensors: dict[str, torch.Tensor]) -> int:
