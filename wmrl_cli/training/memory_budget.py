@@ -49,7 +49,8 @@ def remedies(s: PlanSettings, has_world_model: bool, lora: bool = True) -> list[
         ranks.insert(0, s.world_size)
     for n in ranks:
         more = "" if n == s.world_size else f" --num-processes {n}"
-        sharded = replace(s, sharding="fsdp", world_size=n)
+        # each of the n ranks imagines its share of the envs
+        sharded = replace(s, sharding="fsdp", world_size=n, envs=s.envs * s.world_size // n)
         out.append(Remedy(f"--set training.sharding=fsdp{more}", sharded, sharding=True))
     if not s.activation_checkpointing:
         checkpointed = replace(s, activation_checkpointing=True)
@@ -259,8 +260,9 @@ def env_memory_plan(cfg, policy_config, env, world_size: int, device: str) -> Ch
     imagining = getattr(getattr(env, "imagined", env), "world_model", None)
     backend = getattr(imagining, "backend", None)
     cost = None
-    if backend in IMAGINATION_256:
-        cost = imagination_cost(backend, imagining.height, imagining.width)
+    pixels = getattr(imagining, "height", None), getattr(imagining, "width", None)
+    if backend in IMAGINATION_256 and None not in pixels:
+        cost = imagination_cost(backend, *pixels)
     checked = rl_memory_plan(
         cfg,
         policy_config,

@@ -207,11 +207,18 @@ def activation_bytes(
 
 def rollout_forward_bytes(policy: PolicySize, envs: int, b: int, w: int, sharding: str) -> int:
     """The policy's forward for `envs` observations without gradients: one Llama block's working
-    set at a time, and (float32 weights under bf16 autocast, unsharded) that block's bf16
-    weight copies. It runs when the world model does not, so it and imagination do not add."""
+    set at a time and, with float32 weights under bf16 autocast (unsharded), autocast's copies:
+    a cached one of every trained weight until the forward leaves autocast, and the current
+    block's frozen weights (LoRA). It runs when the world model does not, so it and
+    imagination do not add."""
+    if not envs:
+        return 0
     llama = policy.stacks[0]
-    copies = policy.largest_kept_block * b if b < w and sharding != "fsdp" else 0
-    return envs * llama.tokens * block_bytes_per_token(llama, b) + copies if envs else 0
+    copies = 0
+    if b < w and sharding != "fsdp":
+        frozen_block = policy.largest_kept_block if policy.trainable < 0.99 * policy.params else 0
+        copies = (policy.trainable + frozen_block) * b
+    return envs * llama.tokens * block_bytes_per_token(llama, b) + copies
 
 
 def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
@@ -235,9 +242,7 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
         copies_update = _gib(2 * p.largest_unit * cb)
         residual = cb  # the gathered weights are in the compute dtype
     elif cb < wb:  # the bf16 copies of float32 weights that autograd keeps for backward
-        # (and a rollout's forward, without checkpointing, fills autocast's cache with a copy
-        # of every weight that requires a gradient until the forward leaves autocast)
-        copies = ("bf16 weight copies (autocast)", _gib(p.trainable * cb))
+        copies = ("bf16 weight copies kept for backward (autocast)", 0.0)
         blocks = p.largest_kept_block if s.activation_checkpointing else p.kept_block_params
         copies_update = _gib((blocks + p.projector_params) * cb)
         residual = wb  # float32 embeddings: the residual stream stays float32
@@ -283,7 +288,7 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
         (
             f"rollout working set ({s.envs} envs: the larger of imagination"
             + (f", VAE {s.vae_batch} at a time," if s.vae_batch else "")
-            + " and the policy's forward)",
+            + " and the policy's forward with its weight copies)",
             _gib(max(imagination, rollout_forward_bytes(p, s.envs, cb, wb, s.sharding))),
             0.0,
             0.0,
