@@ -444,10 +444,15 @@ def main() -> None:
     parser.add_argument("--real", action="store_true", help="real CPU tensors (tiny size)")
     args = parser.parse_args()
     result = run(args.size, args.real)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "memory_plan_check.json").write_text(json.dumps(result, indent=1))
-    (args.out / "memory_plan_check.md").write_text(markdown(result))
-    print(markdown(result))
+    write_results(args.out, "memory_plan_check", result, markdown(result))
+
+
+def write_results(out: Path, name: str, result: Any, table: str) -> None:
+    """OUT/NAME.json and OUT/NAME.md, and the table on stdout (this script's and wm_flops')."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{name}.md").write_text(table)
+    print(table)
 
 
 if __name__ == "__main__":

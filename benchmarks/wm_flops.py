@@ -17,7 +17,6 @@ The measured frames/s are benchmarks/gpu_fullsize.py's (docs/benchmarks.md).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -113,13 +112,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--size", default="full", choices=sorted(fullsize.SIZES))
-    parser.add_argument("--envs", type=int, default=8, help="envs of the counted chunk")
+    parser.add_argument("--envs", type=_positive, default=8, help="envs of the counted chunk")
     args = parser.parse_args()
     rows = [world_model_flops(backend, args.size, args.envs) for backend in ("wan", "opensora")]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "wm_flops.json").write_text(json.dumps(rows, indent=1))
-    (args.out / "wm_flops.md").write_text(markdown(rows))
-    print(markdown(rows))
+    counting.write_results(args.out, "wm_flops", rows, markdown(rows))
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
 
 
 if __name__ == "__main__":
