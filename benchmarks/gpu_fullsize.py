@@ -9,7 +9,9 @@ that would not finish in time is recorded as skipped, with why):
 1. imagination: the Wan2.2-TI2V-5B-config world model at 256x256 with 5 sampling steps and
    the OpenSora-1.1B-config one with 10 (RLinf's settings), in bf16 (`world_model.dtype`
    auto on a GPU): frames/s at several env counts, peak memory, GPU utilization, and at the
-   largest count again with `world_model.vae_batch` 4 (what bounding the decode costs);
+   largest count again with `world_model.vae_batch` 4 (what bounding the decode costs); at the
+   middle count, where a chunk's time goes (denoiser, VAE decode, VAE encode, the rest:
+   `gpu_measure.part_times`), to set beside where its FLOPs go (benchmarks/wm_flops.py);
 2. policy: the 7.5 B OpenVLA-OFT forward and backward of one GRPO micro-batch (32 sequences:
    one trajectory of 32 chunks, `algorithm.minibatch_trajectories=1`, activation
    checkpointing, bf16 autocast), with LoRA rank 32 on float32 weights, with full fine-tuning
@@ -36,17 +38,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import importlib
 import json
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +54,19 @@ import torch
 # Run as `python benchmarks/gpu_fullsize.py` by a Python without wmrl installed (a lent
 # machine's own): the checkout's package, as if run from its root.
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # gpu_measure, when imported
+from gpu_measure import (  # noqa: E402
+    OOM,
+    Budget,
+    Utilization,
+    drop_caches,
+    failure,
+    free,
+    part_times,
+    peaks,
+    reset_peak,
+    sync,
+)
 
 INSTRUCTION = "pick up the black bowl between the plate and the ramekin and place it on the plate"
 
@@ -82,110 +93,6 @@ SIZES = {
 # The GRPO step's imagination rate where the Wan section measured none (WoVR: 23 frames/s for
 # Wan2.2-5B on one H100): a guess on the slow side, so that the step still fits the budget.
 FALLBACK_FPS = 10.0
-OOM = "out of memory"
-
-
-@dataclass
-class Budget:
-    total: float
-    start: float = field(default_factory=time.monotonic)
-
-    def left(self) -> float:
-        return self.total - (time.monotonic() - self.start)
-
-
-class Utilization:
-    """GPU utilization (%) sampled every 0.2 s while inside (torch.cuda.utilization, else
-    nvidia-smi); None off a GPU or where neither answers."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.on = device.type == "cuda"
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-
-    @staticmethod
-    def read() -> float | None:
-        try:
-            return float(torch.cuda.utilization())
-        except Exception:  # no pynvml: ask nvidia-smi
-            try:
-                out = subprocess.run(
-                    ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader"],
-                    capture_output=True,
-                    text=True,
-                    timeout=5,
-                ).stdout
-                return float(out.split()[0])
-            except Exception:
-                return None
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.2):
-            value = self.read()
-            if value is None:
-                return
-            self.samples.append(value)
-
-    def __enter__(self) -> Utilization:
-        if self.on:
-            self._thread = threading.Thread(target=self._loop, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.on:
-            self._stop.set()
-            self._thread.join()
-
-    @property
-    def mean(self) -> float | None:
-        return float(np.mean(self.samples)) if self.samples else None
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def reset_peak(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def peak_gib(device: torch.device) -> float | None:
-    """GiB the tensors took at most since `reset_peak` (the allocator reserves somewhat more:
-    `peaks`)."""
-    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-
-
-def peaks(device: torch.device) -> dict[str, float | None]:
-    reserved = torch.cuda.max_memory_reserved(device) / 2**30 if device.type == "cuda" else None
-    return {"peak_gib": peak_gib(device), "peak_reserved_gib": reserved}
-
-
-def free(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def is_oom(exc: BaseException) -> bool:
-    """The allocator's OutOfMemoryError, a kernel's "out of memory", or cuBLAS / cuDNN failing
-    to allocate their workspace (what a nearly full GPU raises from a library call)."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    text = str(exc)
-    return any(m in text for m in (OOM, "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED"))
-
-
-def failure(exc: BaseException) -> str:
-    """What a row records of a measurement's exception: "out of memory", or the exception's
-    type and first line (its traceback goes to stderr). The run goes on either way."""
-    if is_oom(exc):
-        return OOM
-    traceback.print_exception(exc, file=sys.stderr)
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first[:300]}"
 
 
 def errors(result: dict) -> list[str]:
@@ -193,14 +100,6 @@ def errors(result: dict) -> list[str]:
     rows = [*result.get("imagination", []), *result.get("policy", [])]
     rows.append(result.get("grpo_step", {}))
     return [r["error"] for r in rows if r.get("error") not in (None, OOM)]
-
-
-def drop_caches(model: Any) -> None:
-    """What a model holds beyond its weights after a failed call: the Wan VAE's causal feature
-    caches (diffusers clears them at the start and end of a call, not on an exception)."""
-    clear = getattr(getattr(model, "vae", None), "clear_cache", None)
-    if callable(clear):
-        clear()
 
 
 # -- 1. imagination -------------------------------------------------------------------------------
@@ -224,17 +123,30 @@ def world_model(backend: str, size: str, steps: int, device: torch.device, dtype
 
 
 @torch.no_grad()
-def imagine_chunk(model, envs: int, image: int, seed: int = 0) -> float:
-    """Seconds to reset `envs` episodes and predict one 8-frame chunk."""
+def imagine_chunk(model, envs: int, image: int, seed: int = 0, parts: bool = False):
+    """Seconds to predict one 8-frame chunk of `envs` episodes (reset first, not timed); with
+    `parts`, (seconds, seconds each of the model's parts took: `part_times`)."""
     gen = torch.Generator().manual_seed(seed)
     k = model.num_context_frames
     frames = torch.randint(0, 256, (envs, k, image, image, 3), dtype=torch.uint8, generator=gen)
     model.reset_context(frames[:, 0], frames, torch.zeros(envs, k, 7))
     actions = torch.rand(envs, 8, 7, generator=gen) * 2 - 1
-    start = time.perf_counter()
-    model.predict(actions, generator=gen)
-    sync(model.device)
-    return time.perf_counter() - start
+    with part_times(model, model.device) if parts else contextlib.nullcontext() as split:
+        start = time.perf_counter()
+        model.predict(actions, generator=gen)
+        sync(model.device)
+        seconds = time.perf_counter() - start
+    return (seconds, split) if parts else seconds
+
+
+def time_split(model, envs: int, image: int) -> dict[str, float]:
+    """Where one chunk's time goes: the fraction each part of the world model takes, and the
+    rest (noise, the flow-matching updates, conversions: `other`), of a chunk timed with a
+    synchronization around each part's call."""
+    seconds, split = imagine_chunk(model, envs, image, seed=2, parts=True)
+    fractions = {part: t / seconds for part, t in split.items()}
+    fractions["other"] = 1.0 - sum(fractions.values())
+    return {"split_s": seconds, **{f"{part}_frac": f for part, f in fractions.items()}}
 
 
 def imagination(size: str, device: torch.device, budget: Budget, dtype: torch.dtype) -> list:
@@ -276,6 +188,17 @@ def imagination(size: str, device: torch.device, budget: Budget, dtype: torch.dt
                 row.update(error=failure(exc), **peaks(device))
                 drop_caches(model)
             rows.append(row)
+            free(device)
+        # where the time goes, on the middle env count's row (decode all at once), if it fits
+        envs = s.env_counts[len(s.env_counts) // 2]
+        row = next(r for r in rows if r.get("envs") == envs and r["backend"] == backend)
+        model.vae_batch = None
+        if "frames_per_s" in row and 1.5 * per_frame * envs * 8 < budget.left() - 200:
+            try:
+                row.update(time_split(model, envs, s.image))
+            except Exception as exc:  # recorded apart: the row's frames/s stand
+                row["split_error"] = failure(exc)
+                drop_caches(model)
             free(device)
         del model
         free(device)
@@ -494,6 +417,10 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def _pct(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.0f}%"
+
+
 def markdown(result: dict) -> str:
     lines = [
         f"# gpu_fullsize ({result['size']}) on {result['device']}",
@@ -510,6 +437,21 @@ def markdown(result: dict) -> str:
             f"{r.get('vae_batch') or 'all'} | "
             f"{_fmt(r.get('frames_per_s'))} | {_fmt(r.get('peak_gib'))} | "
             f"{_fmt(r.get('gpu_util_pct'), 0)} | {r.get('skipped') or r.get('error') or ''} |"
+        )
+    split = [r for r in result.get("imagination", []) if "split_s" in r or "split_error" in r]
+    if split:
+        lines += [
+            "",
+            "| where a chunk's time goes | envs | s | denoiser | VAE decode | VAE encode | other "
+            "| note |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+    for r in split:
+        shares = [_pct(r.get(f"{part}_frac")) for part in ("denoiser", "decode", "encode", "other")]
+        lines.append(
+            f"| {r['backend']} | {r['envs']} | {_fmt(r.get('split_s'), 2)} | "
+            + " | ".join(shares)
+            + f" | {r.get('split_error', '')} |"
         )
     lines += [
         "",

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import ROOT
 
 
@@ -23,6 +25,11 @@ def test_tiny_size_runs_every_section_and_writes_json_and_markdown(tmp_path) -> 
     assert all(r["frames_per_s"] > 0 for r in rows)
     wan = [(r["envs"], r["vae_batch"]) for r in rows if r["backend"] == "wan"]
     assert wan == [(2, None), (2, 4)]  # and again with the plan's world_model.vae_batch
+    for backend in ("wan", "opensora"):  # where a chunk's time goes, beside its frames/s
+        (split,) = [r for r in rows if r["backend"] == backend and "split_s" in r]
+        shares = [split[f"{part}_frac"] for part in ("denoiser", "decode", "encode", "other")]
+        assert split["vae_batch"] is None and sum(shares) == pytest.approx(1.0)
+        assert min(shares[:2]) > 0.05 and shares[3] < 0.5  # the parts hold the time
     variants = [r["variant"] for r in result["policy"]]
     assert variants == [
         "LoRA rank 32, float32 weights",
@@ -36,4 +43,5 @@ def test_tiny_size_runs_every_section_and_writes_json_and_markdown(tmp_path) -> 
     table = (tmp_path / "gpu_fullsize.md").read_text()
     assert "| wan | 1 | 2 | all |" in table and "| wan | 1 | 2 | 4 |" in table
     assert "| wan-spatial-grpo, LoRA 32 | 2 | 16 |" in table
+    assert "| where a chunk's time goes |" in table
     assert result["wall_s"] < 60

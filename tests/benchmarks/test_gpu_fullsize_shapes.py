@@ -93,3 +93,17 @@ def test_out_of_memory_in_one_policy_variant_is_recorded_and_the_next_variant_ru
     assert lora["seconds"] > 0 and bf16["seconds"] > 0 and "error" not in bf16
     assert script.errors({"policy": rows}) == []  # out of memory is a result, not a failure
     assert script.errors({"policy": [{"variant": "x", "error": "ValueError: boom"}]})
+
+
+def test_part_times_wraps_the_parts_only_while_inside_even_when_a_part_raises(script) -> None:
+    from gpu_measure import part_times
+
+    model = script.world_model("wan", "tiny", 1, torch.device("cpu"), torch.float32)
+    with part_times(model, model.device) as seconds:
+        assert "forward" in vars(model.transformer) and "decode" in vars(model.vae)
+        with pytest.raises((RuntimeError, ValueError)):
+            model.vae.decode(torch.zeros(1))  # a bad call: timed, raised, still unwrapped after
+    assert seconds["decode"] > 0 and seconds["denoiser"] == 0
+    assert not {"forward", "decode", "encode"} & (
+        vars(model.transformer).keys() | vars(model.vae).keys()
+    )
