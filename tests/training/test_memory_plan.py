@@ -317,3 +317,29 @@ def test_sharding_remedies_give_each_rank_its_share_of_the_envs() -> None:
         rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu", cost)
     assert "--set training.sharding=fsdp --num-processes 4" in str(err.value)
     assert rl_memory_plan(cfg, full_config(), wan, 0, 4, "cpu", cost).plan.peak < 79
+
+
+def test_a_published_world_model_is_planned_at_its_reset_sets_frame_size(assets, tmp_path):
+    """A published model imagines at its reset set's size (RLinf's layout or an episode store,
+    read from the first entry alone), so the launch plan sizes its decode by that, 256 x 256
+    only where the reset set cannot be read."""
+    from tests.helpers.published_layouts import write_wan_libero
+    from wmrl_cli.data.reset_set import reset_frame_size
+    from wmrl_cli.rl.setup import Inputs
+    from wmrl_cli.training.memory_budget import check_rl_memory
+    from wmrl_cli.training.param_counts import world_model_geometry
+
+    folder = write_wan_libero(tmp_path / "wan", frame_size=32)
+    assert reset_frame_size(folder) == (32, 32)  # RLinf's dataset/trajN.npy
+    assert reset_frame_size(assets / "demos") == (32, 32)  # an episode store
+    assert reset_frame_size(tmp_path / "missing") is None
+    assert world_model_geometry(folder, (32, 32)) == ("wan", 32, 32)
+    assert world_model_geometry(folder) == ("wan", 256, 256)
+
+    cfg = resolve_config("wan-spatial-grpo", overrides=["algorithm.num_envs=64"])
+    cfg.training.memory_budget_gb = 1e6
+    policy = assets / "sft" / "policy"
+    known = check_rl_memory(cfg, Inputs(policy, folder, None, folder), 1, "cpu").plan
+    unknown = check_rl_memory(cfg, Inputs(policy, folder, None, None), 1, "cpu").plan
+    decode_256 = imagination_cost("wan", 256, 256).decode * 64 / GIB
+    assert unknown.rollout >= decode_256 > 32 * known.rollout  # (256 / 32)^2 = 64 less decode

@@ -203,6 +203,23 @@ def load_rlinf_reset_set(
     return [read_rlinf_file(f, context_frames, kir_context) for f in files]
 
 
+def reset_frame_size(path: Path) -> tuple[int, int] | None:
+    """(height, width) of a reset set's frames, from its first entry alone (an episode store or
+    RLinf's layout): what the memory plan sizes imagination by before anything loads. None where
+    it cannot be read; `load_reset_set` names the problem when the run loads it."""
+    try:
+        if (path / "index.json").is_file():
+            store = EpisodeStore.open(path, verify=False)
+            height, width = store.load(int(store.index[0]["id"])).frames.shape[1:3]
+        else:
+            folder = path / "dataset" if (path / "dataset").is_dir() else path
+            first = min(folder.glob("*.npy"), key=_natural_key)
+            height, width = np.asarray(load_npy(first)[0]["image"]).shape[:2]
+    except (WmrlError, OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    return int(height), int(width)
+
+
 def reset_set_from_store(
     store: EpisodeStore,
     episode_ids: list[int],

@@ -297,6 +297,7 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
     """The RL plan from the inputs' files (`rl.setup.Inputs`), before any of them loads:
     `train-policy` checks it before starting its ranks, `rl.train_policy` before loading the
     policy. A ConfigError (exit 2) naming what to change where it does not fit."""
+    from wmrl_cli.data.reset_set import reset_frame_size
     from wmrl_cli.training.param_counts import (
         policy_config_of,
         weight_file_bytes,
@@ -315,5 +316,6 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
     policy = policy_config_of(inputs.policy)
     cost = None
     if inputs.world_model:
-        cost = imagination_cost(*world_model_geometry(inputs.world_model))
+        frames = reset_frame_size(inputs.reset_set) if inputs.reset_set else None
+        cost = imagination_cost(*world_model_geometry(inputs.world_model, frames))
     return rl_memory_plan(cfg, policy, params, reward, world_size, device, cost)

@@ -183,9 +183,10 @@ def world_model_params(path: Path | None, backend: str = "wan") -> int:
     return _world_model_params(saved_backend, json.dumps(config, sort_keys=True))
 
 
-def world_model_geometry(path: Path) -> tuple[str, int, int]:
-    """(backend, height, width) a world model imagines at: a wmrl model's config.json, else
-    (published models) its layout's backend at 256 x 256."""
+def world_model_geometry(path: Path, frames: tuple[int, int] | None = None) -> tuple[str, int, int]:
+    """(backend, height, width) a world model imagines at: a wmrl model's config.json; a
+    published model, which imagines at its reset set's size, at `frames` (256 x 256, RLinf's,
+    where unknown)."""
     from wmrl_cli.world_models.factory import saved_world_model
     from wmrl_cli.world_models.published import RLINF_OPENSORA, published_layout
 
@@ -194,7 +195,8 @@ def world_model_geometry(path: Path) -> tuple[str, int, int]:
         directory, backend = saved_world_model(path)
         config = json.loads((directory / "config.json").read_text())
         return backend, int(config.get("height", 256)), int(config.get("width", 256))
-    return ("opensora" if layout == RLINF_OPENSORA else "wan"), 256, 256
+    height, width = frames or (256, 256)
+    return ("opensora" if layout == RLINF_OPENSORA else "wan"), height, width
 
 
 def _numel(tensors: dict[str, torch.Tensor]) -> int:
