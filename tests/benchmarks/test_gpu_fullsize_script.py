@@ -40,8 +40,9 @@ def test_tiny_size_runs_every_section_and_writes_json_and_markdown(tmp_path) -> 
     step = result["grpo_step"]
     assert step["envs"] == 2 and step["seconds"] > 0 and step["plan_gib"] > 0
     assert step["update_s"] > 0 and step["rollout_s"] > 0
+    assert len(step["steps"]) == 3 and all(s["update_s"] > 0 for s in step["steps"])
     table = (tmp_path / "gpu_fullsize.md").read_text()
     assert "| wan | 1 | 2 | all |" in table and "| wan | 1 | 2 | 4 |" in table
-    assert "| wan-spatial-grpo, LoRA 32 | 2 | 16 |" in table
+    assert "| wan-spatial-grpo, LoRA 32 | 3 | 2 | 16 |" in table
     assert "| where a chunk's time goes |" in table
     assert result["wall_s"] < 60
