@@ -3,6 +3,7 @@ on the meta device, the plan's arithmetic, and the refusal of a run that cannot 
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -23,7 +24,11 @@ from wmrl_cli.training.memory_plan import (
     imagination_cost,
     plan_memory,
 )
-from wmrl_cli.training.param_counts import full_world_model_params, policy_size
+from wmrl_cli.training.param_counts import (
+    full_world_model_params,
+    policy_size,
+    published_reward_bytes,
+)
 
 runner = CliRunner()
 
@@ -343,3 +348,46 @@ def test_a_published_world_model_is_planned_at_its_reset_sets_frame_size(assets,
     unknown = check_rl_memory(cfg, Inputs(policy, folder, None, None), 1, "cpu").plan
     decode_256 = imagination_cost("wan", 256, 256).decode * 64 / GIB
     assert unknown.rollout >= decode_256 > 32 * known.rollout  # (256 / 32)^2 = 64 less decode
+
+
+def test_plan_flag_plans_a_published_preset_before_any_download(tmp_path, monkeypatch) -> None:
+    """`train-policy --plan`: the table and one line, exit 0 where it fits and 2 where it does
+    not (the launch's message, the table above it); assets not downloaded count at their
+    published size, planned for a GPU (bf16 world model) on this CPU; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    assets = tmp_path / "assets"
+    plan = ["train-policy", "--preset", "wan-spatial-grpo", "--assets-dir", str(assets), "--plan"]
+    budget = ["--set", "training.memory_budget_gb=80"]
+    eight = runner.invoke(app, [*plan, "--num-processes", "8", *budget])
+    assert eight.exit_code == 0, eight.output
+    assert "memory plan per GPU" in eight.output and "fsdp over 8" in eight.output
+    assert "openvla-oft-libero-spatial-traj1, wan-libero-spatial" in eight.output
+    cfg = resolve_config("wan-spatial-grpo", overrides=["world_model.dtype=bf16"])
+    cfg.training.memory_budget_gb = 80
+    wan = full_world_model_params("wan")
+    cost = imagination_cost("wan", 256, 256)
+    reward = published_reward_bytes("resnet")
+    expected = rl_memory_plan(cfg, full_config(), wan, reward, 8, "cpu", cost).plan.peak
+    assert f"fits: {expected:.1f} of 80.0 GiB per GPU" in eight.output
+    assert re.search(r"world model \+ VAE \([\d.]+ B, bf16", eight.output)  # as on a GPU
+
+    one = runner.invoke(app, [*plan, *budget])  # full fine-tuning on one GPU
+    assert one.exit_code == 2, one.output
+    assert "memory plan per GPU" in one.output and "Traceback" not in one.output
+    assert "error: the memory plan needs" in one.output and "training.lora_rank=32" in one.output
+    lora = runner.invoke(app, [*plan, *budget, "--set", "training.lora_rank=32"])
+    assert lora.exit_code == 0 and "world_model.vae_batch=4" in lora.output  # turned on
+    assert list(tmp_path.iterdir()) == []  # no run directory, no assets folder
+
+
+def test_plan_flag_reads_inputs_on_disk_and_refuses_a_missing_path(assets, tmp_path) -> None:
+    from tests.helpers.train_policy import args
+
+    ok = runner.invoke(app, [*args(assets, tmp_path / "run", 1), "--plan"])
+    assert ok.exit_code == 0, ok.output
+    assert "published size" not in ok.output and "nothing to check against" in ok.output
+    assert not (tmp_path / "run").exists()
+    gone = runner.invoke(
+        app, [*args(assets, tmp_path / "run", 1), "--plan", "--world-model", "nowhere"]
+    )
+    assert gone.exit_code == 1 and "nowhere does not exist" in gone.output  # as at launch

@@ -66,6 +66,16 @@ def train_policy_command(
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="Print the memory plan per GPU for these settings and --num-processes, then "
+            "exit (2 where it does not fit): nothing is downloaded, loaded or written; assets "
+            "not downloaded count at their published size. Plan for another GPU with --set "
+            "training.memory_budget_gb=GIB.",
+        ),
+    ] = False,
 ) -> None:
     """GRPO/PPO in imagination (the policy and the world model alternate chunk by chunk, the reward model scores every frame) or, with --env simulator, in the real simulator; token-level clipped updates; periodic evaluation in the real simulator. Starting the same command again resumes from RUN/checkpoints."""  # noqa: E501
     from wmrl_cli.runtime import check_not_single_rank_launch
@@ -109,6 +119,11 @@ def train_policy_command(
         check_world_size(
             effective.algorithm.num_envs, effective.algorithm.group_size, num_processes
         )
+    if plan:
+        from wmrl_cli.rl.launch_plan import print_launch_plan
+
+        print_launch_plan(effective, num_processes)
+        return
     if num_processes > 1 and "LOCAL_RANK" not in os.environ:
         if cfg.output_dir is None:
             raise ConfigError("--num-processes needs --out so that every rank writes one run")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wmrl_cli.assets.layout import asset_path, download_command
+from wmrl_cli.assets.layout import asset_path, default_assets_dir, download_command
 from wmrl_cli.assets.registry import ASSETS, get_asset
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
@@ -63,6 +63,9 @@ class Inputs:
     reset_set: Path | None
     unnorm_key: str | None = None  # the policy asset's, when the policy is one
     confirm_world_models: list[Path] = field(default_factory=list)  # one per confirming draw
+    # the directories of published assets not downloaded yet: only a plan resolves those
+    # (`resolve_inputs(missing_assets_ok=True)`), counting them at their published size
+    not_downloaded: frozenset[Path] = frozenset()
 
 
 def _missing_assets(failures: list[tuple[str, WmrlError]], assets_dir: Path | None) -> WmrlError:
@@ -75,13 +78,15 @@ def _missing_assets(failures: list[tuple[str, WmrlError]], assets_dir: Path | No
     return WmrlError(f"{details}; run: {command}")
 
 
-def resolve_inputs(cfg: RunConfig) -> Inputs:
+def resolve_inputs(cfg: RunConfig, missing_assets_ok: bool = False) -> Inputs:
     """Every input of RL as a path (in the simulator: the policy only); fails before anything
     is written.
 
     A value that names a published asset (`wmrl download --list`) resolves to its directory
     under `assets_dir`; assets that are missing or incomplete are reported together, with the
-    one `wmrl download` command that fetches them. Anything else is a path.
+    one `wmrl download` command that fetches them. Anything else is a path. With
+    `missing_assets_ok` (the memory plan of `train-policy --plan`), an asset that is not
+    downloaded resolves to the directory it would have, listed in `Inputs.not_downloaded`.
     """
     rm = cfg.reward_model
     if rm.confirm_world_models and len(rm.confirm_world_models) != rm.confirm_draws:
@@ -93,36 +98,44 @@ def resolve_inputs(cfg: RunConfig) -> Inputs:
     values = {key: _required(value, key) for key, value in _values(cfg).items()}
     failures: list[tuple[str, WmrlError]] = []
     assets: dict[str, Path] = {}
+    absent: set[Path] = set()
     for name in dict.fromkeys(v for v in values.values() if v in ASSETS):
         try:
             assets[name] = asset_path(name, cfg.assets_dir)
         except WmrlError as exc:
-            failures.append((name, exc))
+            if not missing_assets_ok:
+                failures.append((name, exc))
+                continue
+            explicit = Path(cfg.assets_dir) if cfg.assets_dir is not None else None
+            assets[name] = (explicit or default_assets_dir()) / name
+            absent.add(assets[name])
     if failures:
         raise _missing_assets(failures, cfg.assets_dir)
     paths = {key: assets.get(value, Path(value)) for key, value in values.items()}
     for key, path in paths.items():
-        if key != "policy.name" and not path.exists():
+        if key != "policy.name" and path not in absent and not path.exists():
             raise WmrlError(f"{key}: {values[key]} does not exist")
-    layout = published_layout(paths["world_model.path"]) if "world_model.path" in paths else None
+    world_model = paths.get("world_model.path")
+    layout = published_layout(world_model) if world_model and world_model not in absent else None
     if layout is not None and layout.removeprefix("rlinf-") != cfg.world_model.backend:
         raise WmrlError(
             f"world_model.backend is {cfg.world_model.backend}, but {values['world_model.path']} "
             f"holds RLinf's {layout.removeprefix('rlinf-')} world model"
         )
-    policy = resolve_policy_dir(str(paths["policy.name"]))
+    policy = paths["policy.name"]
+    policy = policy if policy in absent else resolve_policy_dir(str(policy))
     if policy is None:
         raise WmrlError(f"'{cfg.policy.name}' is not a policy checkpoint; {_HINTS['policy.name']}")
     policy_asset = values["policy.name"] if values["policy.name"] in ASSETS else None
+    reward = paths.get("reward_model.path")
     return Inputs(
         policy=policy,
-        world_model=paths.get("world_model.path"),
-        reward_model=reward_model_source(paths["reward_model.path"])
-        if "reward_model.path" in paths
-        else None,
+        world_model=world_model,
+        reward_model=reward if reward is None or reward in absent else reward_model_source(reward),
         reset_set=paths.get("world_model.reset_set"),
         unnorm_key=get_asset(policy_asset).unnorm_key if policy_asset else None,
         confirm_world_models=[path for key, path in paths.items() if key.startswith(_CONFIRM)],
+        not_downloaded=frozenset(absent),
     )
 
 

@@ -127,6 +127,15 @@ def over_budget_message(
     return f"{head}, even with {'; '.join(r.option for r in rest) or 'every saving'}: use more GPUs"
 
 
+class OverBudget(ConfigError):
+    """A plan that exceeds its budget (exit 2): the message names what to change; `plan` is the
+    plan as configured (with what the launch would turn on by itself), for its table."""
+
+    def __init__(self, message: str, plan: MemoryPlan) -> None:
+        super().__init__(message)
+        self.plan = plan
+
+
 def check_budget(
     plan: MemoryPlan,
     budget: float | None,
@@ -135,10 +144,11 @@ def check_budget(
     has_world_model: bool,
     lora: bool = True,
 ) -> None:
-    """A ConfigError (exit 2) naming what to change when the plan exceeds `budget` GiB."""
+    """OverBudget (a ConfigError, exit 2) naming what to change when the plan exceeds `budget`
+    GiB."""
     if budget is not None and plan.peak > budget:
         message = over_budget_message(plan, budget, where, replan, has_world_model, lora)
-        raise ConfigError(message)
+        raise OverBudget(message, plan)
 
 
 # -- from a run's config --------------------------------------------------------------------------
@@ -296,10 +306,14 @@ def sft_memory_plan(cfg, policy_config, world_size: int, device: str) -> Checked
 def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> CheckedPlan:
     """The RL plan from the inputs' files (`rl.setup.Inputs`), before any of them loads:
     `train-policy` checks it before starting its ranks, `rl.train_policy` before loading the
-    policy. A ConfigError (exit 2) naming what to change where it does not fit."""
+    policy. A ConfigError (exit 2) naming what to change where it does not fit. A published
+    asset not downloaded yet (`Inputs.not_downloaded`, only `train-policy --plan` resolves
+    one) counts at its published size: the full-size policy and world model, 256 x 256 frames."""
     from wmrl_cli.data.reset_set import reset_frame_size
+    from wmrl_cli.policies.config import full_config
     from wmrl_cli.training.param_counts import (
         policy_config_of,
+        published_reward_bytes,
         weight_file_bytes,
         world_model_geometry,
         world_model_params,
@@ -309,13 +323,25 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
         import torch
 
         device = "cuda:0" if torch.cuda.is_available() else "cpu"
+
+    def on_disk(path):
+        return path if path is not None and path not in inputs.not_downloaded else None
+
     backend = cfg.world_model.backend
     worlds = [inputs.world_model, *inputs.confirm_world_models] if inputs.world_model else []
-    params = sum(world_model_params(path, backend) for path in worlds)
+    params = sum(world_model_params(on_disk(path), backend) for path in worlds)
     reward = weight_file_bytes(inputs.reward_model)
-    policy = policy_config_of(inputs.policy)
+    if inputs.reward_model is not None and on_disk(inputs.reward_model) is None:
+        reward = published_reward_bytes(cfg.reward_model.kind)
+    policy = on_disk(inputs.policy)
+    policy = full_config() if policy is None else policy_config_of(policy)
     cost = None
     if inputs.world_model:
-        frames = reset_frame_size(inputs.reset_set) if inputs.reset_set else None
-        cost = imagination_cost(*world_model_geometry(inputs.world_model, frames))
+        reset_set = on_disk(inputs.reset_set)
+        frames = reset_frame_size(reset_set) if reset_set else None
+        if on_disk(inputs.world_model) is None:
+            geometry = (backend, *(frames or (256, 256)))
+        else:
+            geometry = world_model_geometry(inputs.world_model, frames)
+        cost = imagination_cost(*geometry)
     return rl_memory_plan(cfg, policy, params, reward, world_size, device, cost)

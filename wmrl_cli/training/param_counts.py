@@ -242,6 +242,22 @@ def _world_model_params(backend: str, config_json: str | None) -> int:
         return count(model_cls(config))
 
 
+def published_reward_bytes(kind: str) -> int:
+    """Bytes of a published reward model of `kind` not downloaded yet: RLinf's ResNet frame
+    classifier (with or without the task embedding) in float32; WMPO's VideoMAE at its
+    default config."""
+    from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
+
+    with torch.device("meta"):
+        if kind == "videomae":
+            from wmrl_cli.rewards.videomae import VideoMAERewardModel, VideoMAERewConfig
+
+            model = VideoMAERewardModel(VideoMAERewConfig())
+        else:
+            model = build_resnet_reward_model(ResnetRewConfig(task_embedding=kind != "resnet"))
+    return 4 * count(model)
+
+
 def weight_file_bytes(path: Path | None) -> int:
     """Bytes of a model's weight files (a reward model: a `.pth` or a model directory)."""
     if path is None:
