@@ -130,6 +130,13 @@ def test_download_then_one_grpo_iteration_on_published_layouts(
     assert fetched.exit_code == 0, fetched.output
     assert {r.served for r in hub.content_requests()} >= {"dataset/traj0.npy", "config.json"}
 
+    # --plan reads the downloaded layouts (sizes from their files) and writes nothing
+    plan = ["train-policy", "--preset", preset, "--assets-dir", str(assets), "--plan"]
+    planned = runner.invoke(app, [*plan, *sets(SHRINK)])
+    assert planned.exit_code == 0, planned.output
+    assert "memory plan per GPU" in planned.output and "published size" not in planned.output
+    assert not run.exists()
+
     result = train(preset, assets, run)
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
