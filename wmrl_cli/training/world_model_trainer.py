@@ -16,8 +16,8 @@ Data parallel (`--num-processes N`, torchrun or `accelerate launch`): every rank
 global batch of `batch_size` windows (a counter-based RNG of seed and step) and trains on its
 1/N share; DDP averages the denoiser's gradients, the autoencoder's are averaged by hand (it is
 trained through `autoencoder_loss`, not the wrapped forward). The weights, and so the EMA, stay
-identical on every rank; only the main process validates and writes. One process trains on the
-CPU as before; several train on the GPUs where there are some.
+identical on every rank; only the main process validates and writes. One process or several
+train on the GPUs where there are some, else on the CPU.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -110,14 +109,14 @@ def split_episodes(store: EpisodeStore, cfg: RunConfig) -> tuple[list[int], list
 
 
 def make_accelerator() -> Any:
-    """One process: the CPU (where world models have always trained here). Several: the GPUs
-    when there are some (NCCL), else the CPU (gloo). Mixed precision stays the model's own
-    autocast (`precision`)."""
+    """The GPU where there is one (several processes: one GPU each, NCCL), else the CPU (gloo
+    between processes). Until 2026-11-28 one process trained on the CPU even beside a GPU, so
+    co-evolve's refinement of a published world model ran there. Mixed precision stays the
+    model's own autocast (`precision`)."""
     import torch
     from accelerate import Accelerator
 
-    several = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    return Accelerator(cpu=not (several and torch.cuda.is_available()))
+    return Accelerator(cpu=not torch.cuda.is_available())
 
 
 def rank_share(global_idx: np.ndarray, rank: int, world: int) -> np.ndarray:
