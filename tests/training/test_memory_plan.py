@@ -391,3 +391,35 @@ def test_plan_flag_reads_inputs_on_disk_and_refuses_a_missing_path(assets, tmp_p
         app, [*args(assets, tmp_path / "run", 1), "--plan", "--world-model", "nowhere"]
     )
     assert gone.exit_code == 1 and "nowhere does not exist" in gone.output  # as at launch
+
+
+def test_the_libero_docs_preset_table_is_the_plans() -> None:
+    """docs/libero.md's table of the GRPO presets' peaks per GPU is what the plan says (each
+    figure `train-policy --plan` with the world model offloaded during the update, the bracketed
+    one with `world_model.vae_batch=4` too): a change to the plan fails here until the table
+    follows it."""
+    from tests.helpers import ROOT
+
+    text = (ROOT / "docs" / "libero.md").read_text()
+    rows = [line for line in text.splitlines() if re.match(r"\| .* \| \d \| \d+ \(\d+", line)]
+    assert len(rows) >= 8, "the preset table moved: update this test"
+    policy, reward = full_config(), published_reward_bytes("resnet")
+    for row in rows:
+        settings, ranks, *figures = [cell.strip() for cell in row.strip("|").split("|")]
+        overrides = re.findall(r"--set (\S+)", settings.replace("`", " "))
+        for backend, cell in zip(("wan", "opensora"), figures, strict=True):
+            whole, batched = (int(x) for x in re.findall(r"\d+", cell)[:2])
+            cfg = resolve_config(
+                f"{backend}-spatial-grpo",
+                overrides=[*overrides, "world_model.dtype=bf16"],
+            )
+            cfg.world_model.offload_during_update = True
+            cfg.training.memory_budget_gb = 1e6
+            cost = imagination_cost(backend, 256, 256)
+            params = full_world_model_params(backend)
+            planned = []
+            for vae_batch in (None, 4):
+                cfg.world_model.vae_batch = vae_batch
+                plan = rl_memory_plan(cfg, policy, params, reward, int(ranks), "cpu", cost).plan
+                planned.append(round(plan.peak))
+            assert planned == [whole, batched], (row, backend, overrides)
