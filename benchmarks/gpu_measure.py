@@ -163,10 +163,15 @@ def part_times(model: Any, device: torch.device) -> Iterator[dict[str, float]]:
         return wrapper
 
     owners = [(getattr(model, owner), method) for owner, method in PARTS.values()]
+    # what each instance held under the name before (a compiled or prepared forward), if anything
+    before = [vars(owner).get(method) for owner, method in owners]
     for part, (owner, method) in zip(PARTS, owners, strict=True):
         setattr(owner, method, timed(part, getattr(owner, method)))
     try:
         yield seconds
     finally:
-        for owner, method in owners:
-            delattr(owner, method)  # the class's method again
+        for (owner, method), held in zip(owners, before, strict=True):
+            if held is None:
+                delattr(owner, method)  # the class's method again
+            else:
+                setattr(owner, method, held)

@@ -423,3 +423,12 @@ def test_the_libero_docs_preset_table_is_the_plans() -> None:
                 plan = rl_memory_plan(cfg, policy, params, reward, int(ranks), "cpu", cost).plan
                 planned.append(round(plan.peak))
             assert planned == [whole, batched], (row, backend, overrides)
+
+
+def test_a_damaged_weight_file_is_one_line_before_anything_loads(tmp_path) -> None:
+    from wmrl_cli.errors import WmrlError
+    from wmrl_cli.training.param_counts import safetensors_shapes
+
+    (tmp_path / "model.safetensors").write_bytes(b"\xff" * 64)  # no header a reader takes
+    with pytest.raises(WmrlError, match="model.safetensors: not a readable safetensors file"):
+        safetensors_shapes(tmp_path)

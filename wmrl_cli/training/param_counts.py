@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from wmrl_cli.errors import WmrlError
 from wmrl_cli.policies.config import LoraSpec, OpenVLAOFTConfig
 
 # What a micro-batch's sequence holds besides image patches and actions: BOS, the prompt (an
@@ -127,13 +128,16 @@ def policy_size(
 def safetensors_shapes(directory: Path) -> dict[str, torch.Tensor]:
     """Every tensor of the safetensors files in `directory` (not below it), as meta tensors of
     its shape: read from the headers, nothing loaded."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     shapes: dict[str, torch.Tensor] = {}
     for path in sorted(directory.glob("*.safetensors")):
-        with safe_open(str(path), "pt", device="cpu") as f:
-            for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
-                shapes[key] = torch.empty(f.get_slice(key).get_shape(), device="meta")
+        try:
+            with safe_open(str(path), "pt", device="cpu") as f:
+                for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                    shapes[key] = torch.empty(f.get_slice(key).get_shape(), device="meta")
+        except (SafetensorError, OSError) as exc:  # a damaged file: one line, not a traceback
+            raise WmrlError(f"{path}: not a readable safetensors file ({exc})") from None
     return shapes
 
 
