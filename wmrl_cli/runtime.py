@@ -114,3 +114,28 @@ def resolve_precision(setting: str, device: str = "cpu") -> Any:
 
         console.print(f"notice: this {device} has no native bf16; running in float32")
     return None
+
+
+def fresh_accelerator(**kwargs: Any) -> Any:
+    """An Accelerator with exactly these settings, whatever one made before it in this process
+    had: Accelerate keeps one process-wide state that a later Accelerator must match, and
+    co-evolve runs stages with bf16 autocast (RL) and without (world-model training) one after
+    another, in either order when it resumes. The process group (PartialState) is kept."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=False)  # Accelerate's own tests do this
+    return Accelerator(**kwargs)
+
+
+def release_memory() -> None:
+    """What a finished stage held, returned before the next starts: reference cycles collected
+    (a prepared model and its Accelerator refer to each other), then the GPU's cached blocks,
+    so that each stage of a co-evolve run finds the memory its plan counts on."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -432,3 +432,19 @@ def test_a_damaged_weight_file_is_one_line_before_anything_loads(tmp_path) -> No
     (tmp_path / "model.safetensors").write_bytes(b"\xff" * 64)  # no header a reader takes
     with pytest.raises(WmrlError, match="model.safetensors: not a readable safetensors file"):
         safetensors_shapes(tmp_path)
+
+
+def test_plan_flag_refuses_what_the_launch_refuses(tmp_path, monkeypatch) -> None:
+    """An absent asset of the other backend, an incomplete asset (counted only when not there
+    at all) and a start under a launcher are refused in one line, as at launch."""
+    monkeypatch.chdir(tmp_path)
+    assets = tmp_path / "assets"
+    plan = ["train-policy", "--preset", "wan-spatial-grpo", "--assets-dir", str(assets), "--plan"]
+    other = runner.invoke(app, [*plan, "--world-model", "opensora-libero-spatial"])
+    assert other.exit_code == 1 and "holds RLinf's opensora world model" in other.output
+    (assets / "wan-libero-spatial").mkdir(parents=True)  # started, never finished
+    partial = runner.invoke(app, plan)
+    assert partial.exit_code == 1 and "'wan-libero-spatial' is incomplete" in partial.output
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    launched = runner.invoke(app, plan)
+    assert launched.exit_code == 2 and "--plan runs in one process" in launched.output

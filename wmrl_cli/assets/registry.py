@@ -47,6 +47,7 @@ class Asset:
     size_hint: str | None = None
     layout_verified: bool = False
     layout_note: str = ""
+    backend: str | None = None  # the world model's (wan, opensora), for assets that hold one
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -71,6 +72,7 @@ def _wan(suite: str, reward_file: str, verified: bool, note: str) -> Asset:
         ),
         layout_verified=verified,
         layout_note=note,
+        backend="wan",
     )
 
 
@@ -96,6 +98,7 @@ def _opensora(suite: str) -> Asset:
             "best_wm_ckpt/base_policy/ and dataset_for_rlinf_world_model_init/ instead, "
             "and the contents of vae/ are not documented"
         ),
+        backend="opensora",
     )
 
 

@@ -71,9 +71,9 @@ def train_policy_command(
         typer.Option(
             "--plan",
             help="Print the memory plan per GPU for these settings and --num-processes, then "
-            "exit (2 where it does not fit): nothing is downloaded, loaded or written; assets "
-            "not downloaded count at their published size. Plan for another GPU with --set "
-            "training.memory_budget_gb=GIB.",
+            "exit (2 where it does not fit): nothing is downloaded or written and no model "
+            "loads; assets not downloaded count at their published size. Plan for another GPU "
+            "with --set training.memory_budget_gb=GIB.",
         ),
     ] = False,
 ) -> None:
@@ -120,6 +120,11 @@ def train_policy_command(
             effective.algorithm.num_envs, effective.algorithm.group_size, num_processes
         )
     if plan:
+        if "LOCAL_RANK" in os.environ:  # every rank would print, each with the wrong rank count
+            raise ConfigError(
+                "--plan runs in one process: start it without accelerate launch or torchrun, "
+                "with --num-processes N for N ranks"
+            )
         from wmrl_cli.rl.launch_plan import print_launch_plan
 
         print_launch_plan(effective, num_processes)

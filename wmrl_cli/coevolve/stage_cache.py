@@ -17,7 +17,7 @@ from wmrl_cli.config import RunConfig
 from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import console
 from wmrl_cli.run_dirs import config_values, covers
-from wmrl_cli.runtime import seed_stage
+from wmrl_cli.runtime import release_memory, seed_stage
 
 STAGES_FILE = "stages.json"
 
@@ -228,6 +228,7 @@ class StageCache:
         seed_stage(self.seed, name)
         start = time.time()
         result = fn()
+        release_memory()  # the next stage may need what this one held (one GPU, in turn)
         self.state[name] = {
             "result": result,
             "wall_s": round(time.time() - start, 1),

@@ -1,5 +1,5 @@
 """`wmrl train-policy --plan`: the memory plan per GPU that a launch with these settings would
-check, printed before anything is downloaded, loaded or written.
+check, printed before anything is downloaded or written and before any model loads.
 
 The inputs on disk are counted as the launch counts them (`check_rl_memory`: configs and
 weight-file headers); a published asset not downloaded yet counts at its published size (the
@@ -26,7 +26,8 @@ def launch_plan(cfg: RunConfig, world_size: int) -> tuple[CheckedPlan, list[str]
     error (what to change; exit 2). Without a GPU here, it plans for one: `world_model.dtype`
     auto is bf16, and the budget is `training.memory_budget_gb` (none if unset)."""
     inputs = resolve_inputs(cfg, missing_assets_ok=True)
-    published = sorted(path.name for path in inputs.not_downloaded)
+    counted = inputs.not_downloaded if inputs.world_model else {inputs.policy}  # simulator: only it
+    published = sorted(path.name for path in inputs.not_downloaded & counted)
     target = cfg
     if not torch.cuda.is_available() and cfg.world_model.dtype == "auto":
         target = cfg.model_copy(deep=True)
@@ -34,9 +35,14 @@ def launch_plan(cfg: RunConfig, world_size: int) -> tuple[CheckedPlan, list[str]
     try:
         return check_rl_memory(target, inputs, world_size), published
     except OverBudget as exc:
-        budget = target.training.memory_budget_gb
-        console.print(exc.plan.table(budget))
+        console.print(exc.plan.table(target.training.memory_budget_gb))
+        print_published(published)
         raise
+
+
+def print_published(names: list[str]) -> None:
+    if names:
+        console.print(f"counted at their published size (not downloaded): {', '.join(names)}")
 
 
 def print_launch_plan(cfg: RunConfig, world_size: int) -> CheckedPlan:
@@ -44,8 +50,7 @@ def print_launch_plan(cfg: RunConfig, world_size: int) -> CheckedPlan:
     would turn on (`world_model.vae_batch`, `world_model.offload_during_update`)."""
     checked, published = launch_plan(cfg, world_size)
     checked.print()
-    if published:
-        console.print(f"counted at their published size (not downloaded): {', '.join(published)}")
+    print_published(published)
     if checked.budget is None:
         console.print(
             f"nothing to check against on {checked.where} (no GPU): --set "

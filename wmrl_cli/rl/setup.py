@@ -99,16 +99,19 @@ def resolve_inputs(cfg: RunConfig, missing_assets_ok: bool = False) -> Inputs:
     failures: list[tuple[str, WmrlError]] = []
     assets: dict[str, Path] = {}
     absent: set[Path] = set()
+    explicit = Path(cfg.assets_dir) if cfg.assets_dir is not None else None
     for name in dict.fromkeys(v for v in values.values() if v in ASSETS):
+        target = (explicit or default_assets_dir()) / name
         try:
             assets[name] = asset_path(name, cfg.assets_dir)
         except WmrlError as exc:
-            if not missing_assets_ok:
+            # a plan counts an asset that is not there at all; an incomplete or damaged one
+            # fails as at launch
+            if missing_assets_ok and not target.exists():
+                assets[name] = target
+                absent.add(target)
+            else:
                 failures.append((name, exc))
-                continue
-            explicit = Path(cfg.assets_dir) if cfg.assets_dir is not None else None
-            assets[name] = (explicit or default_assets_dir()) / name
-            absent.add(assets[name])
     if failures:
         raise _missing_assets(failures, cfg.assets_dir)
     paths = {key: assets.get(value, Path(value)) for key, value in values.items()}
@@ -116,12 +119,18 @@ def resolve_inputs(cfg: RunConfig, missing_assets_ok: bool = False) -> Inputs:
         if key != "policy.name" and path not in absent and not path.exists():
             raise WmrlError(f"{key}: {values[key]} does not exist")
     world_model = paths.get("world_model.path")
-    layout = published_layout(world_model) if world_model and world_model not in absent else None
-    if layout is not None and layout.removeprefix("rlinf-") != cfg.world_model.backend:
-        raise WmrlError(
-            f"world_model.backend is {cfg.world_model.backend}, but {values['world_model.path']} "
-            f"holds RLinf's {layout.removeprefix('rlinf-')} world model"
+    if world_model is not None:  # the backend it holds: its layout's, or (absent) the asset's
+        holds = (
+            ASSETS[values["world_model.path"]].backend
+            if world_model in absent
+            else published_layout(world_model)
         )
+        holds = holds.removeprefix("rlinf-") if holds else None
+        if holds is not None and holds != cfg.world_model.backend:
+            raise WmrlError(
+                f"world_model.backend is {cfg.world_model.backend}, but "
+                f"{values['world_model.path']} holds RLinf's {holds} world model"
+            )
     policy = paths["policy.name"]
     policy = policy if policy in absent else resolve_policy_dir(str(policy))
     if policy is None:

@@ -30,9 +30,10 @@ def make_accelerator(cfg: RunConfig) -> Any:
     """The Accelerate handle RL runs under: the GPU where there is one, bf16 autocast with
     `training.bf16`."""
     import torch
-    from accelerate import Accelerator
 
-    return Accelerator(
+    from wmrl_cli.runtime import fresh_accelerator
+
+    return fresh_accelerator(
         cpu=not torch.cuda.is_available(), mixed_precision="bf16" if cfg.training.bf16 else "no"
     )
 

@@ -309,6 +309,7 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
     policy. A ConfigError (exit 2) naming what to change where it does not fit. A published
     asset not downloaded yet (`Inputs.not_downloaded`, only `train-policy --plan` resolves
     one) counts at its published size: the full-size policy and world model, 256 x 256 frames."""
+    from wmrl_cli.assets.registry import ASSETS
     from wmrl_cli.data.reset_set import reset_frame_size
     from wmrl_cli.policies.config import full_config
     from wmrl_cli.training.param_counts import (
@@ -327,9 +328,14 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
     def on_disk(path):
         return path if path is not None and path not in inputs.not_downloaded else None
 
-    backend = cfg.world_model.backend
+    def world_params(path) -> int:  # an absent asset: the full size of the backend it holds
+        if on_disk(path) is not None:
+            return world_model_params(path, cfg.world_model.backend)
+        return world_model_params(None, ASSETS[path.name].backend or cfg.world_model.backend)
+
     worlds = [inputs.world_model, *inputs.confirm_world_models] if inputs.world_model else []
-    params = sum(world_model_params(on_disk(path), backend) for path in worlds)
+    params = sum(world_params(path) for path in worlds)
+    backend = cfg.world_model.backend
     reward = weight_file_bytes(inputs.reward_model)
     if inputs.reward_model is not None and on_disk(inputs.reward_model) is None:
         reward = published_reward_bytes(cfg.reward_model.kind)

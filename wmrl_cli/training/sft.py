@@ -18,7 +18,7 @@ from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import MetricsLogger, console, progress_task
-from wmrl_cli.runtime import seed_stage
+from wmrl_cli.runtime import fresh_accelerator, seed_stage
 from wmrl_cli.training.checkpoints import latest_checkpoint, restore_rng, save_checkpoint
 from wmrl_cli.training.memory_budget import sft_memory_plan
 from wmrl_cli.training.sharding import PolicySharding
@@ -127,13 +127,12 @@ def collect_demos(cfg: RunConfig, run_dir: Path) -> EpisodeStore:
 
 def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = True) -> Path:
     """Clone the demonstrations in `store`; returns the saved policy directory."""
-    from accelerate import Accelerator
 
     from wmrl_cli.policies.checkpoint import from_pretrained
     from wmrl_cli.policies.normalization import compute_statistics
 
     s = cfg.sft
-    accelerator = Accelerator(
+    accelerator = fresh_accelerator(
         cpu=not torch.cuda.is_available(), mixed_precision="bf16" if cfg.training.bf16 else "no"
     )
     data = build_bc_dataset(store, cfg.simulator.chunk_size)

@@ -22,7 +22,6 @@ train on the GPUs where there are some, else on the CPU.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import time
@@ -114,9 +113,10 @@ def make_accelerator() -> Any:
     co-evolve's refinement of a published world model ran there. Mixed precision stays the
     model's own autocast (`precision`)."""
     import torch
-    from accelerate import Accelerator
 
-    return Accelerator(cpu=not torch.cuda.is_available())
+    from wmrl_cli.runtime import fresh_accelerator
+
+    return fresh_accelerator(cpu=not torch.cuda.is_available(), mixed_precision="no")
 
 
 def rank_share(global_idx: np.ndarray, rank: int, world: int) -> np.ndarray:
@@ -273,10 +273,12 @@ class WorldModelTrainer:
                 batch["latents"] = latents[idx]
                 gen = torch.Generator().manual_seed(seed)
                 loss = wrapped(batch, generator=gen)
-                optimizer.zero_grad(set_to_none=True)
                 acc.backward(loss)
                 grad_norm = acc.clip_grad_norm_(params, wm.grad_clip)
                 optimizer.step()
+                # freed now rather than before the next backward: validation, checkpoints and
+                # the next forward run without them (a 5 B denoiser's are 19 GiB)
+                optimizer.zero_grad(set_to_none=True)
                 scheduler.step()
                 with torch.no_grad():
                     for name, p in model.transformer.named_parameters():
@@ -338,6 +340,8 @@ class WorldModelTrainer:
             if self.wm.vae_init is not None:
                 model.adopt_autoencoder(load_world_model(self.wm.vae_init))
             elif self.wm.vae_steps > 0:
+                if acc.device.type != "cpu":  # where the denoiser will train (NCCL averages there)
+                    model.onload(acc.device)
                 self.train_autoencoder(model)
         # The training objective is the run's, also when starting from another model.
         apply_objective(model.config, self.cfg)
@@ -448,9 +452,9 @@ class swapped_weights:
         self.module, self.weights = module, weights
 
     def __enter__(self) -> None:
-        self.saved = copy.deepcopy(
-            {n: p.detach().clone() for n, p in self.module.named_parameters()}
-        )
+        # the trained weights wait in CPU memory: on a GPU a third copy of a 5 B denoiser
+        # (weights, EMA, saved) would not fit beside its gradients and AdamW moments
+        self.saved = {n: p.detach().to("cpu", copy=True) for n, p in self.module.named_parameters()}
         with torch.no_grad():
             for name, p in self.module.named_parameters():
                 p.copy_(self.weights[name])
