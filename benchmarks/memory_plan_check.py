@@ -438,13 +438,27 @@ def run(size: str, real: bool) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--size", default="full", choices=sorted(fullsize.SIZES))
+    parser = size_parser(__doc__)
     parser.add_argument("--real", action="store_true", help="real CPU tensors (tiny size)")
     args = parser.parse_args()
     result = run(args.size, args.real)
     write_results(args.out, "memory_plan_check", result, markdown(result))
+
+
+def size_parser(doc: str) -> argparse.ArgumentParser:
+    """The counting scripts' arguments: --out DIR and --size full|tiny (this one's, wm_flops'
+    and wm_train_memory's)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--size", default="full", choices=sorted(fullsize.SIZES))
+    return parser
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (else exit 2 with one line)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
 
 
 def write_results(out: Path, name: str, result: Any, table: str) -> None:

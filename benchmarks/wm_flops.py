@@ -16,7 +16,6 @@ The measured frames/s are benchmarks/gpu_fullsize.py's (docs/benchmarks.md).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -109,19 +108,13 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--size", default="full", choices=sorted(fullsize.SIZES))
-    parser.add_argument("--envs", type=_positive, default=8, help="envs of the counted chunk")
+    parser = counting.size_parser(__doc__)
+    parser.add_argument(
+        "--envs", type=counting.positive, default=8, help="envs of the counted chunk"
+    )
     args = parser.parse_args()
     rows = [world_model_flops(backend, args.size, args.envs) for backend in ("wan", "opensora")]
     counting.write_results(args.out, "wm_flops", rows, markdown(rows))
-
-
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return int(text)
 
 
 if __name__ == "__main__":

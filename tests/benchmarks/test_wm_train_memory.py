@@ -1,0 +1,34 @@
+"""benchmarks/wm_train_memory.py at tiny size: the fake-tensor count of a world-model training
+step is the real CPU count byte for byte, holds at least the weights, gradients, moments and EMA
+copy, and gradient checkpointing lowers the backward's peak. The full-size count (a few
+minutes) is the script's: docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import ROOT
+
+
+@pytest.fixture
+def script(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import wm_train_memory
+
+    return wm_train_memory
+
+
+def test_fake_counts_what_real_tensors_allocate_and_checkpointing_keeps_less(script) -> None:
+    keys = ("weights_gib", "with_ema_gib", "update_peak_gib", "step_peak_gib")
+    peaks = {}
+    for checkpointing in (True, False):
+        fake, real = (
+            script.train_step_peaks(
+                "opensora", "tiny", 2, checkpointing, script.counting.Counted(r)
+            )
+            for r in (False, True)
+        )
+        assert [fake[k] for k in keys] == [real[k] for k in keys]
+        assert fake["peak_gib"] >= fake["arithmetic_gib"] > fake["with_ema_gib"]
+        peaks[checkpointing] = fake["update_peak_gib"]
+    assert peaks[True] < peaks[False]
