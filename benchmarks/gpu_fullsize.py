@@ -136,27 +136,35 @@ def world_model(backend: str, size: str, steps: int, device: torch.device, dtype
 
 
 @torch.no_grad()
-def imagine_chunk(model, envs: int, image: int, seed: int = 0, parts: bool = False):
-    """Seconds to predict one 8-frame chunk of `envs` episodes (reset first, not timed); with
-    `parts`, (seconds, seconds each of the model's parts took: `part_times`)."""
+def reset_episodes(model, envs: int, image: int, seed: int) -> tuple[torch.Tensor, Any]:
+    """`envs` episodes reset from random frames: (one chunk's actions, the generator)."""
     gen = torch.Generator().manual_seed(seed)
     k = model.num_context_frames
     frames = torch.randint(0, 256, (envs, k, image, image, 3), dtype=torch.uint8, generator=gen)
     model.reset_context(frames[:, 0], frames, torch.zeros(envs, k, 7))
-    actions = torch.rand(envs, 8, 7, generator=gen) * 2 - 1
-    with part_times(model, model.device) if parts else contextlib.nullcontext() as split:
-        start = time.perf_counter()
-        model.predict(actions, generator=gen)
-        sync(model.device)
-        seconds = time.perf_counter() - start
-    return (seconds, split) if parts else seconds
+    return torch.rand(envs, 8, 7, generator=gen) * 2 - 1, gen
+
+
+@torch.no_grad()
+def predict_seconds(model, actions: torch.Tensor, gen: Any) -> float:
+    start = time.perf_counter()
+    model.predict(actions, generator=gen)
+    sync(model.device)
+    return time.perf_counter() - start
+
+
+def imagine_chunk(model, envs: int, image: int, seed: int = 0) -> float:
+    """Seconds to predict one 8-frame chunk of `envs` episodes (reset first, not timed)."""
+    return predict_seconds(model, *reset_episodes(model, envs, image, seed))
 
 
 def time_split(model, envs: int, image: int) -> dict[str, float]:
     """Where one chunk's time goes: the fraction each part of the world model takes, and the
     rest (noise, the flow-matching updates, conversions: `other`), of a chunk timed with a
-    synchronization around each part's call."""
-    seconds, split = imagine_chunk(model, envs, image, seed=2, parts=True)
+    synchronization around each part's call (the reset before it not counted)."""
+    actions, gen = reset_episodes(model, envs, image, seed=2)
+    with part_times(model, model.device) as split:
+        seconds = predict_seconds(model, actions, gen)
     fractions = {part: t / seconds for part, t in split.items()}
     fractions["other"] = 1.0 - sum(fractions.values())
     return {"split_s": seconds, **{f"{part}_frac": f for part, f in fractions.items()}}

@@ -36,9 +36,9 @@ from wmrl_cli.assets.integrity import (
     size_mismatches,
 )
 from wmrl_cli.assets.layout import (
+    asset_dir,
     asset_path,
     check_layout,
-    default_assets_dir,
     download_command,
     matches,
 )
@@ -90,7 +90,7 @@ def fetch_asset(
     recheck: hash every file again, even those whose last check still holds.
     """
     asset = get_asset(name)
-    target = Path(assets_dir if assets_dir is not None else default_assets_dir()) / asset.name
+    target = asset_dir(asset.name, assets_dir)
     patterns = list(include) if include else (list(asset.subset) if asset.subset else None)
     hub = HubSettings.from_environ()
     command = download_command(asset.name, Path(assets_dir) if assets_dir is not None else None)

@@ -23,6 +23,11 @@ def default_assets_dir() -> Path:
     return Path(os.environ.get(ASSETS_ENV) or "assets")
 
 
+def asset_dir(name: str, assets_dir: str | Path | None = None) -> Path:
+    """Where asset `name` is (or would be) downloaded: `assets_dir`, else the default."""
+    return Path(assets_dir if assets_dir is not None else default_assets_dir()) / name
+
+
 def local_files(directory: Path) -> list[str]:
     """Files under `directory` as repo-relative posix paths, bookkeeping folders left out."""
     if not directory.is_dir():
@@ -66,7 +71,7 @@ def asset_path(name: str, assets_dir: str | Path | None = None) -> Path:
 
     asset = get_asset(name)
     explicit = Path(assets_dir) if assets_dir is not None else None
-    target = (explicit or default_assets_dir()) / asset.name
+    target = asset_dir(asset.name, assets_dir)
     command = download_command(asset.name, explicit)
     missing = check_layout(asset, target)
     if missing:

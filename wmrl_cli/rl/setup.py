@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wmrl_cli.assets.layout import asset_path, default_assets_dir, download_command
+from wmrl_cli.assets.layout import asset_dir, asset_path, download_command
 from wmrl_cli.assets.registry import ASSETS, get_asset
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
@@ -99,9 +99,8 @@ def resolve_inputs(cfg: RunConfig, missing_assets_ok: bool = False) -> Inputs:
     failures: list[tuple[str, WmrlError]] = []
     assets: dict[str, Path] = {}
     absent: set[Path] = set()
-    explicit = Path(cfg.assets_dir) if cfg.assets_dir is not None else None
     for name in dict.fromkeys(v for v in values.values() if v in ASSETS):
-        target = (explicit or default_assets_dir()) / name
+        target = asset_dir(name, cfg.assets_dir)
         try:
             assets[name] = asset_path(name, cfg.assets_dir)
         except WmrlError as exc:
