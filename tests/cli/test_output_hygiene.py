@@ -120,7 +120,7 @@ def test_ranks_start_quiet(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from wmrl_cli.cli.common import rank_environment
+    from wmrl_cli.training.launch import rank_environment
 
     env = rank_environment()
     assert env["OMP_NUM_THREADS"]

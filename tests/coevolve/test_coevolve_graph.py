@@ -55,14 +55,20 @@ def recorded(monkeypatch) -> list[tuple]:
                       Path(wm).parent.name, Path(reset_set).name))  # fmt: skip
         return made(out)
 
-    def rl(cfg, out, policy, wm, rm_path, data, real_steps, threshold=None, tasks=None) -> str:
+    def rl(
+        cfg, out, policy, wm, rm_path, data, real_steps, threshold=None, tasks=None, ranks=1
+    ) -> str:
         calls.append(("rl", Path(out).name, Path(wm).parent.name, Path(rm_path).parent.name))
         if tasks is not None:
             calls.append(("train_tasks", Path(out).name, tuple(tasks)))
+        if ranks != 1:
+            calls.append(("ranks", Path(out).name, ranks))
         return made(Path(out) / "policy")
 
-    def simulator_rl(cfg, out, policy, steps) -> str:
+    def simulator_rl(cfg, out, policy, steps, ranks=1) -> str:
         calls.append(("simulator_rl", Path(out).name, Path(policy).parent.name, steps))
+        if ranks != 1:
+            calls.append(("ranks", Path(out).name, ranks))
         return made(Path(out) / "policy")
 
     def check(cfg, out, wm, rm_path, data) -> dict[str, Any]:
@@ -103,6 +109,23 @@ def _config(**coevolve: Any):
     for key, value in coevolve.items():
         setattr(cfg.coevolve, key, value)
     return cfg
+
+
+@pytest.mark.parametrize("start", ["sft", "given"])
+def test_every_rl_stage_trains_on_the_ranks_asked_for(tmp_path, recorded, start) -> None:
+    cfg = _config(frozen_control=True, simulator_control=True)
+    if start == "given":
+        cfg.coevolve.start = "given"
+        cfg.policy.name, cfg.world_model.path = "policy", str(tmp_path / "wm")
+        cfg.reward_model.path, cfg.world_model.reset_set = str(tmp_path / "rm"), "starts"
+    pipeline.co_evolve(cfg, tmp_path / "run", ranks=3)
+    ranks = [c[1:] for c in recorded if c[0] == "ranks"]
+    assert ranks == [
+        ("stage1", 3),
+        ("stage2", 3),
+        ("frozen_control", 3),
+        ("simulator_control", 3),
+    ]
 
 
 def test_each_refinement_can_retrain_the_judge(tmp_path, recorded) -> None:

@@ -82,7 +82,7 @@ def test_co_evolve_update_adopts_the_new_config(tmp_path, monkeypatch) -> None:
 
     seen = []
 
-    def finished(cfg, run_dir):
+    def finished(cfg, run_dir, ranks=1):
         seen.append(cfg.coevolve.eval_trials)
         (run_dir / "report.md").write_text("a finished run")
         return {"success": {"base": {"overall": 0.5}}}

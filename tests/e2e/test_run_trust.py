@@ -312,7 +312,7 @@ def test_co_evolve_takes_a_seed(tmp_path, monkeypatch) -> None:
 
     seen = {}
 
-    def fake_co_evolve(cfg, run_dir):
+    def fake_co_evolve(cfg, run_dir, ranks=1):
         seen["seed"] = cfg.simulator.seed
         return {"success": {"base": {"overall": 0.5}}}
 
@@ -503,7 +503,7 @@ def test_default_out_makes_a_rerun_resume(demo_store, tmp_path, monkeypatch) -> 
 def test_co_evolve_rerun_with_another_suite_is_refused(tmp_path, monkeypatch) -> None:
     import wmrl_cli.coevolve.pipeline as pipeline
 
-    def finished(cfg, run_dir):
+    def finished(cfg, run_dir, ranks=1):
         (run_dir / "report.md").write_text(f"Suite {cfg.simulator.suite}")
         return {"success": {"base": {"overall": 0.5}}}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -43,6 +44,13 @@ def co_evolve_command(
             "run again.",
         ),
     ] = False,
+    num_processes: Annotated[
+        int,
+        typer.Option(
+            help="Processes (ranks, one GPU each) every RL stage trains on, as train-policy "
+            "--num-processes; the other stages run in this one.",
+        ),
+    ] = 1,
     assets_dir: AssetsDirOpt = None,
     out: OutOpt = None,
     preset: PresetOpt = None,
@@ -54,6 +62,11 @@ def co_evolve_command(
     from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
     from wmrl_cli.runtime import configure_threads, seed_everything
 
+    if "LOCAL_RANK" in os.environ:  # every rank would run the whole pipeline
+        raise ConfigError(
+            "co-evolve runs in one process: start it without torchrun or accelerate launch, "
+            "with --num-processes N for its RL stages on N ranks"
+        )
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile '{profile}': expected {', '.join(PROFILES)}")
     cfg = build_config(
@@ -63,7 +76,8 @@ def co_evolve_command(
         assets_dir=assets_dir,
         output_dir=out,
     )
-    prepare_co_evolve(cfg)  # the simulator and the given models, before anything is written
+    # the simulator, the given models and their memory plan, before anything is written
+    prepare_co_evolve(cfg, num_processes)
     named = preset or (profile if profile != "default" else None)
     run_dir = claim_run_dir(
         cfg,
@@ -75,7 +89,7 @@ def co_evolve_command(
     )
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
-    report = co_evolve(cfg, run_dir)
+    report = co_evolve(cfg, run_dir, num_processes)
     rows = ", ".join(f"{stage} {100 * r['overall']:.1f}%" for stage, r in report["success"].items())
     console.print(f"real success: {rows}")
     console.print(f"report: {run_dir / 'report.md'}")

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
-import socket
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +17,7 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import environment_error
 from wmrl_cli.logging import err_console
 from wmrl_cli.run_dirs import close_run_dirs, discard_unused_run_dirs
+from wmrl_cli.training.launch import run_ranks
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -137,12 +135,6 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def relaunch_ranks(num_processes: int) -> None:
     """Start N ranks with torchrun (gloo on CPU, NCCL on GPUs), this command without the flag;
     exits with their status."""
@@ -157,41 +149,4 @@ def relaunch_ranks(num_processes: int) -> None:
         if arg.startswith("--num-processes="):
             continue
         argv.append(arg)
-    cmd = [
-        sys.executable,
-        "-m",
-        "wmrl_cli.training.launch",  # torchrun, quiet
-        f"--nproc_per_node={num_processes}",
-        f"--master_port={_free_port()}",
-        "-m",
-        "wmrl_cli",
-        *argv,
-    ]
-    torchrun = subprocess.Popen(cmd, env=rank_environment())
-    try:
-        code = torchrun.wait()
-    except KeyboardInterrupt:
-        # A Ctrl-C at a terminal reached torchrun and the ranks too; a SIGINT sent to this
-        # process alone (kill -INT, a scheduler) is passed on, so that no rank runs on.
-        try:
-            code = torchrun.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            torchrun.send_signal(signal.SIGINT)
-            code = torchrun.wait()
-    raise typer.Exit(code)
-
-
-# A parameter whose gradient has a size-1 dimension of another stride (a vision tower's
-# register tokens at batch 1, a slice of the grad of a concatenation) makes DDP warn once
-# per rank; that dimension's stride does not matter, the copy into the bucket is the same.
-_RANK_WARNINGS = "ignore:Grad strides do not match bucket view strides:UserWarning"
-
-
-def rank_environment() -> dict[str, str]:
-    """The ranks' environment: OMP_NUM_THREADS 1 where unset, as torchrun would set it but
-    without its banner (`num_threads` sets each rank's torch threads), and DDP's warning
-    about gradient strides filtered."""
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONWARNINGS"] = ",".join(filter(None, (env.get("PYTHONWARNINGS"), _RANK_WARNINGS)))
-    return env
+    raise typer.Exit(run_ranks(num_processes, "wmrl_cli", argv))

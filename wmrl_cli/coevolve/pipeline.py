@@ -67,12 +67,16 @@ from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError
 
 
-def prepare_co_evolve(cfg: RunConfig) -> None:
+def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
     """Before the run directory is claimed: the simulator resolved and available (LIBERO:
-    installed), and the given start's policy, world model, reward model and reset set found
-    (assets downloaded); one line otherwise."""
+    installed), the RL stages' envs split over `ranks`, and the given start's policy, world
+    model, reward model and reset set found (assets downloaded) and its RL stages' memory plan
+    within the GPU's memory (on a GPU, or with `training.memory_budget_gb`): one line otherwise,
+    not hours later at stage 1."""
+    from wmrl_cli.rl.schedule import check_world_size
     from wmrl_cli.rl.setup import resolve_inputs
     from wmrl_cli.sims.backends import resolve_simulator, simulator_class
+    from wmrl_cli.training.memory_budget import check_rl_memory
 
     cfg.simulator = resolve_simulator(cfg.simulator)
     ce = cfg.coevolve
@@ -88,8 +92,9 @@ def prepare_co_evolve(cfg: RunConfig) -> None:
             "(coevolve.start=given), e.g. --preset wan-spatial-coevolve"
         )
     simulator_class(cfg.simulator)
+    check_world_size(cfg.algorithm.num_envs, cfg.algorithm.group_size, ranks)
     if cfg.coevolve.start == "given":
-        resolve_inputs(cfg)
+        check_rl_memory(cfg, resolve_inputs(cfg), ranks)
 
 
 @dataclass
@@ -199,6 +204,7 @@ def _sft_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
             p.data_steps(),
             threshold,
             tasks,
+            ranks=run.ranks,
         ),
         rl_steps,
         reads="rl",
@@ -232,6 +238,7 @@ def _given_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]
             rm_path,
             str(cfg.world_model.reset_set),
             p.data_steps(),
+            ranks=run.ranks,
         ),
         rl_steps,
         reads="rl",
@@ -341,12 +348,13 @@ def _refine_reward_model(
     return rm, f"refine_rm{r}"
 
 
-def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
-    """The whole pipeline; returns the report (also written to report.json / report.md)."""
+def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
+    """The whole pipeline; returns the report (also written to report.json / report.md).
+    `ranks`: the processes each RL stage trains on (ranks.py); the rest runs in this one."""
     from wmrl_cli.coevolve.report import rl_activity, write_report
 
     ce = cfg.coevolve
-    run = CoevolveRun(cfg, run_dir)
+    run = CoevolveRun(cfg, run_dir, ranks)
     p, seed = run.cache, cfg.simulator.seed
     evolved, data, data_stages = (_sft_start if ce.start == "sft" else _given_start)(run)
     # The frozen control's RL inputs (policy, world model, judge, starts, threshold) and the
@@ -420,7 +428,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         policy = p.run(
             name,
             lambda s=name, pol=last.policy, w=wm, rr=rm, m=merged, t=threshold, tk=tasks: rl(
-                cfg, run_dir / s, pol, w, rr["path"], m, p.data_steps(), t, tk
+                cfg, run_dir / s, pol, w, rr["path"], m, p.data_steps(), t, tk, run.ranks
             ),
             rl_steps,
             reads="rl",
@@ -447,7 +455,9 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         pol, w, rpath, m, t, tk = frozen_input
         control = p.run(
             "frozen_control",
-            lambda: rl(cfg, run_dir / "frozen_control", pol, w, rpath, m, p.data_steps(), t, tk),
+            lambda: rl(
+                cfg, run_dir / "frozen_control", pol, w, rpath, m, p.data_steps(), t, tk, run.ranks
+            ),
             rl_steps,
             reads="rl",
             after=frozen_after,
@@ -460,7 +470,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         base_policy, base_after = run.base
         control = p.run(
             SIMULATOR_CONTROL,
-            lambda: simulator_rl(cfg, run_dir / SIMULATOR_CONTROL, base_policy, steps),
+            lambda: simulator_rl(cfg, run_dir / SIMULATOR_CONTROL, base_policy, steps, run.ranks),
             rl_steps,
             reads="simulator_rl",
             after=base_after,

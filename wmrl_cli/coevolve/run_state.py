@@ -27,8 +27,9 @@ from wmrl_cli.errors import WmrlError
 class CoevolveRun:
     """One co-evolution run: its stage cache and what the report collects."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path, ranks: int = 1) -> None:
         self.cfg, self.run_dir = cfg, run_dir
+        self.ranks = ranks  # the processes an RL stage trains on (ranks.py)
         self.cache = StageCache(run_dir, cfg.simulator.seed, cfg)
         self.evals: dict[str, dict[str, Any]] = {}
         self.checks: dict[str, dict[str, Any]] = {}

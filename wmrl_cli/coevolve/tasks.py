@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from wmrl_cli.coevolve.ranks import on_ranks
 from wmrl_cli.config import RunConfig, dump_config
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.files import atomic_write_text
@@ -262,34 +263,32 @@ def rl(
     real_steps: int,
     threshold: float | None = None,
     train_tasks: list[str] | None = None,
+    ranks: int = 1,
 ) -> str:
     """RL in imagination; its `env/real_steps` start at `real_steps` (the data before it);
     `threshold`: the success threshold recalibrated on the world model's frames (None: the
     configured one); `train_tasks`: the tasks it draws starts from (None: as configured).
     Inputs as `train-policy` takes them (published policies in float32 with
-    their unnorm key, bf16 autocast with `training.bf16`)."""
+    their unnorm key, bf16 autocast with `training.bf16`); on `ranks` processes (ranks.py)."""
     sub = rl_config(cfg, out, policy, world_model, reward_model, reset_set, threshold, train_tasks)
-    return _train_policy(sub, out, real_steps)
+    return _train_policy(sub, out, real_steps, ranks)
 
 
-def simulator_rl(cfg: RunConfig, out: Path, policy: str, steps: int) -> str:
+def simulator_rl(cfg: RunConfig, out: Path, policy: str, steps: int, ranks: int = 1) -> str:
     """The simulator control: `steps` RL steps of the run's algorithm and training settings
     from `policy` in the real simulator (`train-policy --env simulator`), with its true reward;
     its `env/real_steps` count its own steps only, from 0."""
     sub = sub_config(cfg, out, policy__name=policy, algorithm__env="simulator")
     sub.training.steps = steps
     sub.reward_model.audit_with_simulator = False  # nothing imagined to audit
-    return _train_policy(sub, out, 0)
+    return _train_policy(sub, out, 0, ranks)
 
 
-def _train_policy(sub: RunConfig, out: Path, real_steps: int) -> str:
-    """`train-policy`'s job on `sub` into `out`; env/real_steps start at `real_steps`, kept
-    across a resume. The pipeline evaluates each stage apart; with `coevolve.curve_every` the
-    stage is also evaluated every that many steps on the same held-out episodes
-    (`out/eval/step_N.json`: the real-steps curve)."""
-    from wmrl_cli.rl.setup import resolve_inputs
-    from wmrl_cli.rl.train_policy import make_accelerator, train_policy
-
+def _train_policy(sub: RunConfig, out: Path, real_steps: int, ranks: int) -> str:
+    """`train-policy`'s job on `sub` into `out`, on `ranks` processes; env/real_steps start at
+    `real_steps`, kept across a resume. The pipeline evaluates each stage apart; with
+    `coevolve.curve_every` the stage is also evaluated every that many steps on the same
+    held-out episodes (`out/eval/step_N.json`: the real-steps curve)."""
     curve = sub.coevolve.curve_every
     sub.algorithm.eval_every = curve
     if curve:
@@ -299,14 +298,34 @@ def _train_policy(sub: RunConfig, out: Path, real_steps: int) -> str:
     before = out / REAL_STEPS_FILE
     if not before.is_file():  # a resumed stage keeps the count it started from
         atomic_write_text(before, json.dumps(real_steps))
-    real_steps = int(json.loads(before.read_text()))
+    if ranks > 1:
+        return on_ranks("train-policy", out, ranks)
+    return train_policy_job(sub, out)
+
+
+def train_policy_job(sub: RunConfig, out: Path) -> str:
+    """An RL stage's training on this process's rank, from what `_train_policy` wrote in `out`
+    (the stage's config, the real steps before it); the saved policy's folder."""
+    from wmrl_cli.rl.setup import resolve_inputs
+    from wmrl_cli.rl.train_policy import make_accelerator, train_policy
+
+    real_steps = int(json.loads((out / REAL_STEPS_FILE).read_text()))
     accelerator = make_accelerator(sub)
     # As `train-policy` builds it: the imagined env, with the simulator beside it where the
     # config asks (the reward audit, or the simulator-judged control), or the simulator alone.
     trained = train_policy(
-        sub, out, resolve_inputs(sub), accelerator, evaluate=curve > 0, real_steps=real_steps
+        sub,
+        out,
+        resolve_inputs(sub),
+        accelerator,
+        evaluate=sub.coevolve.curve_every > 0,
+        real_steps=real_steps,
     )
     return str(trained.path)
+
+
+# The stage jobs that run on ranks (`co-evolve --num-processes N`, ranks.py): name -> job.
+RANK_JOBS = {"train-policy": train_policy_job}
 
 
 def _audit(

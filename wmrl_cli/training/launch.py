@@ -1,13 +1,68 @@
-"""`python -m wmrl_cli.training.launch TORCHRUN-ARGS`: torchrun for `--num-processes`, without
-its own output. The ranks say what went wrong themselves (one line, a traceback only for a
-bug); torchrun's log lines and its ChildFailedError traceback would repeat it in 30 lines.
-Exits with the status of the rank that failed first (128 + N for a rank killed by signal N),
-or 128 + N when torchrun itself got signal N (Ctrl-C: 130)."""
+"""Starting ranks: `run_ranks` runs a module on N processes through torchrun (`train-policy`,
+`train-wm` and `sft --num-processes N`, co-evolve's stages on ranks), and this module is the
+torchrun it starts.
+
+`python -m wmrl_cli.training.launch TORCHRUN-ARGS`: torchrun without its own output. The ranks
+say what went wrong themselves (one line, a traceback only for a bug); torchrun's log lines and
+its ChildFailedError traceback would repeat it in 30 lines. Exits with the status of the rank
+that failed first (128 + N for a rank killed by signal N), or 128 + N when torchrun itself got
+signal N (Ctrl-C: 130)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import socket
+import subprocess
 import sys
+
+# A parameter whose gradient has a size-1 dimension of another stride (a vision tower's
+# register tokens at batch 1, a slice of the grad of a concatenation) makes DDP warn once
+# per rank; that dimension's stride does not matter, the copy into the bucket is the same.
+_RANK_WARNINGS = "ignore:Grad strides do not match bucket view strides:UserWarning"
+
+
+def rank_environment() -> dict[str, str]:
+    """The ranks' environment: OMP_NUM_THREADS 1 where unset, as torchrun would set it but
+    without its banner (`num_threads` sets each rank's torch threads), and DDP's warning
+    about gradient strides filtered."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONWARNINGS"] = ",".join(filter(None, (env.get("PYTHONWARNINGS"), _RANK_WARNINGS)))
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_ranks(num_processes: int, module: str, argv: list[str]) -> int:
+    """`python -m module argv` on `num_processes` ranks of this machine (gloo on CPU, NCCL on
+    GPUs); waits for them and returns their status (0: every rank succeeded)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        __name__,  # torchrun, quiet
+        f"--nproc_per_node={num_processes}",
+        f"--master_port={free_port()}",
+        "-m",
+        module,
+        *argv,
+    ]
+    torchrun = subprocess.Popen(cmd, env=rank_environment())
+    try:
+        return torchrun.wait()
+    except KeyboardInterrupt:
+        # A Ctrl-C at a terminal reached torchrun and the ranks too; a SIGINT sent to this
+        # process alone (kill -INT, a scheduler) is passed on, so that no rank runs on.
+        try:
+            return torchrun.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            torchrun.send_signal(signal.SIGINT)
+            return torchrun.wait()
 
 
 def main(argv: list[str]) -> int:

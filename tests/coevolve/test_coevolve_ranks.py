@@ -1,0 +1,113 @@
+"""Co-evolve's RL stages on several ranks (coevolve/ranks.py): a stage started on 2 ranks from
+the pipeline's process is `train-policy --num-processes 2` with the stage's config, and the
+ranks' failure is the pipeline's, with their exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.train_policy import args, metrics, options
+from wmrl_cli.coevolve import tasks
+from wmrl_cli.coevolve.ranks import RanksFailed
+from wmrl_cli.config import resolve_config
+
+
+def stage_config(root, out):
+    """The run config a co-evolve RL stage gets, with the settings of train-policy's tests."""
+    opts = options(out, 2, "grpo", 4, eval_trials=0)
+    overrides = [opts[i + 1] for i, arg in enumerate(opts) if arg == "--set"]
+    return resolve_config(overrides=[*overrides, "training.steps=2"])
+
+
+def stage(root, out, ranks: int, reset_set: str | None = None) -> str:
+    return tasks.rl(
+        stage_config(root, out),
+        out,
+        str(root / "sft"),
+        str(root / "wm"),
+        str(root / "rm"),
+        reset_set or str(root / "demos"),
+        real_steps=7,
+        ranks=ranks,
+    )
+
+
+def test_a_stage_on_two_ranks_is_train_policy_on_two_ranks(assets, tmp_path) -> None:
+    policy = stage(assets, tmp_path / "stage", 2)
+    assert os.path.isdir(policy)
+    cmd = [sys.executable, "-m", "wmrl_cli", *args(assets, tmp_path / "cli", 2, "grpo", 4)]
+    cmd += ["--set", "algorithm.eval_trials=0", "--num-processes", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    for rank in (0, 1):
+        ranked, cli = (
+            json.loads((run / "ranks" / f"rank_{rank}.json").read_text())
+            for run in (tmp_path / "stage", tmp_path / "cli")
+        )
+        assert ranked["weights_sha256"] == cli["weights_sha256"], rank
+        assert ranked["init_ids"] == cli["init_ids"], rank
+    stage_rows, cli_rows = (
+        metrics(tmp_path / "stage" / "metrics.jsonl"),
+        metrics(tmp_path / "cli" / "metrics.jsonl"),
+    )
+    assert len(stage_rows) == 2
+    # the same training; the stage's real steps start at the data collected before it
+    for row in (*stage_rows, *cli_rows):
+        row.pop("env/real_steps")
+    assert stage_rows == cli_rows
+
+
+def test_the_ranks_failure_stops_the_stage_with_their_status(assets, tmp_path, capfd) -> None:
+    with pytest.raises(RanksFailed) as failed:
+        stage(assets, tmp_path / "stage", 2, reset_set=str(tmp_path / "no-such-store"))
+    assert failed.value.exit_code != 0
+    errors = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert errors and all(line.startswith("error: ") for line in errors), errors
+    assert "no-such-store" in errors[0]
+    assert not (tmp_path / "stage" / "ranks_result.json").exists()
+
+
+def test_co_evolve_checks_its_ranks_before_it_writes(tmp_path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from wmrl_cli.cli.app import app
+
+    out = tmp_path / "run"
+    cmd = ["co-evolve", "--profile", "smoke", "--out", str(out), "--num-processes", "4"]
+    result = CliRunner().invoke(app, cmd)  # 4 envs in groups of 2 do not split over 4 ranks
+    assert result.exit_code == 2, result.output
+    assert "algorithm.num_envs" in result.output and "processes (2 x 4)" in result.output
+    assert not out.exists()
+    monkeypatch.setenv("LOCAL_RANK", "0")  # started under torchrun: each rank would run it all
+    result = CliRunner().invoke(app, cmd[:-2])
+    assert result.exit_code == 2 and "co-evolve runs in one process" in result.output
+    assert not out.exists()
+
+
+def test_co_evolve_checks_the_given_start_memory_plan_before_it_writes(assets, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from wmrl_cli.cli.app import app
+
+    out = tmp_path / "run"
+    given = {
+        "coevolve.start": "given",
+        "policy.name": assets / "sft",
+        "world_model.path": assets / "wm",
+        "world_model.backend": "opensora",
+        "reward_model.path": assets / "rm",
+        "world_model.reset_set": assets / "demos",
+        "training.memory_budget_gb": 0.001,  # no plan fits
+    }
+    sets = [arg for key, value in given.items() for arg in ("--set", f"{key}={value}")]
+    cmd = ["co-evolve", "--profile", "smoke", "--out", str(out), "--num-processes", "2", *sets]
+    result = CliRunner().invoke(app, cmd)
+    assert result.exit_code == 2, result.output
+    assert "the memory plan needs" in result.output, result.output
+    assert not out.exists()
