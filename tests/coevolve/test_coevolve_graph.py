@@ -301,6 +301,8 @@ READ_BY = {
     "training.cpu_offload": "rl",
     "training.memory_budget_gb": "rl",
     "coevolve.curve_every": "rl",
+    "world_model.sharding": "refine_wm",
+    "world_model.gradient_checkpointing": "refine_wm",
 }
 # A value other than the default, where flipping the default's truth would not be one.
 OTHER_VALUE = {
@@ -318,6 +320,7 @@ OTHER_VALUE = {
     "training.param_dtype": "bf16",
     "training.optimizer_dtype": "float32",
     "training.memory_budget_gb": 10.0,
+    "world_model.sharding": "fsdp",
 }
 NEEDS = {"training.cpu_offload": {"sharding": "fsdp"}}  # it offloads FSDP's shards
 

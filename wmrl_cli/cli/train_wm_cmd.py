@@ -50,7 +50,8 @@ def train_wm_command(
         bool,
         typer.Option(
             "--gradient-checkpointing",
-            help="Recompute the denoiser's activations in the backward pass: less memory.",
+            help="Recompute the denoiser's activations in the backward pass: less memory "
+            "(world_model.gradient_checkpointing=true).",
         ),
     ] = False,
     assets_dir: AssetsDirOpt = None,
@@ -94,6 +95,7 @@ def train_wm_command(
         simulator__seed=seed,
         world_model__steps=steps,
         world_model__vae_steps=vae_steps,
+        world_model__gradient_checkpointing=gradient_checkpointing or None,
         assets_dir=assets_dir,
         output_dir=out,
     )
@@ -133,7 +135,6 @@ def train_wm_command(
     seed_everything(cfg.simulator.seed)
     trainer = WorldModelTrainer(cfg, run_dir, store, action_dim)
     trainer.accelerator = accelerator
-    trainer.gradient_checkpointing = gradient_checkpointing
     out_dir = trainer.run(resume=True, init=source)
     if not accelerator.is_main_process:
         return

@@ -143,6 +143,8 @@ ADDED_OPTIONS: dict[str, Any] = {
     "training.activation_checkpointing": False,
     "training.cpu_offload": False,
     "training.memory_budget_gb": None,
+    "world_model.sharding": "none",
+    "world_model.gradient_checkpointing": False,
 }
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records,
 # not how a reward model is trained or checked.

@@ -156,6 +156,18 @@ class WorldModelConfig(Section):
     )
     ema_decay: float = Field(0.99, ge=0.0, lt=1.0)
     grad_clip: float = Field(1.0, gt=0.0)
+    sharding: Literal["none", "fsdp"] = Field(
+        "none",
+        description="training on several ranks (train-wm --num-processes, co-evolve's "
+        "refinement): none, every rank a replica of the denoiser, its gradients, AdamW state and "
+        "EMA (data parallel); fsdp, each rank 1/N of them (FSDP2, a unit per block): Wan2.2-5B's "
+        "96 GiB over 8 ranks is 12 GiB each",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="training: recompute each denoiser block's activations in the backward pass "
+        "(the same gradients, less memory: OpenSora's step at 256x256 from 63 to 21 GiB)",
+    )
     window_stride: int = Field(2, ge=1, description="training windows start every N steps")
     val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     val_every: int = Field(500, ge=1)

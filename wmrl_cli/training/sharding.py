@@ -93,6 +93,32 @@ def enable_activation_checkpointing(model: nn.Module) -> None:
         module.activation_checkpointing_enable({"use_reentrant": False})
 
 
+@contextlib.contextmanager
+def gathered_units(model: nn.Module) -> Iterator[None]:
+    """Inside, every FSDP unit of `model` holds its whole parameters on this rank (one
+    all-gather each, on entering; collective) and keeps them after each forward: forward passes
+    run no collective, so ranks may make different numbers of them (one rank validating
+    alone)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for unit in units:
+        unit.unshard()
+        unit.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.reshard()
+            unit.set_reshard_after_forward(True, recurse=False)
+
+
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a sharded tensor (a DTensor's local shard); any other as it is."""
+    to_local = getattr(tensor, "to_local", None)
+    return tensor if to_local is None else to_local()
+
+
 class PolicySharding:
     """`cfg.training`'s memory settings applied to one policy on this process's rank."""
 
@@ -174,26 +200,12 @@ class PolicySharding:
     def gathered(self, model: nn.Module) -> Iterator[None]:
         """Every rank holds the whole policy inside (fsdp; nothing to do otherwise): its
         forward passes run no collective, so ranks may make different numbers of them."""
-        if not self.fsdp:
+        with gathered_units(model) if self.fsdp else contextlib.nullcontext():
             yield
-            return
-        from torch.distributed.fsdp import FSDPModule
-
-        units = [m for m in model.modules() if isinstance(m, FSDPModule)]
-        for unit in units:
-            unit.unshard()
-            unit.set_reshard_after_forward(False, recurse=False)
-        try:
-            yield
-        finally:
-            for unit in units:
-                unit.reshard()
-                unit.set_reshard_after_forward(True, recurse=False)
 
     def local_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """This rank's tensors (its shards under fsdp), for the rank summary."""
-        state = model.state_dict()
-        return {k: getattr(v, "to_local", lambda v=v: v)() for k, v in state.items()}
+        return {k: local_tensor(v) for k, v in model.state_dict().items()}
 
     # -- saving and resuming -------------------------------------------------------------------
     def full_policy(self, model: nn.Module) -> nn.Module | None:

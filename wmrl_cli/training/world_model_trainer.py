@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -48,7 +49,15 @@ from wmrl_cli.training.checkpoints import (
     restore_rng,
     save_checkpoint,
 )
+from wmrl_cli.training.denoiser_sharding import (
+    SHARDED_DIR,
+    full_state,
+    load_shards,
+    save_shards,
+    shard_denoiser,
+)
 from wmrl_cli.training.latent_cache import WindowLatents
+from wmrl_cli.training.sharding import gathered_units, local_tensor
 from wmrl_cli.world_models.factory import (
     MODEL_DIR,
     apply_objective,
@@ -139,9 +148,6 @@ class WorldModelTrainer:
     # What `time_limit_min` is measured on: wall-clock time (a benchmark on a shared machine may
     # count the process's CPU time instead).
     clock = staticmethod(time.time)
-    # Recompute each denoiser block's activations in the backward pass (less memory, the same
-    # gradients): `wmrl train-wm --gradient-checkpointing`.
-    gradient_checkpointing = False
 
     def __init__(self, cfg: RunConfig, run_dir: Path, store: EpisodeStore, action_dim: int):
         self.cfg, self.wm, self.run_dir, self.store = cfg, cfg.world_model, run_dir, store
@@ -157,6 +163,7 @@ class WorldModelTrainer:
         self.logger: MetricsLogger  # opened by run(), which knows the step it resumes from
         self.accelerator: Any = None  # made by run() (several ranks: torchrun's environment)
         self.first_batch: list[int] = []  # this rank's windows in its first denoiser step
+        self.sharded = False  # the denoiser sharded over the ranks (denoiser_sharding.py)
 
     @property
     def main(self) -> bool:
@@ -274,7 +281,7 @@ class WorldModelTrainer:
                 gen = torch.Generator().manual_seed(seed)
                 loss = wrapped(batch, generator=gen)
                 acc.backward(loss)
-                grad_norm = acc.clip_grad_norm_(params, wm.grad_clip)
+                grad_norm = local_tensor(acc.clip_grad_norm_(params, wm.grad_clip))
                 optimizer.step()
                 # freed now rather than before the next backward: validation, checkpoints and
                 # the next forward run without them (a 5 B denoiser's are 19 GiB)
@@ -295,20 +302,13 @@ class WorldModelTrainer:
                     )
                 out_of_time = deadline is not None and self._agreed(self.clock() > deadline)
                 last = step + 1 == wm.steps or out_of_time
-                if ((step + 1) % wm.val_every == 0 or last) and self.main:
-                    with swapped_weights(model.transformer, ema):
-                        report = self.validate(model, step + 1)
+                if ((step + 1) % wm.val_every == 0 or last) and (self.main or self.sharded):
+                    with swapped_weights(model.transformer, ema), self._gathered(model):
+                        if self.main:
+                            report = self.validate(model, step + 1)
                 if (step + 1) % wm.save_every == 0 or last:
                     acc.wait_for_everyone()
-                    if self.main:
-                        save_checkpoint(
-                            self.run_dir,
-                            step + 1,
-                            model.save_pretrained,
-                            [optimizer, scheduler, TensorState(ema)],
-                            {"stage": "denoiser"},
-                            keep=wm.keep_checkpoints,
-                        )
+                    self._save_checkpoint(model, optimizer, scheduler, ema, step + 1)
                 advance()
                 if out_of_time:
                     if self.main:
@@ -346,10 +346,14 @@ class WorldModelTrainer:
         # The training objective is the run's, also when starting from another model.
         apply_objective(model.config, self.cfg)
         model.autocast_dtype = autocast_dtype
-        model.transformer.gradient_checkpointing = self.gradient_checkpointing
+        model.transformer.gradient_checkpointing = self.wm.gradient_checkpointing
         model.vae.requires_grad_(False)
         if acc.device.type != "cpu":  # before the optimizer and the EMA copy are made
             model.onload(acc.device)
+        self.sharded = self.wm.sharding == "fsdp" and acc.num_processes > 1
+        if self.sharded:
+            shard_denoiser(model.transformer, acc)
+        # under fsdp each EMA tensor is a shard, placed as its parameter
         ema = {n: p.detach().clone() for n, p in model.transformer.named_parameters()}
         optimizer = torch.optim.AdamW(
             [p for p in model.transformer.parameters() if p.requires_grad],
@@ -361,9 +365,7 @@ class WorldModelTrainer:
             optimizer, lambda s: lr_factor(s, wm.warmup_steps, wm.steps, wm.lr_schedule)
         )
         if checkpoint is not None:
-            state = load_checkpoint(
-                checkpoint, [optimizer, scheduler, TensorState(ema)], restore_rng_state=False
-            )
+            state = self._load_checkpoint(checkpoint, model, optimizer, scheduler, ema)
             start, rng_state = state["step"], state["rng"]
             self.logger = self._open_logger(start)
             if self.main:
@@ -372,8 +374,12 @@ class WorldModelTrainer:
         if rng_state is not None:  # after encoding: the RNGs as they were after step `start`
             restore_rng(rng_state)
         # One process: the model itself (no wrapper). Several: DDP, its weights broadcast from
-        # the main process (the autoencoder's and statistics' too, when their buffers).
-        wrapped, optimizer = acc.prepare(model, optimizer)
+        # the main process (the autoencoder's and statistics' too, when their buffers); or the
+        # sharded model itself (FSDP's units reduce the gradients).
+        if self.sharded:
+            wrapped, optimizer = model, acc.prepare_optimizer(optimizer)
+        else:
+            wrapped, optimizer = acc.prepare(model, optimizer)
         report = None
         if start < self.wm.steps:
             report = self.train_denoiser(model, wrapped, latents, start, optimizer, ema, scheduler)
@@ -381,11 +387,74 @@ class WorldModelTrainer:
             self._write_rank_summary(model, ema)
         out = self.run_dir / MODEL_DIR
         acc.wait_for_everyone()
-        if self.main:
-            self._save_final(model, ema, report, resumed=checkpoint is not None, start=start)
+        self._save_final(model, ema, report, resumed=checkpoint is not None, start=start)
         acc.wait_for_everyone()  # the other ranks return once the model is there
         self.logger.close()
         return out
+
+    # -- sharded or replicated ----------------------------------------------------------------
+    def _gathered(self, model: WorldModel) -> Any:
+        """The whole denoiser on every rank inside (sharded; nothing to do otherwise)."""
+        return gathered_units(model.transformer) if self.sharded else nullcontext()
+
+    def _model_state(self, model: WorldModel) -> dict[str, torch.Tensor] | None:
+        """What the main process saves: the gathered state dict (sharded; collective), else
+        None (the model's own)."""
+        return full_state(model) if self.sharded else None
+
+    def _save_checkpoint(
+        self,
+        model: WorldModel,
+        optimizer: Any,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        ema: dict[str, torch.Tensor],
+        step: int,
+    ) -> None:
+        """The step's checkpoint; every rank calls it. Sharded: the optimizer's and EMA's
+        shards written by every rank, moved into the checkpoint with the gathered model."""
+        meta, keep = {"stage": "denoiser"}, self.wm.keep_checkpoints
+        if not self.sharded:
+            if self.main:
+                stateful = [optimizer, scheduler, TensorState(ema)]
+                save_checkpoint(self.run_dir, step, model.save_pretrained, stateful, meta, keep)
+            return
+        shards = self.run_dir / "checkpoints" / f".{SHARDED_DIR}-step_{step:06d}"
+        if self.main:
+            shutil.rmtree(shards, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        save_shards(model.transformer, optimizer, ema, shards)
+        state = full_state(model)
+        if not self.main:
+            return
+
+        def save_model(directory: Path) -> None:
+            model.save_pretrained(directory, state=state)
+            shutil.move(str(shards), str(directory.parent / "training_state" / SHARDED_DIR))
+
+        save_checkpoint(self.run_dir, step, save_model, [scheduler], meta, keep)
+
+    def _load_checkpoint(
+        self,
+        checkpoint: Path,
+        model: WorldModel,
+        optimizer: Any,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        ema: dict[str, torch.Tensor],
+    ) -> dict[str, Any]:
+        """`load_checkpoint`'s result, the optimizer, scheduler and EMA restored as
+        `_save_checkpoint` saved them."""
+        if not self.sharded:
+            stateful = [optimizer, scheduler, TensorState(ema)]
+            return load_checkpoint(checkpoint, stateful, restore_rng_state=False)
+        shards = checkpoint / "training_state" / SHARDED_DIR
+        if not (shards / ".metadata").is_file():
+            raise WmrlError(
+                f"{checkpoint}: no sharded optimizer state ({SHARDED_DIR}/); it was saved "
+                "without world_model.sharding=fsdp: resume it with the sharding it was saved with"
+            )
+        state = load_checkpoint(checkpoint, [scheduler], restore_rng_state=False)
+        load_shards(model.transformer, optimizer, ema, shards)
+        return state
 
     def _save_final(
         self,
@@ -395,13 +464,20 @@ class WorldModelTrainer:
         resumed: bool,
         start: int,
     ) -> None:
+        """The EMA model, validated, into run_dir/model on the main process; every rank calls
+        it (sharded, every rank gathers)."""
+        if not (self.main or self.sharded):
+            return
         with swapped_weights(model.transformer, ema):
-            if report is None:
+            if start >= self.wm.steps:  # decided alike on every rank (only the main has a report)
                 # Nothing left to train after a resume (killed after the last checkpoint): the
                 # validation of that step is in metrics.jsonl already; computed again unlogged.
-                with self.logger.paused() if resumed else nullcontext():
-                    report = self.validate(model, start)
-            out = model.save_pretrained(self.run_dir / MODEL_DIR)
+                with self.logger.paused() if resumed else nullcontext(), self._gathered(model):
+                    report = self.validate(model, start) if self.main else None
+            state = self._model_state(model)
+            if not self.main:
+                return
+            out = model.save_pretrained(self.run_dir / MODEL_DIR, state=state)
         canonical_safetensors(out)  # the same weights, the same bytes
         if report is not None:
             body = {k: v for k, v in report.__dict__.items() if k != "videos"}
@@ -411,7 +487,9 @@ class WorldModelTrainer:
     def _write_rank_summary(self, model: WorldModel, ema: dict[str, torch.Tensor]) -> None:
         """Per rank: a digest of its world model (weights, buffers and EMA) and the windows of
         its first step, for checking data parallelism (ranks/rank_N.json)."""
+        # sharded: this rank's shards (the weights and EMA it holds), which differ between ranks
         tensors = {**model.state_dict(), **{f"ema.{k}": v for k, v in ema.items()}}
+        tensors = {k: local_tensor(v) for k, v in tensors.items()}
         rank = self.accelerator.process_index
         write_rank_summary(self.run_dir, rank, tensors, windows=self.first_batch)
 
@@ -446,20 +524,24 @@ class TensorState:
 
 
 class swapped_weights:
-    """Temporarily load `weights` (e.g. the EMA) into `module`, restoring the originals after."""
+    """Temporarily load `weights` (e.g. the EMA) into `module`, restoring the originals after;
+    sharded, each rank swaps its shards."""
 
     def __init__(self, module: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
         self.module, self.weights = module, weights
 
+    def _pairs(self) -> list[tuple[str, torch.Tensor]]:
+        return [(n, local_tensor(p.detach())) for n, p in self.module.named_parameters()]
+
     def __enter__(self) -> None:
         # the trained weights wait in CPU memory: on a GPU a third copy of a 5 B denoiser
         # (weights, EMA, saved) would not fit beside its gradients and AdamW moments
-        self.saved = {n: p.detach().to("cpu", copy=True) for n, p in self.module.named_parameters()}
+        self.saved = {n: p.to("cpu", copy=True) for n, p in self._pairs()}
         with torch.no_grad():
-            for name, p in self.module.named_parameters():
-                p.copy_(self.weights[name])
+            for name, p in self._pairs():
+                p.copy_(local_tensor(self.weights[name]))
 
     def __exit__(self, *exc: object) -> None:
         with torch.no_grad():
-            for name, p in self.module.named_parameters():
+            for name, p in self._pairs():
                 p.copy_(self.saved[name])

@@ -336,17 +336,22 @@ class WorldModel(nn.Module, ABC):
     config_class: ClassVar[Any]  # a dataclass with to_dict() / from_dict()
     config: Any
 
-    def save_pretrained(self, directory: str | Path) -> Path:
+    def save_pretrained(
+        self, directory: str | Path, state: Mapping[str, torch.Tensor] | None = None
+    ) -> Path:
         """Write config.json + model.safetensors atomically: into a temp dir, then renamed over
-        any previous copy, so a crash never leaves a half-written model."""
+        any previous copy, so a crash never leaves a half-written model. `state`: the tensors
+        to write, this model's state dict by default (a sharded trainer passes the gathered
+        one)."""
         directory = Path(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
         try:
             (tmp / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
-            state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+            tensors = self.state_dict() if state is None else state
+            tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
             save_file(
-                state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt", "wmrl": self.backend}
+                tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt", "wmrl": self.backend}
             )
             if directory.exists():
                 old = directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}")
