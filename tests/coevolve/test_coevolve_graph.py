@@ -71,6 +71,11 @@ def recorded(monkeypatch) -> list[tuple]:
             calls.append(("ranks", Path(out).name, ranks))
         return made(Path(out) / "policy")
 
+    def train_wm(cfg, data, out, init, steps, ranks=1) -> str:
+        if ranks != 1:
+            calls.append(("ranks", Path(out).name, ranks))
+        return made(Path(out) / "world_model")
+
     def check(cfg, out, wm, rm_path, data) -> dict[str, Any]:
         calls.append(("check", Path(out).name, Path(wm).parent.name, Path(rm_path).parent.name))
         return {"rl_threshold": None, "real_steps": 0}
@@ -80,7 +85,7 @@ def recorded(monkeypatch) -> list[tuple]:
     fakes = {
         "collect": collect,
         "merge": lambda stores, out, cfg: made(out),
-        "train_wm": lambda cfg, data, out, init, steps: made(Path(out) / "world_model"),
+        "train_wm": train_wm,
         "imagine": lambda cfg, wm, data, out: made(out),
         "train_rm": train_rm,
         "imagine_policy": imagine_policy,
@@ -112,7 +117,7 @@ def _config(**coevolve: Any):
 
 
 @pytest.mark.parametrize("start", ["sft", "given"])
-def test_every_rl_stage_trains_on_the_ranks_asked_for(tmp_path, recorded, start) -> None:
+def test_every_training_stage_trains_on_the_ranks_asked_for(tmp_path, recorded, start) -> None:
     cfg = _config(frozen_control=True, simulator_control=True)
     if start == "given":
         cfg.coevolve.start = "given"
@@ -120,8 +125,11 @@ def test_every_rl_stage_trains_on_the_ranks_asked_for(tmp_path, recorded, start)
         cfg.reward_model.path, cfg.world_model.reset_set = str(tmp_path / "rm"), "starts"
     pipeline.co_evolve(cfg, tmp_path / "run", ranks=3)
     ranks = [c[1:] for c in recorded if c[0] == "ranks"]
+    first = [("wm_base", 3)] if start == "sft" else []  # the given start's is given
     assert ranks == [
+        *first,
         ("stage1", 3),
+        ("wm_evo1", 3),
         ("stage2", 3),
         ("frozen_control", 3),
         ("simulator_control", 3),
@@ -367,7 +375,7 @@ def test_the_audit_chooses_the_world_model_of_stage_2(
 
     seeds, audited, reported = [], [], {}
 
-    def train_wm(cfg, data, out, init, steps):
+    def train_wm(cfg, data, out, init, steps, ranks=1):
         seeds.append((Path(out).name, cfg.simulator.seed))
         return str(Path(out) / "world_model")
 

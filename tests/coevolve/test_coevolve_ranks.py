@@ -111,3 +111,30 @@ def test_co_evolve_checks_the_given_start_memory_plan_before_it_writes(assets, t
     assert result.exit_code == 2, result.output
     assert "the memory plan needs" in result.output, result.output
     assert not out.exists()
+
+
+# two ranks once more (about 20 s on a 2-core CPU): slow, the suite's budget; the mechanism is
+# the RL stage's above, and sharded world-model training is tests/training/test_denoiser_sharding
+@pytest.mark.slow
+def test_a_refinement_on_two_sharded_ranks(assets, tmp_path) -> None:
+    from wmrl_cli.world_models.factory import load_world_model
+
+    sets = {
+        "world_model.backend": "opensora",
+        "world_model.sharding": "fsdp",
+        "world_model.batch_size": 2,
+        "world_model.val_episodes": 1,
+        "world_model.val_horizon": 4,
+        "world_model.window_stride": 16,
+        "world_model.num_inference_steps": 1,
+        "simulator.image_size": 32,
+        "num_threads": 1,
+        "logging.progress": False,
+    }
+    cfg = resolve_config(overrides=[f"{k}={v}" for k, v in sets.items()])
+    out = tmp_path / "wm_evo1"
+    model = tasks.train_wm(cfg, str(assets / "demos"), out, str(assets / "wm"), 2, ranks=2)
+    assert load_world_model(model).action_dim == 4
+    ranks = [json.loads((out / "ranks" / f"rank_{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["weights_sha256"] != ranks[1]["weights_sha256"]  # each held its shards
+    assert (out / "checkpoints" / "step_000002" / "training_state" / "sharded").is_dir()

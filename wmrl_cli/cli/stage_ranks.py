@@ -1,8 +1,9 @@
-"""`python -m wmrl_cli.cli.stage_ranks JOB FOLDER`: one rank of a co-evolve stage that trains
-on several ranks (`wmrl co-evolve --num-processes N`; coevolve/ranks.py starts N of them through
-torchrun). It runs the stage's job (coevolve/tasks.py `RANK_JOBS`) with the config the pipeline
-wrote to FOLDER/config.yaml, threads and seeds as `wmrl train-policy` sets them; the main rank
-writes the result for the pipeline. Errors as a command prints them: one line, its exit code."""
+"""`python -m wmrl_cli.cli.stage_ranks JOB FOLDER SEED [ARGS]`: one rank of a co-evolve stage
+that trains on several ranks (`wmrl co-evolve --num-processes N`; coevolve/ranks.py starts N of
+them through torchrun). It runs the stage's job (coevolve/tasks.py `RANK_JOBS`) with the config
+the pipeline wrote to FOLDER/config.yaml and ARGS, its threads as the config says and its global
+RNGs seeded with SEED (the stage's); the main rank writes the result for the pipeline. Errors as
+a command prints them: one line, its exit code."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from wmrl_cli.cli.common import handle_errors
 
 
 @handle_errors
-def run_stage_job(job: str, folder: Path) -> None:
+def run_stage_job(job: str, folder: Path, seed: int, args: list[str]) -> None:
     from wmrl_cli.coevolve.ranks import write_result
     from wmrl_cli.coevolve.tasks import RANK_JOBS
     from wmrl_cli.config.loading import validate_config
@@ -25,16 +26,16 @@ def run_stage_job(job: str, folder: Path) -> None:
 
     sub = validate_config(yaml.safe_load((folder / "config.yaml").read_text()))
     configure_threads(sub.num_threads)
-    seed_everything(sub.simulator.seed)
-    result = RANK_JOBS[job](sub, folder)
+    seed_everything(seed)
+    result = RANK_JOBS[job](sub, folder, *args)
     if os.environ.get("RANK", "0") == "0":  # the main rank (torchrun's environment)
         write_result(folder, result)
 
 
 def main(argv: list[str]) -> int:
-    job, folder = argv
+    job, folder, seed, *args = argv
     try:
-        run_stage_job(job, Path(folder))
+        run_stage_job(job, Path(folder), int(seed), args)
     except typer.Exit as exc:
         return exc.exit_code
     return 0

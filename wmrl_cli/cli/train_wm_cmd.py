@@ -165,16 +165,8 @@ def train_wm_command(
 
 def check_ranks(cfg: RunConfig, world: int, trains_autoencoder: bool) -> None:
     """Each rank trains on an equal share of every batch: the batch sizes must split."""
-    if world < 1:
-        raise ConfigError(f"--num-processes must be at least 1, got {world}")
+    from wmrl_cli.training.world_model_trainer import check_batch_split
+
     if world > 1 and cfg.output_dir is None:
         raise ConfigError("--num-processes needs --out so that every rank writes one run")
-    wm = cfg.world_model
-    sizes = {"world_model.batch_size": wm.batch_size}
-    if trains_autoencoder and wm.vae_init is None and wm.vae_steps > 0:
-        sizes["world_model.vae_batch_size"] = wm.vae_batch_size
-    for key, size in sizes.items():
-        if size % world:
-            raise ConfigError(
-                f"invalid value for '{key}': {size} must be a multiple of the processes ({world})"
-            )
+    check_batch_split(cfg, world, trains_autoencoder)

@@ -69,7 +69,8 @@ from wmrl_cli.errors import ConfigError
 
 def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
     """Before the run directory is claimed: the simulator resolved and available (LIBERO:
-    installed), the RL stages' envs split over `ranks`, and the given start's policy, world
+    installed), the RL stages' envs and the world models' batches split over `ranks`, and the
+    given start's policy, world
     model, reward model and reset set found (assets downloaded) and its RL stages' memory plan
     within the GPU's memory (on a GPU, or with `training.memory_budget_gb`): one line otherwise,
     not hours later at stage 1."""
@@ -77,6 +78,7 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
     from wmrl_cli.rl.setup import resolve_inputs
     from wmrl_cli.sims.backends import resolve_simulator, simulator_class
     from wmrl_cli.training.memory_budget import check_rl_memory
+    from wmrl_cli.training.world_model_trainer import check_batch_split
 
     cfg.simulator = resolve_simulator(cfg.simulator)
     ce = cfg.coevolve
@@ -93,6 +95,8 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
         )
     simulator_class(cfg.simulator)
     check_world_size(cfg.algorithm.num_envs, cfg.algorithm.group_size, ranks)
+    # the world models train on the ranks too (sft: the first from scratch, its autoencoder too)
+    check_batch_split(cfg, ranks, trains_autoencoder=cfg.coevolve.start == "sft")
     if cfg.coevolve.start == "given":
         check_rl_memory(cfg, resolve_inputs(cfg), ranks)
 
@@ -159,7 +163,7 @@ def _sft_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     )
     wm = p.run(
         "world_model",
-        lambda: train_wm(cfg, base_data, run_dir / "wm_base", None, 0),
+        lambda: train_wm(cfg, base_data, run_dir / "wm_base", None, 0, run.ranks),
         reads="world_model",
         after=("merge0",),
         outputs=("wm_base",),
@@ -270,7 +274,7 @@ def _refine_world_model(
             p.run(
                 stage,
                 lambda t=trainer_cfg, n=name: train_wm(
-                    t, merged, run.run_dir / n, last.wm, ce.refine_steps
+                    t, merged, run.run_dir / n, last.wm, ce.refine_steps, run.ranks
                 ),
                 reads="refine_wm",
                 after=_after(made["wm"], merge_stage),
@@ -350,7 +354,8 @@ def _refine_reward_model(
 
 def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
     """The whole pipeline; returns the report (also written to report.json / report.md).
-    `ranks`: the processes each RL stage trains on (ranks.py); the rest runs in this one."""
+    `ranks`: the processes each RL and world-model stage trains on (ranks.py); the rest runs in
+    this one."""
     from wmrl_cli.coevolve.report import rl_activity, write_report
 
     ce = cfg.coevolve

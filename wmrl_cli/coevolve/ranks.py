@@ -1,12 +1,14 @@
 """Co-evolve's training stages on several ranks (`wmrl co-evolve --num-processes N`).
 
 The pipeline stays one process: it evaluates, collects, merges and records the stages, and it
-never joins a process group. A stage that trains on ranks (RL; tasks.RANK_JOBS) is started as N
-processes (torchrun, `training/launch.py`) of `python -m wmrl_cli.cli.stage_ranks JOB FOLDER`.
-Each rank reads the stage's config from FOLDER/config.yaml, which the pipeline wrote, and runs
-the stage's own job, as `wmrl train-policy --num-processes N` would with that config; the main
-rank writes the job's result to FOLDER/ranks_result.json, where the pipeline reads it. The
-ranks print their own errors (one line) and the pipeline stops with their exit status.
+never joins a process group. A stage that trains on ranks (RL, a world model; tasks.RANK_JOBS)
+is started as N processes (torchrun, `training/launch.py`) of `python -m
+wmrl_cli.cli.stage_ranks JOB FOLDER SEED [ARGS]`. Each rank reads the stage's config from
+FOLDER/config.yaml, which the pipeline wrote, and runs the stage's own job, the function the
+one-process stage calls, as `wmrl train-policy --num-processes N` (or `train-wm`) would with that
+config; the main rank writes the job's result to FOLDER/ranks_result.json, where the pipeline
+reads it. The ranks print their own errors (one line) and the pipeline stops with their exit
+status.
 """
 
 from __future__ import annotations
@@ -31,12 +33,18 @@ class RanksFailed(WmrlError):
         self.exit_code = exit_code
 
 
-def on_ranks(job: str, folder: Path, ranks: int) -> str:
-    """Job `job` of the stage in `folder` run on `ranks` processes; its result (the main
-    rank's). Ctrl-C stops the ranks and then this process (KeyboardInterrupt)."""
+def on_ranks(job: str, folder: Path, ranks: int, args: list[str] | None = None) -> str:
+    """Job `job` of the stage in `folder` run on `ranks` processes, with `args` after the
+    stage's config; its result (the main rank's). The ranks seed their global RNGs as this
+    process's stage was seeded (`StageCache.run`: torch's initial seed), so that they start from
+    what the stage would draw here. Ctrl-C stops the ranks and then this process
+    (KeyboardInterrupt)."""
+    import torch
+
     result = folder / RESULT_FILE
     result.unlink(missing_ok=True)  # a result of an earlier attempt is not this one's
-    code = run_ranks(ranks, WORKER, [job, str(folder)])
+    argv = [job, str(folder), str(torch.initial_seed()), *(args or [])]
+    code = run_ranks(ranks, WORKER, argv)
     if code == 130:
         raise KeyboardInterrupt
     if code != 0:

@@ -114,22 +114,34 @@ def evaluate(cfg: RunConfig, policy_dir: str, out: Path, videos: bool) -> dict[s
     }
 
 
-def train_wm(cfg: RunConfig, data: str, out: Path, init: str | None, steps: int) -> str:
+def train_wm(
+    cfg: RunConfig, data: str, out: Path, init: str | None, steps: int, ranks: int = 1
+) -> str:
     """A world model from scratch, or `steps` more on `data` from `init` (a wmrl model, a
-    published folder or an asset name: what `train-wm --init` takes)."""
+    published folder or an asset name: what `train-wm --init` takes); on `ranks` processes
+    (ranks.py; `world_model.sharding` says whether they shard the denoiser)."""
     from wmrl_cli.training.init_sources import resolve_init
-    from wmrl_cli.training.world_model_trainer import WorldModelTrainer
 
-    store = EpisodeStore.open(data)
     sub = sub_config(cfg, out)
     source = None
     if init is not None:
         sub.world_model.steps = steps
-        source = resolve_init(init, cfg.assets_dir)
+        source = str(resolve_init(init, cfg.assets_dir))
     out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.yaml", dump_config(sub))  # what this stage ran with
+    if ranks > 1:
+        return on_ranks("train-wm", out, ranks, [data, source or ""])
+    return train_wm_job(sub, out, data, source)
+
+
+def train_wm_job(sub: RunConfig, out: Path, data: str, init: str | None = None) -> str:
+    """A world-model stage's training on this process's rank (`train_wm`); the model's
+    folder."""
+    from wmrl_cli.training.world_model_trainer import WorldModelTrainer
+
+    store = EpisodeStore.open(data)
     a_dim = int(store.load(0).actions.shape[1])
-    model_dir = WorldModelTrainer(sub, out, store, a_dim).run(init=source)
-    return str(model_dir)
+    return str(WorldModelTrainer(sub, out, store, a_dim).run(init=init or None))
 
 
 def imagine(cfg: RunConfig, world_model: str, data: str, out: Path) -> str:
@@ -324,8 +336,9 @@ def train_policy_job(sub: RunConfig, out: Path) -> str:
     return str(trained.path)
 
 
-# The stage jobs that run on ranks (`co-evolve --num-processes N`, ranks.py): name -> job.
-RANK_JOBS = {"train-policy": train_policy_job}
+# The stage jobs that run on ranks (`co-evolve --num-processes N`, ranks.py): name -> job,
+# called as job(stage config, stage folder, *its arguments).
+RANK_JOBS = {"train-policy": train_policy_job, "train-wm": train_wm_job}
 
 
 def _audit(

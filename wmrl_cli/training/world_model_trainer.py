@@ -128,6 +128,24 @@ def make_accelerator() -> Any:
     return fresh_accelerator(cpu=not torch.cuda.is_available(), mixed_precision="no")
 
 
+def check_batch_split(cfg: RunConfig, world: int, trains_autoencoder: bool) -> None:
+    """Each of `world` ranks trains on an equal share of every batch: the batch sizes (the
+    autoencoder's too where it trains) must split; one line (exit 2) otherwise."""
+    from wmrl_cli.errors import ConfigError
+
+    if world < 1:
+        raise ConfigError(f"--num-processes must be at least 1, got {world}")
+    wm = cfg.world_model
+    sizes = {"world_model.batch_size": wm.batch_size}
+    if trains_autoencoder and wm.vae_init is None and wm.vae_steps > 0:
+        sizes["world_model.vae_batch_size"] = wm.vae_batch_size
+    for key, size in sizes.items():
+        if size % world:
+            raise ConfigError(
+                f"invalid value for '{key}': {size} must be a multiple of the processes ({world})"
+            )
+
+
 def rank_share(global_idx: np.ndarray, rank: int, world: int) -> np.ndarray:
     """This rank's part of a global batch that every rank draws alike."""
     per_rank = len(global_idx) // world
