@@ -90,10 +90,17 @@ def test_co_evolve_checks_its_ranks_before_it_writes(tmp_path, monkeypatch) -> N
     assert not out.exists()
 
 
-def test_co_evolve_checks_the_given_start_memory_plan_before_it_writes(assets, tmp_path) -> None:
+@pytest.mark.parametrize("plan", ["rl", "refinement"])
+def test_co_evolve_checks_the_given_start_memory_plans_before_it_writes(
+    assets, tmp_path, monkeypatch, plan
+) -> None:
     from typer.testing import CliRunner
 
+    import wmrl_cli.training.memory_budget as memory_budget
     from wmrl_cli.cli.app import app
+
+    if plan == "refinement":  # the RL stages fit: the refinement's plan is checked too
+        monkeypatch.setattr(memory_budget, "check_rl_memory", lambda *args: None)
 
     out = tmp_path / "run"
     given = {
@@ -109,7 +116,8 @@ def test_co_evolve_checks_the_given_start_memory_plan_before_it_writes(assets, t
     cmd = ["co-evolve", "--profile", "smoke", "--out", str(out), "--num-processes", "2", *sets]
     result = CliRunner().invoke(app, cmd)
     assert result.exit_code == 2, result.output
-    assert "the memory plan needs" in result.output, result.output
+    expected = "the memory plan needs" if plan == "rl" else "the world model's training needs"
+    assert expected in result.output, result.output
     assert not out.exists()
 
 

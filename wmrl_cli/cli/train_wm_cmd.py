@@ -85,6 +85,7 @@ def train_wm_command(
         resolve_init,
         world_model_backend,
     )
+    from wmrl_cli.training.world_model_memory import check_world_model_training
     from wmrl_cli.training.world_model_trainer import WorldModelTrainer, make_accelerator
 
     check_not_single_rank_launch()
@@ -102,7 +103,8 @@ def train_wm_command(
     store = EpisodeStore.open(data)
     if len(store) == 0:
         raise typer.BadParameter(f"{data} holds no episodes")
-    action_dim = int(store.load(0).actions.shape[1])
+    first = store.load(0)
+    action_dim = int(first.actions.shape[1])
     source = None
     if init is not None:  # checked before the run directory is made
         source = resolve_init(init, cfg.assets_dir)
@@ -121,6 +123,11 @@ def train_wm_command(
     )
     if "LOCAL_RANK" not in os.environ:  # checked before any rank starts
         check_ranks(cfg, num_processes, trains_autoencoder=source is None)
+        # the memory plan per GPU, before any model loads (on a GPU or with a budget)
+        frames = tuple(first.frames.shape[1:3])
+        plan = check_world_model_training(cfg, source, frames, num_processes, action_dim)
+        if plan is not None:
+            console.print(plan.line())
         if num_processes > 1:
             claim_run_dir(cfg.model_copy(deep=True), "train-wm", **claim, write=False)
             relaunch_ranks(num_processes)

@@ -70,14 +70,16 @@ from wmrl_cli.errors import ConfigError
 def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
     """Before the run directory is claimed: the simulator resolved and available (LIBERO:
     installed), the RL stages' envs and the world models' batches split over `ranks`, and the
-    given start's policy, world
-    model, reward model and reset set found (assets downloaded) and its RL stages' memory plan
-    within the GPU's memory (on a GPU, or with `training.memory_budget_gb`): one line otherwise,
-    not hours later at stage 1."""
+    given start's policy, world model, reward model and reset set found (assets downloaded)
+    and the memory plans of its RL stages and its world model's refinement within the GPU's
+    memory (on a GPU, or with `training.memory_budget_gb`): one line otherwise, not hours later
+    at stage 1."""
+    from wmrl_cli.data.reset_set import reset_frame_size
     from wmrl_cli.rl.schedule import check_world_size
     from wmrl_cli.rl.setup import resolve_inputs
     from wmrl_cli.sims.backends import resolve_simulator, simulator_class
     from wmrl_cli.training.memory_budget import check_rl_memory
+    from wmrl_cli.training.world_model_memory import check_world_model_training
     from wmrl_cli.training.world_model_trainer import check_batch_split
 
     cfg.simulator = resolve_simulator(cfg.simulator)
@@ -98,7 +100,11 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
     # the world models train on the ranks too (sft: the first from scratch, its autoencoder too)
     check_batch_split(cfg, ranks, trains_autoencoder=cfg.coevolve.start == "sft")
     if cfg.coevolve.start == "given":
-        check_rl_memory(cfg, resolve_inputs(cfg), ranks)
+        inputs = resolve_inputs(cfg)
+        check_rl_memory(cfg, inputs, ranks)
+        if ce.refinements:  # the given world model's refinement, on the reset set's frames
+            frames = reset_frame_size(inputs.reset_set) or (256, 256)
+            check_world_model_training(cfg, inputs.world_model, frames, ranks)
 
 
 @dataclass

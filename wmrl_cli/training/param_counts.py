@@ -167,19 +167,25 @@ def world_model_params(path: Path | None, backend: str = "wan") -> int:
     """Parameters of a world model (denoiser and autoencoder): a wmrl run or model directory
     built on the meta device from its config.json, a published folder from its weight files,
     or (path None) the backend's full-size config."""
+    return sum(world_model_param_split(path, backend))
+
+
+def world_model_param_split(path: Path | None, backend: str = "wan") -> tuple[int, int]:
+    """(the denoiser's parameters, the rest's: the autoencoder and the frozen embeddings), read
+    as `world_model_params` reads them: what a fine-tuning trains and what it keeps frozen."""
     from wmrl_cli.world_models.published import RLINF_OPENSORA, WAN_VAE_FILE, published_layout
 
     if path is None:
-        return full_world_model_params(backend)
+        return _world_model_params(backend, None)
     layout = published_layout(path)
     if layout == RLINF_OPENSORA:  # the STDiT3 as loaded (its unused text cross-attention dropped)
         from wmrl_cli.world_models.opensora.converter import drop_unused
         from wmrl_cli.world_models.state_dicts import strip_wrapper_prefix
 
         dit, _ = drop_unused(strip_wrapper_prefix(safetensors_shapes(path)))
-        return _numel(dit) + _numel(safetensors_shapes(path / "vae"))
+        return _numel(dit), _numel(safetensors_shapes(path / "vae"))
     if layout is not None:  # RLinf's Wan: the DiT's safetensors and the VAE's .pth
-        return _numel(safetensors_shapes(path)) + pth_params(path / WAN_VAE_FILE)
+        return _numel(safetensors_shapes(path)), pth_params(path / WAN_VAE_FILE)
     from wmrl_cli.world_models.factory import saved_world_model
 
     directory, saved_backend = saved_world_model(path)
@@ -228,11 +234,12 @@ def pth_params(path: Path) -> int:
 
 def full_world_model_params(backend: str) -> int:
     """The backend's full size (Wan2.2-TI2V-5B or STDiT3-XL/2, with its VAE)."""
-    return _world_model_params(backend, None)
+    return sum(_world_model_params(backend, None))
 
 
 @lru_cache(maxsize=8)
-def _world_model_params(backend: str, config_json: str | None) -> int:
+def _world_model_params(backend: str, config_json: str | None) -> tuple[int, int]:
+    """(denoiser, the rest) of a world model built on the meta device."""
     if backend == "opensora":
         from wmrl_cli.world_models.opensora import OpenSoraWorldModel as model_cls
         from wmrl_cli.world_models.opensora import OpenSoraWorldModelConfig as config_cls
@@ -243,7 +250,9 @@ def _world_model_params(backend: str, config_json: str | None) -> int:
         config_cls.full() if config_json is None else config_cls.from_dict(json.loads(config_json))
     )
     with torch.device("meta"):
-        return count(model_cls(config))
+        model = model_cls(config)
+    denoiser = count(model.transformer)
+    return denoiser, count(model) - denoiser
 
 
 def published_reward_bytes(kind: str) -> int:

@@ -1,0 +1,90 @@
+"""The memory plan of a world model's training (training/world_model_memory.py): at one rank it
+gives benchmarks/wm_train_memory.py's counts of the full-size step (docs/benchmarks.md), sharded
+it divides the state, and over budget it is one line naming what fits, before any model loads
+(train-wm, co-evolve's refinement)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from wmrl_cli.cli.app import app
+from wmrl_cli.config import resolve_config
+from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.errors import ConfigError
+from wmrl_cli.training.param_counts import world_model_param_split
+from wmrl_cli.training.world_model_memory import (
+    TrainingSettings,
+    check_training_memory,
+    check_world_model_training,
+    plan_training,
+)
+
+# benchmarks/wm_train_memory.py at full size, 4 windows of 256 x 256, one rank (GiB; the table
+# of docs/benchmarks.md): (backend, checkpointing) -> forward-and-backward peak, AdamW step peak
+COUNTED = {
+    ("wan", True): (96.3, 115.0),
+    ("wan", False): (97.5, 115.0),
+    ("opensora", True): (19.0, 20.6),
+    ("opensora", False): (63.3, 20.6),
+}
+
+
+@pytest.mark.parametrize(("backend", "checkpointing"), list(COUNTED))
+def test_one_rank_gives_the_counted_peaks(backend, checkpointing) -> None:
+    plan = plan_training(
+        *world_model_param_split(None, backend),
+        TrainingSettings(backend, 256, 256, 4, checkpointing=checkpointing),
+    )
+    update, step = COUNTED[(backend, checkpointing)]
+    assert plan.frozen + plan.state + plan.activations == pytest.approx(update, abs=0.06)
+    assert plan.frozen + plan.state + plan.step_temporary == pytest.approx(step, abs=0.06)
+    assert plan.peak == pytest.approx(max(update, step), abs=0.06)
+
+
+def test_sharding_divides_the_state_and_replicas_add_ddp_buckets() -> None:
+    sizes = world_model_param_split(None, "wan")
+    one = plan_training(*sizes, TrainingSettings("wan", 256, 256, 4))
+    sharded = plan_training(*sizes, TrainingSettings("wan", 256, 256, 32, ranks=8, sharded=True))
+    replicas = plan_training(*sizes, TrainingSettings("wan", 256, 256, 32, ranks=8))
+    assert sharded.state == pytest.approx(one.state / 8)
+    assert sharded.step_temporary == pytest.approx(one.step_temporary / 8)
+    assert sharded.activations == pytest.approx(one.activations)  # 4 windows per rank either way
+    assert sharded.peak < 20 < 80 < one.peak
+    weights = 4 * sizes[0] / 2**30
+    assert replicas.state == pytest.approx(one.state + weights)  # DDP's gradient buckets
+
+
+def test_over_budget_names_the_fewest_sharded_ranks_that_fit() -> None:
+    sizes = world_model_param_split(None, "wan")
+    with pytest.raises(ConfigError) as exc:
+        check_training_memory(*sizes, TrainingSettings("wan", 256, 256, 4), 80.0, "an 80 GB GPU")
+    message = str(exc.value)
+    assert message.startswith("the world model's training needs 115.0 GiB per GPU")
+    # checkpointing does not help Wan (AdamW's step is the peak); 2 sharded ranks do, 4 is not named
+    assert message.endswith("each of these fits: --set world_model.sharding=fsdp --num-processes 2")
+
+
+def test_opensora_fits_a_40gb_gpu_with_checkpointing() -> None:
+    sizes = world_model_param_split(None, "opensora")
+    settings = TrainingSettings("opensora", 256, 256, 4)
+    with pytest.raises(ConfigError, match="each of these fits: --set world_model.gradient_chec"):
+        check_training_memory(*sizes, settings, 40.0, "a 40 GB GPU")
+    assert check_training_memory(*sizes, settings, 80.0, "an 80 GB GPU").peak < 80
+
+
+def test_train_wm_stops_before_any_model_loads(tmp_path, expert_episodes) -> None:
+    store = tmp_path / "data"
+    EpisodeStore(store).add(expert_episodes)
+    out = tmp_path / "run"
+    cmd = ["train-wm", "--data", str(store), "--out", str(out), "--backend", "opensora"]
+    result = CliRunner().invoke(app, [*cmd, "--set", "training.memory_budget_gb=0.0001"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: the world model's training needs")
+    assert len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_nothing_is_checked_on_a_cpu_without_a_budget(tmp_path) -> None:
+    cfg = resolve_config(overrides=["world_model.backend=opensora"])
+    assert check_world_model_training(cfg, None, (32, 32), 1, action_dim=4) is None

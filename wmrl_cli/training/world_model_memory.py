@@ -1,0 +1,193 @@
+"""The per-GPU memory of a world model's fine-tuning (`train-wm`, co-evolve's world-model
+stages), planned before anything loads and checked against the GPU's memory (or
+`training.memory_budget_gb`): over budget, one line (exit 2) naming the changes that fit.
+
+A training step holds the frozen parts (the autoencoder, float32), the denoiser's float32
+weights S, its gradients S, AdamW's two moments 2S and the EMA copy S, each 1/N of it per rank
+when `world_model.sharding: fsdp` shards it over N ranks; replicated over several ranks, DDP
+adds its gradient buckets (S). Two peaks:
+
+    forward and backward: frozen + 5S/N (+ S, DDP) + activations of the rank's windows
+    AdamW's step:         frozen + 6S/N (+ S, DDP): its multi-tensor step's temporary is one
+                          moment's size
+
+The activations per window are counted at full size on fake tensors by
+benchmarks/wm_train_memory.py (the forward-and-backward peak over the weights, gradients,
+moments and EMA, at one rank; docs/benchmarks.md) and scale with the frame's pixels. With N
+sharded ranks they are the one-rank figure, an estimate: there the gradients filling during
+backward are 1/N, and one gathered block's weights and gradients (1/30 of Wan's) come on top.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from wmrl_cli.errors import ConfigError
+
+GIB = 2**30
+# Bytes per training window at 256 x 256 frames (4 context frames, chunks of 8, bf16 autocast),
+# by (backend, gradient checkpointing): benchmarks/wm_train_memory.py at full size, 4 windows,
+# 2026-11-28 (forward-and-backward peak minus weights, gradients, moments and EMA, over 4).
+ACTIVATIONS_256 = {
+    ("wan", True): int(0.025 * GIB),
+    ("wan", False): int(0.325 * GIB),
+    ("opensora", True): int(0.45 * GIB),
+    ("opensora", False): int(11.525 * GIB),
+}
+SHARD_COUNTS = (2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """What a world model's training step holds depends on: the backend, frames, windows per
+    step (all ranks), ranks, sharding and gradient checkpointing."""
+
+    backend: str
+    height: int
+    width: int
+    batch: int
+    ranks: int = 1
+    sharded: bool = False  # world_model.sharding fsdp over the ranks
+    checkpointing: bool = False
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """GiB per GPU of one training step, by part."""
+
+    settings: TrainingSettings
+    frozen: float
+    state: float  # weights, gradients, moments, EMA (this rank's share; DDP's buckets)
+    activations: float  # this rank's windows
+    step_temporary: float  # AdamW's multi-tensor step
+
+    @property
+    def peak(self) -> float:
+        return self.frozen + self.state + max(self.activations, self.step_temporary)
+
+    def line(self) -> str:
+        s = self.settings
+        how = f"{s.ranks} rank(s)" + (", sharded" if s.sharded and s.ranks > 1 else "")
+        return (
+            f"world-model training memory plan: {self.peak:.1f} GiB per GPU on {how} (frozen "
+            f"{self.frozen:.1f}, weights + gradients + moments + EMA {self.state:.1f}, "
+            f"activations {self.activations:.1f}, AdamW step {self.step_temporary:.1f})"
+        )
+
+
+def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings) -> TrainingPlan:
+    """The plan of `s` for a world model of `denoiser_params` trained and `frozen_params`
+    frozen parameters (float32)."""
+    weights = 4 * denoiser_params
+    shards = s.ranks if s.sharded else 1
+    state = 5 * weights / shards + (weights if s.ranks > 1 and not s.sharded else 0)
+    windows = -(-s.batch // s.ranks)  # this rank's share
+    pixels = s.height * s.width / (256 * 256)
+    activations = ACTIVATIONS_256[(s.backend, s.checkpointing)] * windows * pixels
+    return TrainingPlan(
+        settings=s,
+        frozen=4 * frozen_params / GIB,
+        state=state / GIB,
+        activations=activations / GIB,
+        step_temporary=weights / shards / GIB,
+    )
+
+
+def remedies(s: TrainingSettings) -> list[tuple[str, TrainingSettings]]:
+    """The single changes worth trying, in the order they are suggested."""
+    out = []
+    if not s.checkpointing:
+        checkpointed = replace(s, checkpointing=True)
+        out.append(("--set world_model.gradient_checkpointing=true", checkpointed))
+    if s.ranks > 1 and not s.sharded:
+        out.append(("--set world_model.sharding=fsdp", replace(s, sharded=True)))
+    for n in SHARD_COUNTS:
+        if n > s.ranks and s.batch % n == 0:
+            more = replace(s, ranks=n, sharded=True)
+            out.append((f"--set world_model.sharding=fsdp --num-processes {n}", more))
+    return out
+
+
+def check_training_memory(
+    denoiser_params: int,
+    frozen_params: int,
+    s: TrainingSettings,
+    budget: float | None,
+    where: str,
+) -> TrainingPlan:
+    """The plan; a ConfigError (exit 2) naming the changes that fit where it exceeds `budget`
+    GiB (None: nothing to check, on a CPU)."""
+    plan = plan_training(denoiser_params, frozen_params, s)
+    if budget is None or plan.peak <= budget:
+        return plan
+    head = (
+        f"the world model's training needs {plan.peak:.1f} GiB per GPU, more than the "
+        f"{budget:.1f} GiB of {where}"
+    )
+    fits, sharded = [], False
+    for option, settings in remedies(s):
+        if plan_training(denoiser_params, frozen_params, settings).peak > budget:
+            continue
+        if "--num-processes" in option:
+            if sharded:
+                continue  # the fewest ranks that fit
+            sharded = True
+        fits.append(option)
+    if fits:
+        raise ConfigError(f"{head}; each of these fits: " + "; ".join(fits))
+    raise ConfigError(f"{head}, even sharded over {SHARD_COUNTS[-1]} ranks: fewer windows per GPU")
+
+
+# -- from a run's config --------------------------------------------------------------------------
+
+
+def check_world_model_training(
+    cfg,
+    init: Path | None,
+    frames: tuple[int, int],
+    ranks: int,
+    action_dim: int = 7,
+    device: str | None = None,
+) -> TrainingPlan | None:
+    """The plan of `cfg.world_model`'s training from `init` (a wmrl or published world model;
+    None: a new one of `cfg.world_model.size` for `action_dim` actions) on the episodes'
+    `frames` (height, width) over `ranks`, checked against the GPU's memory or
+    `training.memory_budget_gb`; None where there is nothing to check against (a CPU without a
+    budget). One line (exit 2) where it does not fit."""
+    import torch
+
+    from wmrl_cli.training.memory_budget import device_budget
+    from wmrl_cli.training.param_counts import (
+        count,
+        world_model_geometry,
+        world_model_param_split,
+    )
+
+    if device is None:
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    budget, where = device_budget(cfg, device)
+    if budget is None:
+        return None
+    wm = cfg.world_model
+    backend, height, width = wm.backend, *frames
+    if init is not None:
+        backend, height, width = world_model_geometry(init, frames)
+        denoiser, frozen = world_model_param_split(init, backend)
+    else:
+        from wmrl_cli.world_models.factory import build_world_model
+
+        with torch.device("meta"):
+            model = build_world_model(cfg, action_dim)
+        denoiser = count(model.transformer)
+        frozen = count(model) - denoiser
+    settings = TrainingSettings(
+        backend=backend,
+        height=height,
+        width=width,
+        batch=wm.batch_size,
+        ranks=ranks,
+        sharded=wm.sharding == "fsdp",
+        checkpointing=wm.gradient_checkpointing,
+    )
+    return check_training_memory(denoiser, frozen, settings, budget, where)
