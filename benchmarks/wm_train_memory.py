@@ -1,6 +1,6 @@
 """What one world-model training step holds per GPU at full size, counted on a CPU.
 
-    python benchmarks/wm_train_memory.py --out DIR [--size full|tiny] [--batch 4]
+    python benchmarks/wm_train_memory.py --out DIR [--size full|tiny] [--batch 4] [--gpu]
 
 The denoiser step of `train-wm` (and of co-evolve's refinement of a published world model) as
 `WorldModelTrainer` runs it on one GPU: float32 weights, the forward under bf16 autocast (the
@@ -14,12 +14,18 @@ dtypes, no memory), beside the arithmetic of weights, gradients, moments and the
 
 Not counted: the latent cache and the episodes (host memory), validation (an open-loop rollout
 under no_grad, on the EMA weights swapped in; the trained ones wait on the CPU), and what only a
-GPU adds (allocator rounding, library workspaces, the CUDA context). Writes
+GPU adds (allocator rounding, library workspaces, the CUDA context). Beside each count, the
+memory plan of `train-wm` (training/world_model_memory.py) for the same step.
+
+`--gpu`: the same steps on real tensors on the GPU (random weights built there), their peaks
+read from torch's CUDA allocator (allocated and reserved): what the count leaves out, measured
+(benchmarks/gpu_fullsize_device.sh runs it after gpu_fullsize.py). Writes
 DIR/wm_train_memory.json and .md. Results: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -31,6 +37,8 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the checkout's w
 sys.path.insert(1, str(Path(__file__).resolve().parent))  # the builders and the tracker
 import gpu_fullsize as fullsize  # noqa: E402
 import memory_plan_check as counting  # noqa: E402
+
+from wmrl_cli.training.world_model_memory import TrainingSettings, plan_training  # noqa: E402
 
 CONTEXT, CHUNK, ACTION_DIM = 4, 8, 7  # LIBERO's, as the seeds' presets train
 
@@ -56,11 +64,62 @@ def window_batch(model, batch: int, image: int, gen: torch.Generator) -> dict[st
     return {**out, "latents": latents}
 
 
+class CudaMeter:
+    """The CUDA allocator's statistics in StorageTracker's terms (`now`, `peak`, `reset_peak`,
+    bytes), for --gpu: what the GPU really holds. `reserved_peak`: the allocator's cache too."""
+
+    def __init__(self) -> None:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    def add(self, tensor: torch.Tensor) -> None:
+        """Already counted: the allocator sees every tensor."""
+
+    @property
+    def now(self) -> int:
+        return torch.cuda.memory_allocated()
+
+    @property
+    def peak(self) -> int:
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated()
+
+    @property
+    def reserved_peak(self) -> int:
+        return torch.cuda.max_memory_reserved()
+
+    def reset_peak(self) -> None:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    def __enter__(self) -> CudaMeter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class OnGpu:
+    """`counting.Counted`'s part for --gpu: real tensors built on the GPU, measured by its
+    allocator."""
+
+    real = True
+    build_device = torch.device("cuda")
+
+    def place(self, module: torch.nn.Module) -> None:
+        """Built there already."""
+
+    def context(self) -> Any:
+        return contextlib.nullcontext()
+
+
 def train_step_peaks(
-    backend: str, size: str, batch: int, checkpointing: bool, counted: counting.Counted
+    backend: str, size: str, batch: int, checkpointing: bool, counted: Any
 ) -> dict[str, Any]:
     """The weights (and the EMA copy) held, and the peaks of two training steps' forward and
-    backward and AdamW step, as `WorldModelTrainer.train_denoiser` runs them."""
+    backward and AdamW step, as `WorldModelTrainer.train_denoiser` runs them; beside them, the
+    memory plan's figures for the same step. `counted`: a `counting.Counted` (fake or real CPU
+    tensors, counted by a StorageTracker) or `OnGpu`."""
     s = fullsize.SIZES[size]
     model = fullsize.world_model(backend, size, 1, counted.build_device, torch.float32)
     counted.place(model)
@@ -68,11 +127,12 @@ def train_step_peaks(
     model.autocast_dtype = torch.bfloat16 if size == "full" else None
     model.transformer.gradient_checkpointing = checkpointing
     model.vae.requires_grad_(False)
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(0)  # on the CPU, as the trainer draws its noise
     start = time.perf_counter()
     with counted.context():
         inputs = window_batch(model, batch, s.image, gen)
-        tracker = counting.StorageTracker()
+        gpu = isinstance(counted, OnGpu)
+        tracker = CudaMeter() if gpu else counting.StorageTracker()
         for tensor in [*model.parameters(), *model.buffers(), inputs["latents"]]:
             tracker.add(tensor)
         weights = counting._gib(tracker.now)
@@ -97,8 +157,10 @@ def train_step_peaks(
                         ema[name].lerp_(p.detach(), 0.01)
                 step.append(counting._gib(tracker.peak))
     trained = sum(p.numel() for p in params)
+    frozen = sum(p.numel() for p in model.parameters()) - trained
     arithmetic = counting._gib(trained * 4 * 4)  # gradients, two moments, EMA (float32)
-    return {
+    settings = TrainingSettings(backend, s.image, s.image, batch, checkpointing=checkpointing)
+    row = {
         "backend": backend,
         "batch": batch,
         "checkpointing": checkpointing,
@@ -109,20 +171,35 @@ def train_step_peaks(
         "step_peak_gib": max(step),
         "peak_gib": max(*update, *step),
         "arithmetic_gib": weights + arithmetic,  # everything but activations and temporaries
+        "plan_gib": plan_training(trained, frozen, settings).peak,
         "seconds": time.perf_counter() - start,
     }
+    if gpu:
+        row["reserved_peak_gib"] = counting._gib(tracker.reserved_peak)
+    del model, ema, optimizer, params, inputs
+    if gpu:
+        torch.cuda.empty_cache()
+    return row
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict], where: str) -> str:
     lines = [
+        f"measured on {where}",
+        "",
         "| world model | batch | checkpointing | weights | + EMA | forward+backward peak "
-        "| AdamW step peak | peak | weights, gradients, moments, EMA |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| AdamW step peak | peak | reserved peak | weights, gradients, moments, EMA | plan "
+        "| note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     gib = ("weights_gib", "with_ema_gib", "update_peak_gib", "step_peak_gib", "peak_gib")
     for r in rows:
         cells = [r["backend"], r["batch"], "yes" if r["checkpointing"] else "no"]
-        cells += [f"{r[key]:.1f}" for key in gib] + [f"{r['arithmetic_gib']:.1f}"]
+        if "error" in r:
+            cells += ["-"] * 8 + [r["error"]]
+        else:
+            cells += [f"{r[key]:.1f}" for key in gib]
+            cells.append(f"{r['reserved_peak_gib']:.1f}" if "reserved_peak_gib" in r else "-")
+            cells += [f"{r['arithmetic_gib']:.1f}", f"{r['plan_gib']:.1f}", ""]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n"
 
@@ -133,17 +210,29 @@ def main() -> None:
         "--batch", type=counting.positive, default=4, help="windows per GPU (WMPO: 4)"
     )
     parser.add_argument("--real", action="store_true", help="real CPU tensors (tiny size)")
+    parser.add_argument("--gpu", action="store_true", help="real tensors on the GPU, measured")
     args = parser.parse_args()
     if args.real and args.size == "full":
         sys.exit("wm_train_memory: --real at full size needs over 100 GB of memory")
-    counted = counting.Counted(args.real)
+    if args.gpu and not torch.cuda.is_available():
+        sys.exit("wm_train_memory: --gpu needs a CUDA GPU")
+    counted = OnGpu() if args.gpu else counting.Counted(args.real)
+    where = torch.cuda.get_device_name() if args.gpu else "fake tensors (counted)"
     rows = []
-    for backend in ("wan", "opensora"):
+    # OpenSora first: the smaller model measures even where time runs out on Wan
+    for backend in ("opensora", "wan"):
         for checkpointing in (True, False):
-            rows.append(train_step_peaks(backend, args.size, args.batch, checkpointing, counted))
-            r = rows[-1]
-            print(f"{backend} checkpointing={checkpointing}: peak {r['peak_gib']:.2f} GiB")
-    counting.write_results(args.out, "wm_train_memory", rows, markdown(rows))
+            try:
+                row = train_step_peaks(backend, args.size, args.batch, checkpointing, counted)
+            except torch.OutOfMemoryError:
+                row = {"backend": backend, "batch": args.batch, "checkpointing": checkpointing}
+                row["error"] = "out of memory"
+                torch.cuda.empty_cache()
+            rows.append(row)
+            peak = "out of memory" if "error" in row else f"peak {row['peak_gib']:.2f} GiB"
+            print(f"{backend} checkpointing={checkpointing}: {peak}", flush=True)
+            # after each row, so that a run cut short keeps what it measured
+            counting.write_results(args.out, "wm_train_memory", rows, markdown(rows, where))
 
 
 if __name__ == "__main__":

@@ -32,3 +32,11 @@ def test_fake_counts_what_real_tensors_allocate_and_checkpointing_keeps_less(scr
         assert fake["peak_gib"] >= fake["arithmetic_gib"] > fake["with_ema_gib"]
         peaks[checkpointing] = fake["update_peak_gib"]
     assert peaks[True] < peaks[False]
+
+
+def test_the_count_and_the_plan_are_set_side_by_side(script, tmp_path) -> None:
+    row = script.train_step_peaks("wan", "tiny", 2, False, script.counting.Counted(False))
+    assert row["plan_gib"] > 0 and "reserved_peak_gib" not in row  # a GPU's only
+    table = script.markdown([row, {**row, "error": "out of memory"}], "fake tensors (counted)")
+    assert table.startswith("measured on fake tensors (counted)")
+    assert "out of memory" in table.splitlines()[-1]
