@@ -310,7 +310,6 @@ READ_BY = {
     "training.memory_budget_gb": "rl",
     "coevolve.curve_every": "rl",
     "world_model.sharding": "refine_wm",
-    "world_model.gradient_checkpointing": "refine_wm",
 }
 # A value other than the default, where flipping the default's truth would not be one.
 OTHER_VALUE = {
@@ -333,12 +332,29 @@ OTHER_VALUE = {
 NEEDS = {"training.cpu_offload": {"sharding": "fsdp"}}  # it offloads FSDP's shards
 
 
-def test_keeping_verified_calls_is_in_no_fingerprint(tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("reward_model", "keep_verified_calls", False),
+        ("world_model", "gradient_checkpointing", True),
+    ],
+)
+def test_keeping_verified_calls_or_checkpointing_is_in_no_fingerprint(
+    tmp_path, section, key, value
+) -> None:
     cfg = resolve_config()
     before = {kind: StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) for kind in READS}
-    cfg.reward_model.keep_verified_calls = False
+    setattr(getattr(cfg, section), key, value)
     after = {kind: StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) for kind in READS}
     assert after == before
+
+
+def test_the_world_models_sharding_reruns_its_training_alone(tmp_path) -> None:
+    cfg = resolve_config()
+    before = {kind: StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) for kind in READS}
+    cfg.world_model.sharding = "fsdp"
+    after = {kind: StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) for kind in READS}
+    assert {kind for kind in READS if after[kind] != before[kind]} == {"world_model", "refine_wm"}
 
 
 def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path) -> None:

@@ -20,7 +20,8 @@ from wmrl_cli.world_models.factory import MODEL_DIR, build_world_model
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 TWO_RANKS = ["--num-processes", "2"]
-FSDP = ["--set", "world_model.sharding=fsdp", *TWO_RANKS]
+SHARDING = ["--set", "world_model.sharding=fsdp"]  # on one rank: the replicated path
+FSDP = [*SHARDING, *TWO_RANKS]
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +64,13 @@ def weights(run) -> dict[str, torch.Tensor]:
     return load_file(str(run / MODEL_DIR / "model.safetensors"))
 
 
-def losses(run) -> list[float]:
+def logged(run, key: str) -> list[float]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
-    return [row["train/wm/loss"] for row in rows if "train/wm/loss" in row]
+    return [row[key] for row in rows if key in row]
+
+
+def losses(run) -> list[float]:
+    return logged(run, "train/wm/loss")
 
 
 @pytest.mark.parametrize("backend", ["wan", pytest.param("opensora", marks=pytest.mark.slow)])
@@ -83,6 +88,10 @@ def test_two_sharded_ranks_train_the_model_two_replicas_train(store, tmp_path, b
     for key, weight in one.items():
         torch.testing.assert_close(fsdp[key], weight, rtol=0, atol=2e-5, msg=key)
     assert losses(tmp_path / "fsdp") == pytest.approx(losses(tmp_path / "one"), rel=1e-5)
+    # the whole gradient's norm, not one rank's part of it
+    assert logged(tmp_path / "fsdp", "train/wm/grad_norm") == pytest.approx(
+        logged(tmp_path / "one", "train/wm/grad_norm"), rel=1e-4
+    )
     # each rank held half of the denoiser: the ranks' shards differ
     ranks = [
         json.loads((tmp_path / "fsdp" / "ranks" / f"rank_{r}.json").read_text()) for r in (0, 1)
@@ -90,6 +99,18 @@ def test_two_sharded_ranks_train_the_model_two_replicas_train(store, tmp_path, b
     assert ranks[0]["weights_sha256"] != ranks[1]["weights_sha256"]
     checkpoint = tmp_path / "fsdp" / "checkpoints" / "step_000002"
     assert (checkpoint / "training_state" / "sharded" / ".metadata").is_file()
+    if backend != "wan":
+        return
+    # Each continued on one process (a co-evolve stage rerun without --num-processes): the
+    # sharded checkpoint's optimizer and EMA shards read whole, the replicated one's as saved;
+    # the same state, so the same step 3.
+    for run, settings in (("one", []), ("fsdp", SHARDING)):
+        resumed = train(store, init, tmp_path / run, 3, *settings)
+        assert "resuming world-model training from step 2" in resumed.stdout, run
+    one, fsdp = weights(tmp_path / "one"), weights(tmp_path / "fsdp")
+    for key, weight in one.items():
+        torch.testing.assert_close(fsdp[key], weight, rtol=0, atol=4e-5, msg=key)
+    assert losses(tmp_path / "fsdp")[-1] == pytest.approx(losses(tmp_path / "one")[-1], rel=1e-5)
 
 
 # three 2-rank runs, about a minute on a 2-core CPU: slow (the suite's budget); the sharded
@@ -108,3 +129,20 @@ def test_a_sharded_run_resumed_from_its_checkpoint_continues_as_uninterrupted(
     whole, again = weights(tmp_path / "whole"), weights(tmp_path / "resumed")
     for key, weight in whole.items():
         assert torch.equal(again[key], weight), key
+
+
+def test_a_replicated_checkpoints_states_load_into_the_ranks_shards(tmp_path) -> None:
+    """A co-evolve refinement saved on one process and resumed on several sharded ranks: each
+    rank keeps its rows of the whole AdamW moments and EMA (FSDP2 shards dimension 0)."""
+    from tests.helpers import ROOT
+
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    cmd = [*launch, "-m", "tests.helpers.denoiser_state_worker", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    for rank in (0, 1):
+        rows = torch.load(tmp_path / f"rank_{rank}.pt")
+        assert len(rows) > 10
+        for name, parts in rows.items():
+            for part, (mine, whole) in parts.items():
+                torch.testing.assert_close(mine, whole, msg=f"{name} {part}")

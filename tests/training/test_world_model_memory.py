@@ -50,7 +50,11 @@ def test_sharding_divides_the_state_and_replicas_add_ddp_buckets() -> None:
     assert sharded.state == pytest.approx(one.state / 8)
     assert sharded.step_temporary == pytest.approx(one.step_temporary / 8)
     assert sharded.activations == pytest.approx(one.activations)  # 4 windows per rank either way
-    assert sharded.peak < 20 < 80 < one.peak
+    # validation gathers the whole denoiser on every rank, in place of the rank's gradients
+    assert sharded.validation == pytest.approx(one.step_temporary * 7 / 8)
+    assert one.validation == 0  # replicated, the weights are whole already
+    assert sharded.peak == pytest.approx(sharded.frozen + sharded.state + sharded.validation)
+    assert sharded.peak < 40 < 80 < one.peak
     weights = 4 * sizes[0] / 2**30
     assert replicas.state == pytest.approx(one.state + weights)  # DDP's gradient buckets
 

@@ -47,8 +47,8 @@ def co_evolve_command(
     num_processes: Annotated[
         int,
         typer.Option(
-            help="Processes (ranks, one GPU each) every RL stage trains on, as train-policy "
-            "--num-processes; the other stages run in this one.",
+            help="Processes (ranks, one GPU each) every RL and world-model stage trains on, "
+            "as train-policy and train-wm --num-processes; the other stages run in this one.",
         ),
     ] = 1,
     assets_dir: AssetsDirOpt = None,

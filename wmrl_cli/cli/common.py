@@ -17,7 +17,7 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import environment_error
 from wmrl_cli.logging import err_console
 from wmrl_cli.run_dirs import close_run_dirs, discard_unused_run_dirs
-from wmrl_cli.training.launch import run_ranks
+from wmrl_cli.training.launch import LAUNCHED_BY_WMRL, run_ranks
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -118,7 +118,8 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except KeyboardInterrupt:
-            if os.environ.get("RANK", "0") == "0":  # one line for a multi-rank run too
+            # one line for a multi-rank run too: the launching wmrl process's, else rank 0's
+            if os.environ.get("RANK", "0") == "0" and LAUNCHED_BY_WMRL not in os.environ:
                 err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(130) from None
         except (WmrlError, OSError, RuntimeError) as exc:

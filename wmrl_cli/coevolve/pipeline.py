@@ -74,6 +74,8 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
     and the memory plans of its RL stages and its world model's refinement within the GPU's
     memory (on a GPU, or with `training.memory_budget_gb`): one line otherwise, not hours later
     at stage 1."""
+    import torch
+
     from wmrl_cli.data.reset_set import reset_frame_size
     from wmrl_cli.rl.schedule import check_world_size
     from wmrl_cli.rl.setup import resolve_inputs
@@ -97,8 +99,14 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
         )
     simulator_class(cfg.simulator)
     check_world_size(cfg.algorithm.num_envs, cfg.algorithm.group_size, ranks)
+    if ranks > 1 and torch.cuda.is_available() and ranks > torch.cuda.device_count():
+        raise ConfigError(
+            f"--num-processes {ranks}: each rank trains on a GPU of its own, and this machine "
+            f"has {torch.cuda.device_count()}"
+        )
     # the world models train on the ranks too (sft: the first from scratch, its autoencoder too)
-    check_batch_split(cfg, ranks, trains_autoencoder=cfg.coevolve.start == "sft")
+    if ce.start == "sft" or ce.refinements:
+        check_batch_split(cfg, ranks, trains_autoencoder=ce.start == "sft")
     if cfg.coevolve.start == "given":
         inputs = resolve_inputs(cfg)
         check_rl_memory(cfg, inputs, ranks)

@@ -38,14 +38,14 @@ def on_ranks(job: str, folder: Path, ranks: int, args: list[str] | None = None) 
     stage's config; its result (the main rank's). The ranks seed their global RNGs as this
     process's stage was seeded (`StageCache.run`: torch's initial seed), so that they start from
     what the stage would draw here. Ctrl-C stops the ranks and then this process
-    (KeyboardInterrupt)."""
+    (KeyboardInterrupt); SIGTERM stops them too (the stage fails with their status)."""
     import torch
 
     result = folder / RESULT_FILE
     result.unlink(missing_ok=True)  # a result of an earlier attempt is not this one's
     argv = [job, str(folder), str(torch.initial_seed()), *(args or [])]
-    code = run_ranks(ranks, WORKER, argv)
-    if code == 130:
+    code = run_ranks(ranks, WORKER, argv)  # Ctrl-C: KeyboardInterrupt, once they stopped
+    if code == 130:  # a Ctrl-C that reached the ranks alone
         raise KeyboardInterrupt
     if code != 0:
         raise RanksFailed(f"{folder.name}: its {ranks} ranks stopped (exit status {code})", code)

@@ -29,7 +29,7 @@ class CoevolveRun:
 
     def __init__(self, cfg: RunConfig, run_dir: Path, ranks: int = 1) -> None:
         self.cfg, self.run_dir = cfg, run_dir
-        self.ranks = ranks  # the processes an RL stage trains on (ranks.py)
+        self.ranks = ranks  # the processes an RL or world-model stage trains on (ranks.py)
         self.cache = StageCache(run_dir, cfg.simulator.seed, cfg)
         self.evals: dict[str, dict[str, Any]] = {}
         self.checks: dict[str, dict[str, Any]] = {}

@@ -144,16 +144,25 @@ ADDED_OPTIONS: dict[str, Any] = {
     "training.cpu_offload": False,
     "training.memory_budget_gb": None,
     "world_model.sharding": "none",
-    "world_model.gradient_checkpointing": False,
 }
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records,
 # not how a reward model is trained or checked.
 NOT_READ: dict[str, tuple[str, ...]] = {
     kind: ("reward_model.audit_with_simulator",) for kind in ("reward_model", "refine_rm", "check")
 }
-# What a run keeps beside its result: in no fingerprint, whatever its value.
+# How a world model trains on its ranks: read by its training alone (the other stages read the
+# world_model section for the model they load), so that a change reruns no RL stage.
 for _kind in READS:
-    NOT_READ[_kind] = (*NOT_READ.get(_kind, ()), "reward_model.keep_verified_calls")
+    if _kind not in ("world_model", "refine_wm"):
+        NOT_READ[_kind] = (*NOT_READ.get(_kind, ()), "world_model.sharding")
+# What a run keeps beside its result, or how it computes the same result (gradient
+# checkpointing: the same gradients): in no fingerprint, whatever its value.
+for _kind in READS:
+    NOT_READ[_kind] = (
+        *NOT_READ.get(_kind, ()),
+        "reward_model.keep_verified_calls",
+        "world_model.gradient_checkpointing",
+    )
 
 
 class StageCache:

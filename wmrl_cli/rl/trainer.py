@@ -57,7 +57,7 @@ from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_ba
 from wmrl_cli.run_dirs import write_rank_summary
 from wmrl_cli.training.checkpoints import latest_checkpoint, save_checkpoint
 from wmrl_cli.training.memory_budget import env_memory_plan
-from wmrl_cli.training.sharding import PolicySharding, frozen_models, offloaded
+from wmrl_cli.training.sharding import PolicySharding, frozen_models, global_value, offloaded
 
 POLICY_DIR = "policy"
 # verified imagination's calls, one episode store per RL step (envs/verified.py)
@@ -338,7 +338,9 @@ class PolicyTrainer:
                         self.wrapped.parameters(), self.cfg.training.grad_clip
                     )
                     self.optimizer.step()
-                    stats.setdefault("train/actor/grad_norm", []).append(float(grad_norm))
+                    # the whole gradient's norm (under FSDP each rank's is partial)
+                    grad_norm = float(global_value(grad_norm))
+                    stats.setdefault("train/actor/grad_norm", []).append(grad_norm)
             self.optimizer.zero_grad(set_to_none=True)  # no gradients held in the rollout
         timings["time/update"] = time.time() - t1
 

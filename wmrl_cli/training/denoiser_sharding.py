@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from wmrl_cli.training.sharding import local_tensor
+
 SHARDED_DIR = "sharded"  # in a checkpoint's training_state/, as the policy's
 
 
@@ -38,6 +40,17 @@ def denoiser_blocks(transformer: nn.Module) -> list[nn.Module]:
     if blocks is not None:
         return list(blocks)
     return [*transformer.spatial_blocks, *transformer.temporal_blocks]
+
+
+def broadcast_from_main(model: nn.Module) -> None:
+    """Every rank's weights and buffers made the main rank's, as DDP's wrapper makes them when
+    it is built: a model built, or an autoencoder trained, on each rank (with GPU kernels that
+    need not agree to the bit) is one model before it is sharded. Collective."""
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.data, src=0)
 
 
 def shard_denoiser(transformer: nn.Module, accelerator: Any) -> None:
@@ -89,7 +102,9 @@ def save_shards(
 def load_shards(
     transformer: nn.Module, optimizer: Any, ema: dict[str, torch.Tensor], directory: Path
 ) -> None:
-    """`save_shards`' state back into the optimizer and, in place, the EMA copy; collective."""
+    """`save_shards`' state back into the optimizer and, in place, the EMA copy, whatever the
+    ranks now: sharded over as many or another number, or replicated (each rank reads whole
+    tensors; one process without a process group too). Collective where there are ranks."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         get_optimizer_state_dict,
@@ -100,3 +115,49 @@ def load_shards(
     state = {"optimizer": get_optimizer_state_dict(transformer, inner), "ema": ema}
     dcp.load(state, checkpoint_id=directory)
     set_optimizer_state_dict(transformer, inner, state["optimizer"])
+
+
+class ReplicatedState:
+    """The optimizer and EMA states of a replicated checkpoint (as `torch.save`d from
+    `optimizer.state_dict()` and the EMA dict), loaded into a sharded denoiser: `load_state_dict`
+    takes the whole state and keeps this rank's shards. Collective (each tensor is scattered
+    from the main rank)."""
+
+    def __init__(self, transformer: nn.Module, target: Any, kind: str) -> None:
+        self.transformer, self.target, self.kind = transformer, target, kind
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.kind == "ema":
+            for name, tensor in self.target.items():
+                whole = state[name].to(tensor.device)
+                local_tensor(tensor).copy_(_shard_like(whole, tensor))
+            return
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
+        # torch's optimizer state is keyed by position among the optimized parameters; the
+        # sharded load takes their names
+        names = [n for n, p in self.transformer.named_parameters() if p.requires_grad]
+        named = {
+            "state": {names[i]: value for i, value in state["state"].items()},
+            "param_groups": [
+                {**group, "params": [names[i] for i in group["params"]]}
+                for group in state["param_groups"]
+            ],
+        }
+        options = StateDictOptions(full_state_dict=True)
+        set_optimizer_state_dict(self.transformer, _optimizer(self.target), named, options=options)
+
+
+def _shard_like(whole: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """This rank's part of `whole`, placed as the sharded `like`."""
+    from torch.distributed.tensor import distribute_tensor
+
+    return distribute_tensor(whole, like.device_mesh, like.placements).to_local()
+
+
+def is_sharded_checkpoint(checkpoint: Path) -> bool:
+    """Whether a checkpoint holds sharded optimizer and EMA states (`save_shards`)."""
+    return (checkpoint / "training_state" / SHARDED_DIR / ".metadata").is_file()

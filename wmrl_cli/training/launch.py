@@ -16,11 +16,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 
 # A parameter whose gradient has a size-1 dimension of another stride (a vision tower's
 # register tokens at batch 1, a slice of the grad of a concatenation) makes DDP warn once
 # per rank; that dimension's stride does not matter, the copy into the bucket is the same.
 _RANK_WARNINGS = "ignore:Grad strides do not match bucket view strides:UserWarning"
+
+
+# Set in the ranks `run_ranks` starts: the process that started them says "interrupted" once.
+LAUNCHED_BY_WMRL = "WMRL_RANKS_LAUNCHER"
 
 
 def rank_environment() -> dict[str, str]:
@@ -30,6 +35,7 @@ def rank_environment() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONWARNINGS"] = ",".join(filter(None, (env.get("PYTHONWARNINGS"), _RANK_WARNINGS)))
+    env[LAUNCHED_BY_WMRL] = str(os.getpid())
     return env
 
 
@@ -41,7 +47,9 @@ def free_port() -> int:
 
 def run_ranks(num_processes: int, module: str, argv: list[str]) -> int:
     """`python -m module argv` on `num_processes` ranks of this machine (gloo on CPU, NCCL on
-    GPUs); waits for them and returns their status (0: every rank succeeded)."""
+    GPUs); waits for them and returns their status (0: every rank succeeded). Ctrl-C stops
+    them, then raises KeyboardInterrupt here; SIGTERM and SIGHUP sent to this process are
+    passed on to them (torchrun stops its ranks), so that none runs on without it."""
     cmd = [
         sys.executable,
         "-m",
@@ -53,16 +61,27 @@ def run_ranks(num_processes: int, module: str, argv: list[str]) -> int:
         *argv,
     ]
     torchrun = subprocess.Popen(cmd, env=rank_environment())
+    # (handlers can be set in the main thread alone: elsewhere nothing is forwarded)
+    forwarded = (signal.SIGTERM, signal.SIGHUP)
+    main_thread = threading.current_thread() is threading.main_thread()
+    before = {
+        sig: signal.signal(sig, lambda sig, _: torchrun.send_signal(sig))
+        for sig in (forwarded if main_thread else ())
+    }
     try:
         return torchrun.wait()
     except KeyboardInterrupt:
         # A Ctrl-C at a terminal reached torchrun and the ranks too; a SIGINT sent to this
         # process alone (kill -INT, a scheduler) is passed on, so that no rank runs on.
         try:
-            return torchrun.wait(timeout=5)
+            torchrun.wait(timeout=5)
         except subprocess.TimeoutExpired:
             torchrun.send_signal(signal.SIGINT)
-            return torchrun.wait()
+            torchrun.wait()
+        raise
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: list[str]) -> int:

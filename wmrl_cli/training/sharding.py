@@ -119,6 +119,13 @@ def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if to_local is None else to_local()
 
 
+def global_value(tensor: torch.Tensor) -> torch.Tensor:
+    """A value reduced over ranks as a DTensor (a gradient norm under FSDP: partial on each
+    rank, its local part not the whole gradient's norm) made whole; any other tensor as it is."""
+    full = getattr(tensor, "full_tensor", None)
+    return tensor if full is None else full()
+
+
 class PolicySharding:
     """`cfg.training`'s memory settings applied to one policy on this process's rank."""
 

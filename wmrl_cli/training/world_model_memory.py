@@ -5,11 +5,14 @@ stages), planned before anything loads and checked against the GPU's memory (or
 A training step holds the frozen parts (the autoencoder, float32), the denoiser's float32
 weights S, its gradients S, AdamW's two moments 2S and the EMA copy S, each 1/N of it per rank
 when `world_model.sharding: fsdp` shards it over N ranks; replicated over several ranks, DDP
-adds its gradient buckets (S). Two peaks:
+adds its gradient buckets (S). Three peaks:
 
     forward and backward: frozen + 5S/N (+ S, DDP) + activations of the rank's windows
     AdamW's step:         frozen + 6S/N (+ S, DDP): its multi-tensor step's temporary is one
                           moment's size
+    validation, sharded:  frozen + 4S/N + S: the whole EMA denoiser gathered on every rank (the
+                          gradients freed; replicated, the weights are whole already and
+                          validation holds less than the step)
 
 The activations per window are counted at full size on fake tensors by
 benchmarks/wm_train_memory.py (the forward-and-backward peak over the weights, gradients,
@@ -61,18 +64,24 @@ class TrainingPlan:
     state: float  # weights, gradients, moments, EMA (this rank's share; DDP's buckets)
     activations: float  # this rank's windows
     step_temporary: float  # AdamW's multi-tensor step
+    validation: float  # sharded: the whole denoiser gathered, in place of this rank's gradients
 
     @property
     def peak(self) -> float:
-        return self.frozen + self.state + max(self.activations, self.step_temporary)
+        step = self.frozen + self.state + max(self.activations, self.step_temporary)
+        return max(step, self.frozen + self.state + self.validation)
 
     def line(self) -> str:
         s = self.settings
         how = f"{s.ranks} rank(s)" + (", sharded" if s.sharded and s.ranks > 1 else "")
+        gathered = ""
+        if self.validation:
+            gathered = f", validation's gathered denoiser {self.validation:.1f}"
         return (
             f"world-model training memory plan: {self.peak:.1f} GiB per GPU on {how} (frozen "
             f"{self.frozen:.1f}, weights + gradients + moments + EMA {self.state:.1f}, "
-            f"activations {self.activations:.1f}, AdamW step {self.step_temporary:.1f})"
+            f"activations {self.activations:.1f}, AdamW step {self.step_temporary:.1f}"
+            f"{gathered})"
         )
 
 
@@ -85,12 +94,15 @@ def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings)
     windows = -(-s.batch // s.ranks)  # this rank's share
     pixels = s.height * s.width / (256 * 256)
     activations = ACTIVATIONS_256[(s.backend, s.checkpointing)] * windows * pixels
+    # sharded validation: the rank's gradients freed, the whole denoiser gathered
+    validation = weights - weights / shards if shards > 1 else 0.0
     return TrainingPlan(
         settings=s,
         frozen=4 * frozen_params / GIB,
         state=state / GIB,
         activations=activations / GIB,
         step_temporary=weights / shards / GIB,
+        validation=validation / GIB,
     )
 
 

@@ -51,13 +51,16 @@ from wmrl_cli.training.checkpoints import (
 )
 from wmrl_cli.training.denoiser_sharding import (
     SHARDED_DIR,
+    ReplicatedState,
+    broadcast_from_main,
     full_state,
+    is_sharded_checkpoint,
     load_shards,
     save_shards,
     shard_denoiser,
 )
 from wmrl_cli.training.latent_cache import WindowLatents
-from wmrl_cli.training.sharding import gathered_units, local_tensor
+from wmrl_cli.training.sharding import gathered_units, global_value, local_tensor
 from wmrl_cli.world_models.factory import (
     MODEL_DIR,
     apply_objective,
@@ -299,7 +302,8 @@ class WorldModelTrainer:
                 gen = torch.Generator().manual_seed(seed)
                 loss = wrapped(batch, generator=gen)
                 acc.backward(loss)
-                grad_norm = local_tensor(acc.clip_grad_norm_(params, wm.grad_clip))
+                # of the whole gradient (sharded: each rank's norm is partial until reduced)
+                grad_norm = global_value(acc.clip_grad_norm_(params, wm.grad_clip))
                 optimizer.step()
                 # freed now rather than before the next backward: validation, checkpoints and
                 # the next forward run without them (a 5 B denoiser's are 19 GiB)
@@ -339,6 +343,9 @@ class WorldModelTrainer:
         acc = self.accelerator = self.accelerator or make_accelerator()
         autocast_dtype = resolve_precision(self.cfg.precision, acc.device.type)
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        if self.main:  # shards of a checkpoint a kill left unfinished (tens of GiB at full size)
+            for staged in (self.run_dir / "checkpoints").glob(f".{SHARDED_DIR}-step_*"):
+                shutil.rmtree(staged, ignore_errors=True)
         start, rng_state = 0, None
         if checkpoint is not None:  # the logger opens once the checkpoint's step is read
             model = load_world_model(checkpoint / "model")
@@ -370,6 +377,7 @@ class WorldModelTrainer:
             model.onload(acc.device)
         self.sharded = self.wm.sharding == "fsdp" and acc.num_processes > 1
         if self.sharded:
+            broadcast_from_main(model)  # what DDP's wrapper does on the replicated path
             shard_denoiser(model.transformer, acc)
         # under fsdp each EMA tensor is a shard, placed as its parameter
         ema = {n: p.detach().clone() for n, p in model.transformer.named_parameters()}
@@ -460,19 +468,19 @@ class WorldModelTrainer:
         ema: dict[str, torch.Tensor],
     ) -> dict[str, Any]:
         """`load_checkpoint`'s result, the optimizer, scheduler and EMA restored as
-        `_save_checkpoint` saved them."""
-        if not self.sharded:
-            stateful = [optimizer, scheduler, TensorState(ema)]
-            return load_checkpoint(checkpoint, stateful, restore_rng_state=False)
-        shards = checkpoint / "training_state" / SHARDED_DIR
-        if not (shards / ".metadata").is_file():
-            raise WmrlError(
-                f"{checkpoint}: no sharded optimizer state ({SHARDED_DIR}/); it was saved "
-                "without world_model.sharding=fsdp: resume it with the sharding it was saved with"
-            )
-        state = load_checkpoint(checkpoint, [scheduler], restore_rng_state=False)
-        load_shards(model.transformer, optimizer, ema, shards)
-        return state
+        `_save_checkpoint` saved them, whether they were saved sharded or replicated and are
+        resumed so or otherwise (a co-evolve stage rerun with another `--num-processes`)."""
+        if is_sharded_checkpoint(checkpoint):
+            state = load_checkpoint(checkpoint, [scheduler], restore_rng_state=False)
+            shards = checkpoint / "training_state" / SHARDED_DIR
+            load_shards(model.transformer, optimizer, ema, shards)
+            return state
+        if self.sharded:  # whole states, each rank keeping its shards
+            optimizer = ReplicatedState(model.transformer, optimizer, "optimizer")
+            ema = ReplicatedState(model.transformer, ema, "ema")
+        else:
+            ema = TensorState(ema)
+        return load_checkpoint(checkpoint, [optimizer, scheduler, ema], restore_rng_state=False)
 
     def _save_final(
         self,
