@@ -28,9 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from wmrl_cli.training.sharding import local_tensor
-
-SHARDED_DIR = "sharded"  # in a checkpoint's training_state/, as the policy's
+from wmrl_cli.training.sharding import SHARDED_DIR, local_tensor
 
 
 def denoiser_blocks(transformer: nn.Module) -> list[nn.Module]:
