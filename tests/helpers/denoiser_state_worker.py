@@ -1,6 +1,6 @@
 """A replicated world-model checkpoint's optimizer and EMA states loaded into a sharded
-denoiser (training/denoiser_sharding.py `ReplicatedState`), for tests/training/
-test_denoiser_sharding.py:
+denoiser (training/sharding.py `WholeOptimizerState`, training/denoiser_sharding.py `WholeEma`),
+for tests/training/test_denoiser_sharding.py:
 
     python -m torch.distributed.run --nproc_per_node 2 -m tests.helpers.denoiser_state_worker OUT
 
@@ -23,8 +23,8 @@ def main(out: Path) -> None:
     from accelerate import Accelerator
 
     from wmrl_cli.config import resolve_config
-    from wmrl_cli.training.denoiser_sharding import ReplicatedState, shard_denoiser
-    from wmrl_cli.training.sharding import local_tensor
+    from wmrl_cli.training.denoiser_sharding import WholeEma, shard_denoiser
+    from wmrl_cli.training.sharding import WholeOptimizerState, local_tensor
     from wmrl_cli.world_models.factory import build_world_model
 
     accelerator = Accelerator(cpu=True)
@@ -42,8 +42,8 @@ def main(out: Path) -> None:
     shard_denoiser(sharded, accelerator)
     sharded_optimizer = torch.optim.AdamW(sharded.parameters(), lr=1e-3)
     sharded_ema = {n: p.detach().clone() for n, p in sharded.named_parameters()}
-    ReplicatedState(sharded, sharded_optimizer, "optimizer").load_state_dict(optimizer.state_dict())
-    ReplicatedState(sharded, sharded_ema, "ema").load_state_dict(ema)
+    WholeOptimizerState(sharded, sharded_optimizer).load_state_dict(optimizer.state_dict())
+    WholeEma(sharded_ema).load_state_dict(ema)
 
     rows = {}
     whole_state = dict(zip((n for n, _ in replicated.named_parameters()), optimizer.state.values()))

@@ -107,6 +107,25 @@ def test_sharded_train_policy_runs_and_its_export_loads_in_eval(assets, tmp_path
         ],
     )  # fmt: skip
     assert evaluated.exit_code == 0, evaluated.output
+    # Continued on one process (a co-evolve stage rerun without --num-processes): the sharded
+    # optimizer state is read whole (until 2026-11-28 this stopped, naming the checkpoint
+    # damaged)
+    one = runner.invoke(app, [*args(assets, run, 3, algo="grpo", envs=8), *FSDP])
+    assert one.exit_code == 0, one.output
+    assert "resuming policy training from step_000002" in one.output
+    assert [r["step"] for r in metrics(run / "metrics.jsonl")] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_a_replicated_ppo_checkpoint_continues_sharded(assets, tmp_path) -> None:
+    """A run saved on one process (two optimizer groups: PPO's actor and critic) continued on
+    2 FSDP ranks: the whole optimizer state split into the ranks' shards."""
+    run = tmp_path / "run"
+    one = runner.invoke(app, [*args(assets, run, 1, algo="ppo", envs=8), *FSDP])
+    assert one.exit_code == 0, one.output
+    proc = _two_ranks([*args(assets, run, 2, algo="ppo", envs=8), *FSDP])
+    assert "resuming policy training from step_000001" in proc.stdout
+    assert [r["step"] for r in metrics(run / "metrics.jsonl")] == [1, 2]
 
 
 @pytest.mark.slow

@@ -15,20 +15,20 @@ placement). Validation and the saved model need the whole denoiser: validation r
 `gathered_units` (one all-gather per unit, then the main process validates alone), the saved
 model is gathered to the main process's CPU memory (`full_state`). A checkpoint holds the
 gathered model (`model/`, as replicated) and the optimizer's and EMA's shards
-(`training_state/sharded/`, torch.distributed.checkpoint), which resume on the same or another
-number of ranks.
+(`training_state/sharded/`, training/sharding.py's `save_sharded_state`), which resume on the
+same or another number of ranks, or on one; a replicated checkpoint resumes sharded
+(`WholeOptimizerState`, `WholeEma`).
 """
 
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from wmrl_cli.training.sharding import SHARDED_DIR, local_tensor
+from wmrl_cli.training.sharding import local_tensor, shard_like
 
 
 def denoiser_blocks(transformer: nn.Module) -> list[nn.Module]:
@@ -81,81 +81,13 @@ def full_state(model: nn.Module) -> dict[str, torch.Tensor] | None:
     return state if torch.distributed.get_rank() == 0 else None
 
 
-def _optimizer(optimizer: Any) -> torch.optim.Optimizer:
-    return getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper
+class WholeEma:
+    """A replicated checkpoint's EMA copy loaded into a sharded denoiser's: `load_state_dict`
+    takes the whole tensors and keeps this rank's shards, in place. Collective."""
 
+    def __init__(self, ema: dict[str, torch.Tensor]) -> None:
+        self.ema = ema
 
-def save_shards(
-    transformer: nn.Module, optimizer: Any, ema: dict[str, torch.Tensor], directory: Path
-) -> None:
-    """Every rank's shards of the optimizer state and the EMA copy into `directory`
-    (torch.distributed.checkpoint); collective."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-    state = {"optimizer": get_optimizer_state_dict(transformer, _optimizer(optimizer)), "ema": ema}
-    dcp.save(state, checkpoint_id=directory)
-
-
-def load_shards(
-    transformer: nn.Module, optimizer: Any, ema: dict[str, torch.Tensor], directory: Path
-) -> None:
-    """`save_shards`' state back into the optimizer and, in place, the EMA copy, whatever the
-    ranks now: sharded over as many or another number, or replicated (each rank reads whole
-    tensors; one process without a process group too). Collective where there are ranks."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (
-        get_optimizer_state_dict,
-        set_optimizer_state_dict,
-    )
-
-    inner = _optimizer(optimizer)
-    state = {"optimizer": get_optimizer_state_dict(transformer, inner), "ema": ema}
-    dcp.load(state, checkpoint_id=directory)
-    set_optimizer_state_dict(transformer, inner, state["optimizer"])
-
-
-class ReplicatedState:
-    """The optimizer and EMA states of a replicated checkpoint (as `torch.save`d from
-    `optimizer.state_dict()` and the EMA dict), loaded into a sharded denoiser: `load_state_dict`
-    takes the whole state and keeps this rank's shards. Collective (each tensor is scattered
-    from the main rank)."""
-
-    def __init__(self, transformer: nn.Module, target: Any, kind: str) -> None:
-        self.transformer, self.target, self.kind = transformer, target, kind
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self.kind == "ema":
-            for name, tensor in self.target.items():
-                whole = state[name].to(tensor.device)
-                local_tensor(tensor).copy_(_shard_like(whole, tensor))
-            return
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_optimizer_state_dict,
-        )
-
-        # torch's optimizer state is keyed by position among the optimized parameters; the
-        # sharded load takes their names
-        names = [n for n, p in self.transformer.named_parameters() if p.requires_grad]
-        named = {
-            "state": {names[i]: value for i, value in state["state"].items()},
-            "param_groups": [
-                {**group, "params": [names[i] for i in group["params"]]}
-                for group in state["param_groups"]
-            ],
-        }
-        options = StateDictOptions(full_state_dict=True)
-        set_optimizer_state_dict(self.transformer, _optimizer(self.target), named, options=options)
-
-
-def _shard_like(whole: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """This rank's part of `whole`, placed as the sharded `like`."""
-    from torch.distributed.tensor import distribute_tensor
-
-    return distribute_tensor(whole, like.device_mesh, like.placements).to_local()
-
-
-def is_sharded_checkpoint(checkpoint: Path) -> bool:
-    """Whether a checkpoint holds sharded optimizer and EMA states (`save_shards`)."""
-    return (checkpoint / "training_state" / SHARDED_DIR / ".metadata").is_file()
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for name, tensor in self.ema.items():
+            local_tensor(tensor).copy_(shard_like(state[name], tensor))

@@ -126,6 +126,91 @@ def global_value(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if full is None else full()
 
 
+# -- sharded checkpoints (the policy's, a world model's denoiser's) ------------------------------
+
+
+def staged_shards(run_dir: Path, step: int) -> Path:
+    """Where the ranks write a step's shards before the main process moves them into the
+    checkpoint (a kill in between leaves them: a trainer's next start removes them)."""
+    return Path(run_dir) / "checkpoints" / f".{SHARDED_DIR}-step_{step:06d}"
+
+
+def is_sharded_checkpoint(checkpoint: Path) -> bool:
+    """Whether a checkpoint holds sharded optimizer states (`save_sharded_state`)."""
+    return (checkpoint / "training_state" / SHARDED_DIR / ".metadata").is_file()
+
+
+def _inner(optimizer: Any) -> torch.optim.Optimizer:
+    return getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper
+
+
+def save_sharded_state(
+    model: nn.Module, optimizer: Any, directory: Path, extra: dict[str, Any] | None = None
+) -> None:
+    """Every rank's shards of the optimizer state (and of `extra`'s tensors: an EMA copy) into
+    `directory` (torch.distributed.checkpoint); collective."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    state = {"optimizer": get_optimizer_state_dict(model, _inner(optimizer)), **(extra or {})}
+    dcp.save(state, checkpoint_id=directory)
+
+
+def load_sharded_state(
+    model: nn.Module, optimizer: Any, directory: Path, extra: dict[str, Any] | None = None
+) -> None:
+    """`save_sharded_state`'s state back into the optimizer and, in place, `extra`'s tensors,
+    whatever the ranks now: sharded over as many or another number, or replicated (each rank
+    reads whole tensors; one process without a process group too)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    inner = _inner(optimizer)
+    state = {"optimizer": get_optimizer_state_dict(model, inner), **(extra or {})}
+    with warnings.catch_warnings():  # one process reading shards whole is what is meant here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable")
+        dcp.load(state, checkpoint_id=directory)
+    set_optimizer_state_dict(model, inner, state["optimizer"])
+
+
+class WholeOptimizerState:
+    """A replicated checkpoint's optimizer state (torch's `state_dict()`, keyed by position
+    among the optimized parameters) loaded into a sharded model's optimizer: `load_state_dict`
+    takes the whole state and keeps this rank's shards. Collective."""
+
+    def __init__(self, model: nn.Module, optimizer: Any) -> None:
+        self.model, self.optimizer = model, _inner(optimizer)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        by_position = [names[id(p)] for g in self.optimizer.param_groups for p in g["params"]]
+        named = {
+            "state": {by_position[i]: value for i, value in state["state"].items()},
+            "param_groups": [
+                {**group, "params": [by_position[i] for i in group["params"]]}
+                for group in state["param_groups"]
+            ],
+        }
+        options = StateDictOptions(full_state_dict=True)
+        set_optimizer_state_dict(self.model, self.optimizer, named, options=options)
+
+
+def shard_like(whole: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """This rank's part of `whole`, placed as the sharded `like` (collective: scattered from
+    the main rank)."""
+    from torch.distributed.tensor import distribute_tensor
+
+    return distribute_tensor(whole.to(like.device), like.device_mesh, like.placements).to_local()
+
+
 class PolicySharding:
     """`cfg.training`'s memory settings applied to one policy on this process's rank."""
 
@@ -265,15 +350,11 @@ class PolicySharding:
         if not self.fsdp:
             unwrapped = self.unwrap(model)
             return (lambda directory: save_pretrained(unwrapped, directory)), [optimizer, *others]
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-        shards = Path(run_dir) / "checkpoints" / f".{SHARDED_DIR}-step_{step:06d}"
+        shards = staged_shards(run_dir, step)
         if self.accelerator.is_main_process:
             shutil.rmtree(shards, ignore_errors=True)
         self.accelerator.wait_for_everyone()
-        optimizer = getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper
-        dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=shards)
+        save_sharded_state(model, optimizer, shards)
         full = self.full_policy(model)
 
         def save_model(directory: Path) -> None:
@@ -292,30 +373,19 @@ class PolicySharding:
     ) -> dict:
         """`load_checkpoint`'s result, the optimizer state restored (its shard on each rank
         under fsdp) and `others`' (as `checkpoint_parts` saved them); after `prepare_model`
-        and `optimizer`."""
+        and `optimizer`. A checkpoint resumes whether it was saved sharded or replicated (a run
+        continued on another number of ranks, or a co-evolve stage rerun with another
+        `--num-processes`)."""
         from wmrl_cli.training.checkpoints import load_checkpoint
 
-        if not self.fsdp:
-            return load_checkpoint(checkpoint, [optimizer, *others], restore_rng_state)
-        info = load_checkpoint(checkpoint, list(others), restore_rng_state)
-        shards = checkpoint / "training_state" / SHARDED_DIR
-        if not (shards / ".metadata").is_file():
-            from wmrl_cli.errors import WmrlError
-
-            raise WmrlError(
-                f"{checkpoint}: no sharded optimizer state ({SHARDED_DIR}/); it was saved "
-                "without training.sharding=fsdp: resume it with the sharding it was saved with"
-            )
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (
-            get_optimizer_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-        dcp.load(state, checkpoint_id=shards)
-        set_optimizer_state_dict(model, optimizer, state["optimizer"])
-        return info
+        if is_sharded_checkpoint(checkpoint):  # read whole on one rank, resharded on several
+            info = load_checkpoint(checkpoint, list(others), restore_rng_state)
+            shards = checkpoint / "training_state" / SHARDED_DIR
+            load_sharded_state(self.unwrap(model), optimizer, shards)
+            return info
+        if self.fsdp:  # a whole state, each rank keeping its shards
+            optimizer = WholeOptimizerState(model, optimizer)
+        return load_checkpoint(checkpoint, [optimizer, *others], restore_rng_state)
 
 
 # -- the frozen models of an imagined env -------------------------------------------------------

@@ -50,17 +50,23 @@ from wmrl_cli.training.checkpoints import (
     save_checkpoint,
 )
 from wmrl_cli.training.denoiser_sharding import (
-    SHARDED_DIR,
-    ReplicatedState,
+    WholeEma,
     broadcast_from_main,
     full_state,
-    is_sharded_checkpoint,
-    load_shards,
-    save_shards,
     shard_denoiser,
 )
 from wmrl_cli.training.latent_cache import WindowLatents
-from wmrl_cli.training.sharding import gathered_units, global_value, local_tensor
+from wmrl_cli.training.sharding import (
+    SHARDED_DIR,
+    WholeOptimizerState,
+    gathered_units,
+    global_value,
+    is_sharded_checkpoint,
+    load_sharded_state,
+    local_tensor,
+    save_sharded_state,
+    staged_shards,
+)
 from wmrl_cli.world_models.factory import (
     MODEL_DIR,
     apply_objective,
@@ -344,7 +350,7 @@ class WorldModelTrainer:
         autocast_dtype = resolve_precision(self.cfg.precision, acc.device.type)
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
         if self.main:  # shards of a checkpoint a kill left unfinished (tens of GiB at full size)
-            for staged in (self.run_dir / "checkpoints").glob(f".{SHARDED_DIR}-step_*"):
+            for staged in staged_shards(self.run_dir, 0).parent.glob(f".{SHARDED_DIR}-step_*"):
                 shutil.rmtree(staged, ignore_errors=True)
         start, rng_state = 0, None
         if checkpoint is not None:  # the logger opens once the checkpoint's step is read
@@ -444,11 +450,11 @@ class WorldModelTrainer:
                 stateful = [optimizer, scheduler, TensorState(ema)]
                 save_checkpoint(self.run_dir, step, model.save_pretrained, stateful, meta, keep)
             return
-        shards = self.run_dir / "checkpoints" / f".{SHARDED_DIR}-step_{step:06d}"
+        shards = staged_shards(self.run_dir, step)
         if self.main:
             shutil.rmtree(shards, ignore_errors=True)
         self.accelerator.wait_for_everyone()
-        save_shards(model.transformer, optimizer, ema, shards)
+        save_sharded_state(model.transformer, optimizer, shards, {"ema": ema})
         state = full_state(model)
         if not self.main:
             return
@@ -470,17 +476,17 @@ class WorldModelTrainer:
         """`load_checkpoint`'s result, the optimizer, scheduler and EMA restored as
         `_save_checkpoint` saved them, whether they were saved sharded or replicated and are
         resumed so or otherwise (a co-evolve stage rerun with another `--num-processes`)."""
-        if is_sharded_checkpoint(checkpoint):
+        if is_sharded_checkpoint(checkpoint):  # read whole on one rank, resharded on several
             state = load_checkpoint(checkpoint, [scheduler], restore_rng_state=False)
             shards = checkpoint / "training_state" / SHARDED_DIR
-            load_shards(model.transformer, optimizer, ema, shards)
+            load_sharded_state(model.transformer, optimizer, shards, {"ema": ema})
             return state
         if self.sharded:  # whole states, each rank keeping its shards
-            optimizer = ReplicatedState(model.transformer, optimizer, "optimizer")
-            ema = ReplicatedState(model.transformer, ema, "ema")
+            stateful = [WholeOptimizerState(model.transformer, optimizer), WholeEma(ema)]
         else:
-            ema = TensorState(ema)
-        return load_checkpoint(checkpoint, [optimizer, scheduler, ema], restore_rng_state=False)
+            stateful = [optimizer, TensorState(ema)]
+        stateful.insert(1, scheduler)  # as saved: optimizer, scheduler, EMA
+        return load_checkpoint(checkpoint, stateful, restore_rng_state=False)
 
     def _save_final(
         self,
