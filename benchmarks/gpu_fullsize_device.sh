@@ -2,7 +2,7 @@
 # benchmarks/gpu_fullsize.py on a lent GPU machine: the wheels carried in .whl/
 # (benchmarks/device_wheels.sh, run beforehand where pip reaches a registry) installed into a
 # temporary site folder ahead of the image's own packages, then the script with unbuffered
-# output; then, in the time left (WM_TRAIN_S, 75 s), benchmarks/wm_train_memory.py --gpu (a
+# output; then, for at most WM_TRAIN_S (75) seconds, benchmarks/wm_train_memory.py --gpu (a
 # world model's training step measured beside its count and plan) into OUT/wm_train. Usage, in
 # the device call (carry .whl, timeout_s 580): bash benchmarks/gpu_fullsize_device.sh OUT
 set -euo pipefail

@@ -26,6 +26,7 @@ DIR/wm_train_memory.json and .md. Results: docs/benchmarks.md.
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import time
 from pathlib import Path
@@ -227,6 +228,8 @@ def main() -> None:
             except torch.OutOfMemoryError:
                 row = {"backend": backend, "batch": args.batch, "checkpointing": checkpointing}
                 row["error"] = "out of memory"
+            if args.gpu:  # the failed row's tensors (held by its traceback until here) freed
+                gc.collect()
                 torch.cuda.empty_cache()
             rows.append(row)
             peak = "out of memory" if "error" in row else f"peak {row['peak_gib']:.2f} GiB"

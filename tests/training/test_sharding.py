@@ -77,6 +77,12 @@ def test_mixed_state_adamw_is_adamw() -> None:
     half.grad = torch.ones_like(half)
     opt.step()
     assert opt.state[half]["exp_avg"].dtype == torch.float32 and half.dtype == torch.bfloat16
+    # ... also after a resume (torch's loader casts the moments to the weights' dtype)
+    again = MixedStateAdamW([half], torch.float32, lr=1e-3)
+    again.load_state_dict(opt.state_dict())
+    moments = again.state[half]
+    assert moments["exp_avg"].dtype == moments["exp_avg_sq"].dtype == torch.float32
+    torch.testing.assert_close(moments["exp_avg"], opt.state[half]["exp_avg"])
 
 
 def _two_ranks(cmd_args: list[str]) -> subprocess.CompletedProcess:

@@ -150,4 +150,7 @@ def relaunch_ranks(num_processes: int) -> None:
         if arg.startswith("--num-processes="):
             continue
         argv.append(arg)
-    raise typer.Exit(run_ranks(num_processes, "wmrl_cli", argv))
+    code = run_ranks(num_processes, "wmrl_cli", argv)
+    if code == 130:  # a Ctrl-C that reached the ranks alone: "interrupted", once, here
+        raise KeyboardInterrupt
+    raise typer.Exit(code)

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+from typing import Any
 
 # A parameter whose gradient has a size-1 dimension of another stride (a vision tower's
 # register tokens at batch 1, a slice of the grad of a concatenation) makes DDP warn once
@@ -60,25 +61,32 @@ def run_ranks(num_processes: int, module: str, argv: list[str]) -> int:
         module,
         *argv,
     ]
-    torchrun = subprocess.Popen(cmd, env=rank_environment())
-    # (handlers can be set in the main thread alone: elsewhere nothing is forwarded)
-    forwarded = (signal.SIGTERM, signal.SIGHUP)
-    main_thread = threading.current_thread() is threading.main_thread()
-    before = {
-        sig: signal.signal(sig, lambda sig, _: torchrun.send_signal(sig))
-        for sig in (forwarded if main_thread else ())
-    }
+    torchrun: subprocess.Popen | None = None
+
+    def forward(sig: int, _: object) -> None:
+        if torchrun is not None:
+            torchrun.send_signal(sig)
+
+    # Set before torchrun starts, so that no signal falls between; in the main thread alone
+    # (elsewhere nothing is forwarded), and not over an ignored signal (nohup's SIGHUP).
+    before: dict[int, Any] = {}
     try:
-        return torchrun.wait()
-    except KeyboardInterrupt:
-        # A Ctrl-C at a terminal reached torchrun and the ranks too; a SIGINT sent to this
-        # process alone (kill -INT, a scheduler) is passed on, so that no rank runs on.
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    before[sig] = signal.signal(sig, forward)
+        torchrun = subprocess.Popen(cmd, env=rank_environment())
         try:
-            torchrun.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            torchrun.send_signal(signal.SIGINT)
-            torchrun.wait()
-        raise
+            return torchrun.wait()
+        except KeyboardInterrupt:
+            # A Ctrl-C at a terminal reached torchrun and the ranks too; a SIGINT sent to
+            # this process alone (kill -INT, a scheduler) is passed on, so that no rank runs on.
+            try:
+                torchrun.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                torchrun.send_signal(signal.SIGINT)
+                torchrun.wait()
+            raise
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)

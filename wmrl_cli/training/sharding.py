@@ -75,6 +75,19 @@ class MixedStateAdamW(torch.optim.AdamW):
                 state["exp_avg_sq"].copy_(v)
         return loss
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's load, with the saved moments put back in `state_dtype`: torch casts them to
+        their weights' dtype (after a resume bf16 weights would keep bf16 moments, float32
+        ones rounded through bf16)."""
+        saved = state_dict["state"]
+        super().load_state_dict(state_dict)
+        params = [p for group in self.param_groups for p in group["params"]]
+        for index, value in saved.items():
+            state = self.state[params[int(index)]]
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in value:
+                    state[key] = value[key].to(state[key].device, self.state_dtype)
+
 
 def policy_blocks(model: nn.Module) -> list[nn.Module]:
     """The policy's transformer blocks: the Llama's decoder layers, then each vision tower's."""
@@ -131,7 +144,8 @@ def global_value(tensor: torch.Tensor) -> torch.Tensor:
 
 def staged_shards(run_dir: Path, step: int) -> Path:
     """Where the ranks write a step's shards before the main process moves them into the
-    checkpoint (a kill in between leaves them: a trainer's next start removes them)."""
+    checkpoint (a kill in between leaves them: the world-model trainer's next start removes
+    them, the policy's next save of that step)."""
     return Path(run_dir) / "checkpoints" / f".{SHARDED_DIR}-step_{step:06d}"
 
 

@@ -16,9 +16,10 @@ adds its gradient buckets (S). Three peaks:
 
 The activations per window are counted at full size on fake tensors by
 benchmarks/wm_train_memory.py (the forward-and-backward peak over the weights, gradients,
-moments and EMA, at one rank; docs/benchmarks.md) and scale with the frame's pixels. With N
-sharded ranks they are the one-rank figure, an estimate: there the gradients filling during
-backward are 1/N, and one gathered block's weights and gradients (1/30 of Wan's) come on top.
+moments and EMA, at one rank; docs/benchmarks.md) and scale with the frame's pixels: what the
+forward and backward hold beyond the gradients, whose filling overlaps the activations' freeing.
+Sharded, the gradients are 1/N and no longer hide the activations: their bound, the one-rank
+figure plus the gradients the one rank held beyond 1/N (S - S/N), is planned.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings)
     windows = -(-s.batch // s.ranks)  # this rank's share
     pixels = s.height * s.width / (256 * 256)
     activations = ACTIVATIONS_256[(s.backend, s.checkpointing)] * windows * pixels
+    if shards > 1:  # the activations' bound: what the gradients held at one rank may have hidden
+        activations += weights - weights / shards
     # sharded validation: the rank's gradients freed, the whole denoiser gathered
     validation = weights - weights / shards if shards > 1 else 0.0
     return TrainingPlan(
@@ -107,17 +110,27 @@ def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings)
 
 
 def remedies(s: TrainingSettings) -> list[tuple[str, TrainingSettings]]:
-    """The single changes worth trying, in the order they are suggested."""
+    """The single changes worth trying, in the order they are suggested: checkpointing,
+    sharding over the ranks there are, more sharded ranks (the batch rounded up to a multiple of
+    them where it does not split), then more sharded ranks with checkpointing."""
     out = []
     if not s.checkpointing:
         checkpointed = replace(s, checkpointing=True)
         out.append(("--set world_model.gradient_checkpointing=true", checkpointed))
     if s.ranks > 1 and not s.sharded:
         out.append(("--set world_model.sharding=fsdp", replace(s, sharded=True)))
-    for n in SHARD_COUNTS:
-        if n > s.ranks and s.batch % n == 0:
-            more = replace(s, ranks=n, sharded=True)
-            out.append((f"--set world_model.sharding=fsdp --num-processes {n}", more))
+    for checkpointing in sorted({s.checkpointing, True}):
+        for n in SHARD_COUNTS:
+            if n <= s.ranks:
+                continue
+            batch = -(-s.batch // n) * n
+            option = f"--set world_model.sharding=fsdp --num-processes {n}"
+            if batch != s.batch:
+                option += f" --set world_model.batch_size={batch}"
+            if checkpointing and not s.checkpointing:
+                option += " --set world_model.gradient_checkpointing=true"
+            more = replace(s, ranks=n, sharded=True, batch=batch, checkpointing=checkpointing)
+            out.append((option, more))
     return out
 
 
@@ -137,18 +150,22 @@ def check_training_memory(
         f"the world model's training needs {plan.peak:.1f} GiB per GPU, more than the "
         f"{budget:.1f} GiB of {where}"
     )
-    fits, sharded = [], False
+    fits, fewest = [], 10**9  # the fewest sharded ranks that fit so far
     for option, settings in remedies(s):
         if plan_training(denoiser_params, frozen_params, settings).peak > budget:
             continue
         if "--num-processes" in option:
-            if sharded:
-                continue  # the fewest ranks that fit
-            sharded = True
+            # the fewest ranks that fit without checkpointing; with it, only where fewer still
+            if settings.ranks >= fewest:
+                continue
+            fewest = settings.ranks
         fits.append(option)
     if fits:
         raise ConfigError(f"{head}; each of these fits: " + "; ".join(fits))
-    raise ConfigError(f"{head}, even sharded over {SHARD_COUNTS[-1]} ranks: fewer windows per GPU")
+    raise ConfigError(
+        f"{head}, even sharded over {SHARD_COUNTS[-1]} ranks with gradient checkpointing: a GPU "
+        "with more memory"
+    )
 
 
 # -- from a run's config --------------------------------------------------------------------------
