@@ -129,9 +129,7 @@ def train_wm(
         source = str(resolve_init(init, cfg.assets_dir))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", dump_config(sub))  # what this stage ran with
-    if ranks > 1:
-        return on_ranks("train-wm", out, ranks, [data, source or ""])
-    return train_wm_job(sub, out, data, source)
+    return _run_job("train-wm", sub, out, ranks, data, source or "")
 
 
 def train_wm_job(sub: RunConfig, out: Path, data: str, init: str | None = None) -> str:
@@ -310,9 +308,7 @@ def _train_policy(sub: RunConfig, out: Path, real_steps: int, ranks: int) -> str
     before = out / REAL_STEPS_FILE
     if not before.is_file():  # a resumed stage keeps the count it started from
         atomic_write_text(before, json.dumps(real_steps))
-    if ranks > 1:
-        return on_ranks("train-policy", out, ranks)
-    return train_policy_job(sub, out)
+    return _run_job("train-policy", sub, out, ranks)
 
 
 def train_policy_job(sub: RunConfig, out: Path) -> str:
@@ -337,8 +333,16 @@ def train_policy_job(sub: RunConfig, out: Path) -> str:
 
 
 # The stage jobs that run on ranks (`co-evolve --num-processes N`, ranks.py): name -> job,
-# called as job(stage config, stage folder, *its arguments).
+# called as job(stage config, stage folder, *its arguments, as strings).
 RANK_JOBS = {"train-policy": train_policy_job, "train-wm": train_wm_job}
+
+
+def _run_job(job: str, sub: RunConfig, out: Path, ranks: int, *args: str) -> str:
+    """Job `job` of the stage in `out` here (one rank) or on `ranks` processes (ranks.py), the
+    same function either way; its result."""
+    if ranks > 1:
+        return on_ranks(job, out, ranks, list(args))
+    return RANK_JOBS[job](sub, out, *args)
 
 
 def _audit(

@@ -149,6 +149,36 @@ def staged_shards(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f".{SHARDED_DIR}-step_{step:06d}"
 
 
+def remove_staged_shards(run_dir: Path) -> None:
+    """Every step's staged shards a kill left in `run_dir` (main process)."""
+    for staged in staged_shards(run_dir, 0).parent.glob(f".{SHARDED_DIR}-step_*"):
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def stage_sharded_state(
+    accelerator: Any,
+    model: nn.Module,
+    optimizer: Any,
+    run_dir: Path,
+    step: int,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """The step's shards (`save_sharded_state`) written by every rank into a fresh staging
+    folder, returned; collective. `adopt_staged_shards` moves them into the checkpoint."""
+    shards = staged_shards(run_dir, step)
+    if accelerator.is_main_process:
+        shutil.rmtree(shards, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    save_sharded_state(model, optimizer, shards, extra)
+    return shards
+
+
+def adopt_staged_shards(shards: Path, model_dir: Path) -> None:
+    """Staged shards moved beside the checkpoint's model folder (`training_state/sharded/`),
+    while `save_checkpoint` writes it."""
+    shutil.move(str(shards), str(model_dir.parent / "training_state" / SHARDED_DIR))
+
+
 def is_sharded_checkpoint(checkpoint: Path) -> bool:
     """Whether a checkpoint holds sharded optimizer states (`save_sharded_state`)."""
     return (checkpoint / "training_state" / SHARDED_DIR / ".metadata").is_file()
@@ -364,16 +394,12 @@ class PolicySharding:
         if not self.fsdp:
             unwrapped = self.unwrap(model)
             return (lambda directory: save_pretrained(unwrapped, directory)), [optimizer, *others]
-        shards = staged_shards(run_dir, step)
-        if self.accelerator.is_main_process:
-            shutil.rmtree(shards, ignore_errors=True)
-        self.accelerator.wait_for_everyone()
-        save_sharded_state(model, optimizer, shards)
+        shards = stage_sharded_state(self.accelerator, model, optimizer, run_dir, step)
         full = self.full_policy(model)
 
         def save_model(directory: Path) -> None:
             save_pretrained(full, directory)
-            shutil.move(str(shards), str(directory.parent / "training_state" / SHARDED_DIR))
+            adopt_staged_shards(shards, directory)
 
         return save_model, list(others)
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -59,13 +58,14 @@ from wmrl_cli.training.latent_cache import WindowLatents
 from wmrl_cli.training.sharding import (
     SHARDED_DIR,
     WholeOptimizerState,
+    adopt_staged_shards,
     gathered_units,
     global_value,
     is_sharded_checkpoint,
     load_sharded_state,
     local_tensor,
-    save_sharded_state,
-    staged_shards,
+    remove_staged_shards,
+    stage_sharded_state,
 )
 from wmrl_cli.world_models.factory import (
     MODEL_DIR,
@@ -350,8 +350,7 @@ class WorldModelTrainer:
         autocast_dtype = resolve_precision(self.cfg.precision, acc.device.type)
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
         if self.main:  # shards of a checkpoint a kill left unfinished (tens of GiB at full size)
-            for staged in staged_shards(self.run_dir, 0).parent.glob(f".{SHARDED_DIR}-step_*"):
-                shutil.rmtree(staged, ignore_errors=True)
+            remove_staged_shards(self.run_dir)
         start, rng_state = 0, None
         if checkpoint is not None:  # the logger opens once the checkpoint's step is read
             model = load_world_model(checkpoint / "model")
@@ -450,18 +449,15 @@ class WorldModelTrainer:
                 stateful = [optimizer, scheduler, TensorState(ema)]
                 save_checkpoint(self.run_dir, step, model.save_pretrained, stateful, meta, keep)
             return
-        shards = staged_shards(self.run_dir, step)
-        if self.main:
-            shutil.rmtree(shards, ignore_errors=True)
-        self.accelerator.wait_for_everyone()
-        save_sharded_state(model.transformer, optimizer, shards, {"ema": ema})
+        acc, transformer = self.accelerator, model.transformer
+        shards = stage_sharded_state(acc, transformer, optimizer, self.run_dir, step, {"ema": ema})
         state = full_state(model)
         if not self.main:
             return
 
         def save_model(directory: Path) -> None:
             model.save_pretrained(directory, state=state)
-            shutil.move(str(shards), str(directory.parent / "training_state" / SHARDED_DIR))
+            adopt_staged_shards(shards, directory)
 
         save_checkpoint(self.run_dir, step, save_model, [scheduler], meta, keep)
 
