@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -140,6 +141,22 @@ def test_two_ranks_stay_in_sync(assets, tmp_path, where) -> None:
     rows = metrics(tmp_path / "ddp" / "metrics.jsonl")
     expected = np.cumsum([8 * r["env/episode_len"] for r in rows]) if where == "simulator" else 0
     assert np.array_equal([r["env/real_steps"] for r in rows], np.zeros(2) + expected)
+
+
+def test_ranks_that_fail_alike_say_it_once(assets, tmp_path) -> None:
+    damaged = tmp_path / "wm"
+    shutil.copytree(assets / "wm", damaged)
+    (damaged / "world_model" / "model.safetensors").write_bytes(b"not safetensors")
+    cmd = [sys.executable, "-m", "wmrl_cli", *args(assets, tmp_path / "run", 1, envs=8)]
+    cmd[cmd.index("--world-model") + 1] = str(damaged)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [*cmd, "--num-processes", "2"], capture_output=True, text=True, env=env, timeout=300
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ") and "weights are unreadable" in lines[0]
+    assert not (tmp_path / "run").exists()
 
 
 def test_grpo_runs_with_group_filtering(assets, tmp_path) -> None:

@@ -17,7 +17,7 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import environment_error
 from wmrl_cli.logging import err_console
 from wmrl_cli.run_dirs import close_run_dirs, discard_unused_run_dirs
-from wmrl_cli.training.launch import LAUNCHED_BY_WMRL, run_ranks
+from wmrl_cli.training.launch import LAUNCHED_BY_WMRL, RanksFailed, run_ranks, write_rank_error
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -128,7 +128,9 @@ def handle_errors(func: F) -> F:
             if failed is None:
                 raise
             discard_unused_run_dirs()
-            err_console.print(Text.assemble(("error: ", "bold red"), str(failed)), soft_wrap=True)
+            if not write_rank_error(str(failed)):  # a rank: the process that started it says it
+                for line in str(failed).splitlines():  # several ranks' distinct lines
+                    err_console.print(Text.assemble(("error: ", "bold red"), line), soft_wrap=True)
             raise typer.Exit(failed.exit_code) from None
         finally:
             close_run_dirs()
@@ -150,7 +152,9 @@ def relaunch_ranks(num_processes: int) -> None:
         if arg.startswith("--num-processes="):
             continue
         argv.append(arg)
-    code = run_ranks(num_processes, "wmrl_cli", argv)
-    if code == 130:  # a Ctrl-C that reached the ranks alone: "interrupted", once, here
+    ended = run_ranks(num_processes, "wmrl_cli", argv)
+    if ended.code == 130:  # a Ctrl-C that reached the ranks alone: "interrupted", once, here
         raise KeyboardInterrupt
-    raise typer.Exit(code)
+    if ended.errors:  # said once here (handle_errors), whatever the number of ranks
+        raise RanksFailed("\n".join(ended.errors), ended.code)
+    raise typer.Exit(ended.code)

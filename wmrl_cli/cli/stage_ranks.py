@@ -3,7 +3,7 @@ that trains on several ranks (`wmrl co-evolve --num-processes N`; coevolve/ranks
 them through torchrun). It runs the stage's job (coevolve/tasks.py `RANK_JOBS`) with the config
 the pipeline wrote to FOLDER/config.yaml and ARGS, its threads as the config says and its global
 RNGs seeded with SEED (the stage's); the main rank writes the result for the pipeline. Errors as
-a command prints them: one line, its exit code."""
+a command's rank has them: one line, for the pipeline to say once, and its exit code."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ wmrl_cli.cli.stage_ranks JOB FOLDER SEED [ARGS]`. Each rank reads the stage's co
 FOLDER/config.yaml, which the pipeline wrote, and runs the stage's own job, the function the
 one-process stage calls, as `wmrl train-policy --num-processes N` (or `train-wm`) would with that
 config; the main rank writes the job's result to FOLDER/ranks_result.json, where the pipeline
-reads it. The ranks print their own errors (one line) and the pipeline stops with their exit
-status.
+reads it. The pipeline stops with the ranks' exit status and says their error once, naming the
+stage (`training/launch.py` collects the ranks' lines).
 """
 
 from __future__ import annotations
@@ -18,19 +18,10 @@ from pathlib import Path
 
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import atomic_write_text
-from wmrl_cli.training.launch import run_ranks
+from wmrl_cli.training.launch import RanksFailed, run_ranks
 
 RESULT_FILE = "ranks_result.json"
 WORKER = "wmrl_cli.cli.stage_ranks"
-
-
-class RanksFailed(WmrlError):
-    """A stage's ranks stopped with a non-zero status (they printed why); its exit code is
-    theirs."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def on_ranks(job: str, folder: Path, ranks: int, args: list[str] | None = None) -> str:
@@ -44,11 +35,16 @@ def on_ranks(job: str, folder: Path, ranks: int, args: list[str] | None = None) 
     result = folder / RESULT_FILE
     result.unlink(missing_ok=True)  # a result of an earlier attempt is not this one's
     argv = [job, str(folder), str(torch.initial_seed()), *(args or [])]
-    code = run_ranks(ranks, WORKER, argv)  # Ctrl-C: KeyboardInterrupt, once they stopped
-    if code == 130:  # a Ctrl-C that reached the ranks alone
+    ended = run_ranks(ranks, WORKER, argv)  # Ctrl-C: KeyboardInterrupt, once they stopped
+    if ended.code == 130:  # a Ctrl-C that reached the ranks alone
         raise KeyboardInterrupt
-    if code != 0:
-        raise RanksFailed(f"{folder.name}: its {ranks} ranks stopped (exit status {code})", code)
+    if ended.errors:  # what the ranks said, once, naming the stage
+        said = "\n".join(f"{folder.name} on {ranks} ranks: {line}" for line in ended.errors)
+        raise RanksFailed(said, ended.code)
+    if ended.code != 0:  # a bug's traceback or a signal: the rank printed what it could
+        raise RanksFailed(
+            f"{folder.name}: its {ranks} ranks stopped (exit status {ended.code})", ended.code
+        )
     if not result.is_file():
         raise WmrlError(f"{folder.name}: its {ranks} ranks finished without writing {result}")
     return json.loads(result.read_text())["result"]

@@ -2,22 +2,32 @@
 `train-wm` and `sft --num-processes N`, co-evolve's stages on ranks), and this module is the
 torchrun it starts.
 
-`python -m wmrl_cli.training.launch TORCHRUN-ARGS`: torchrun without its own output. The ranks
-say what went wrong themselves (one line, a traceback only for a bug); torchrun's log lines and
-its ChildFailedError traceback would repeat it in 30 lines. Exits with the status of the rank
-that failed first (128 + N for a rank killed by signal N), or 128 + N when torchrun itself got
-signal N (Ctrl-C: 130)."""
+`python -m wmrl_cli.training.launch TORCHRUN-ARGS`: torchrun without its own output; torchrun's
+log lines and its ChildFailedError traceback would repeat the ranks' error in 30 lines. Exits
+with the status of the rank that failed first (128 + N for a rank killed by signal N), or
+128 + N when torchrun itself got signal N (Ctrl-C: 130).
+
+A rank that stops on a user's error (the CLI's one line) writes that line for the process that
+started it (`write_rank_error`) rather than printing it, and `run_ranks` returns the distinct
+lines: eight ranks that fail alike say it once; ranks that fail differently are named. A bug's
+traceback is printed by its rank, as it happens."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from wmrl_cli.errors import WmrlError
 
 # A parameter whose gradient has a size-1 dimension of another stride (a vision tower's
 # register tokens at batch 1, a slice of the grad of a concatenation) makes DDP warn once
@@ -27,17 +37,68 @@ _RANK_WARNINGS = "ignore:Grad strides do not match bucket view strides:UserWarni
 
 # Set in the ranks `run_ranks` starts: the process that started them says "interrupted" once.
 LAUNCHED_BY_WMRL = "WMRL_RANKS_LAUNCHER"
+# ... and the folder where each rank writes its error line (rank_R.txt) for it to say once.
+RANK_ERRORS = "WMRL_RANK_ERRORS"
 
 
-def rank_environment() -> dict[str, str]:
+@dataclass(frozen=True)
+class RanksOutcome:
+    """How N ranks ended: `code` is the status of the rank that failed first (0: every rank
+    succeeded); `errors` the distinct error lines the ranks wrote (`rank_errors`)."""
+
+    code: int
+    errors: list[str] = field(default_factory=list)
+
+
+class RanksFailed(WmrlError):
+    """Ranks that stopped with a non-zero status; the message is what they said (their
+    distinct error lines, one per line), the exit code theirs."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def rank_environment(errors: Path | None = None) -> dict[str, str]:
     """The ranks' environment: OMP_NUM_THREADS 1 where unset, as torchrun would set it but
-    without its banner (`num_threads` sets each rank's torch threads), and DDP's warning
-    about gradient strides filtered."""
+    without its banner (`num_threads` sets each rank's torch threads), DDP's warning about
+    gradient strides filtered, and where they write their error lines (`errors`)."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONWARNINGS"] = ",".join(filter(None, (env.get("PYTHONWARNINGS"), _RANK_WARNINGS)))
     env[LAUNCHED_BY_WMRL] = str(os.getpid())
+    if errors is not None:
+        env[RANK_ERRORS] = str(errors)
     return env
+
+
+def write_rank_error(message: str) -> bool:
+    """In a rank `run_ranks` started: `message` (a user's error, one line) written for it to
+    say, and True; False elsewhere (the caller prints it)."""
+    folder = os.environ.get(RANK_ERRORS)
+    if not folder or not Path(folder).is_dir():
+        return False
+    from wmrl_cli.files.atomic import atomic_write_text
+
+    atomic_write_text(Path(folder) / f"rank_{os.environ.get('RANK', '0')}.txt", message)
+    return True
+
+
+def rank_errors(folder: Path, num_processes: int) -> list[str]:
+    """The distinct lines the ranks wrote into `folder`: one line as it is (however many ranks
+    said it: torchrun stops the others once one fails, some before they write), several each
+    prefixed with the ranks that said it."""
+    said: dict[str, list[int]] = {}
+    for rank in range(num_processes):
+        path = folder / f"rank_{rank}.txt"
+        if path.is_file():
+            said.setdefault(path.read_text().strip(), []).append(rank)
+    if len(said) <= 1:
+        return list(said)
+    return [
+        f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}: {line}"
+        for line, ranks in said.items()
+    ]
 
 
 def free_port() -> int:
@@ -46,9 +107,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_ranks(num_processes: int, module: str, argv: list[str]) -> int:
+def run_ranks(num_processes: int, module: str, argv: list[str]) -> RanksOutcome:
     """`python -m module argv` on `num_processes` ranks of this machine (gloo on CPU, NCCL on
-    GPUs); waits for them and returns their status (0: every rank succeeded). Ctrl-C stops
+    GPUs); waits for them and returns how they ended (nothing printed here). Ctrl-C stops
     them, then raises KeyboardInterrupt here; SIGTERM and SIGHUP sent to this process are
     passed on to them (torchrun stops its ranks), so that none runs on without it."""
     cmd = [
@@ -70,14 +131,16 @@ def run_ranks(num_processes: int, module: str, argv: list[str]) -> int:
     # Set before torchrun starts, so that no signal falls between; in the main thread alone
     # (elsewhere nothing is forwarded), and not over an ignored signal (nohup's SIGHUP).
     before: dict[int, Any] = {}
+    errors = Path(tempfile.mkdtemp(prefix="wmrl-rank-errors-"))
     try:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 if signal.getsignal(sig) is not signal.SIG_IGN:
                     before[sig] = signal.signal(sig, forward)
-        torchrun = subprocess.Popen(cmd, env=rank_environment())
+        torchrun = subprocess.Popen(cmd, env=rank_environment(errors))
         try:
-            return torchrun.wait()
+            code = torchrun.wait()
+            return RanksOutcome(code, rank_errors(errors, num_processes) if code else [])
         except KeyboardInterrupt:
             # A Ctrl-C at a terminal reached torchrun and the ranks too; a SIGINT sent to
             # this process alone (kill -INT, a scheduler) is passed on, so that no rank runs on.
@@ -90,6 +153,7 @@ def run_ranks(num_processes: int, module: str, argv: list[str]) -> int:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+        shutil.rmtree(errors, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,35 @@
+"""Ranks started by wmrl (training/launch.py `run_ranks`): a user's error that the ranks stop on
+is said once, by the process that started them, with their exit status; ranks that stop on
+different errors are named."""
+
+from __future__ import annotations
+
+import pytest
+
+from wmrl_cli.training.launch import rank_errors, run_ranks
+
+LINE = "training.lr=-1: expected a positive learning rate"
+
+
+@pytest.mark.parametrize("mode", ["all", "one"])  # every rank stops on it / rank 1 alone
+def test_the_ranks_error_is_said_once(mode, capfd) -> None:
+    ended = run_ranks(2, "tests.helpers.rank_error", [mode])
+    assert ended.code == 2  # ConfigError's, the status of the rank that failed first
+    assert ended.errors == [LINE]
+    assert capfd.readouterr().err.strip() == ""  # the ranks printed nothing themselves
+
+
+def test_ranks_that_succeed_say_nothing(capfd) -> None:
+    ended = run_ranks(2, "tests.helpers.rank_error", ["none"])
+    assert (ended.code, ended.errors) == (0, [])
+    assert capfd.readouterr().err.strip() == ""
+
+
+def test_different_lines_name_their_ranks(tmp_path) -> None:
+    # (torchrun stops the other ranks once one fails, so that which of them still write their
+    # line is a race: the lines are set here as ranks would write them)
+    for rank, line in [(0, "shard 0 is damaged"), (2, "shard 0 is damaged"), (3, "out of memory")]:
+        (tmp_path / f"rank_{rank}.txt").write_text(line)
+    assert rank_errors(tmp_path, 4) == ["ranks 0, 2: shard 0 is damaged", "rank 3: out of memory"]
+    (tmp_path / "rank_3.txt").unlink()
+    assert rank_errors(tmp_path, 4) == ["shard 0 is damaged"]
