@@ -77,6 +77,21 @@ def test_stages_recorded_before_fingerprints_are_kept(tmp_path) -> None:
     assert StageCache(tmp_path, 0, cfg).state["sft"]["fingerprint"] is not None
 
 
+def test_a_training_stage_records_its_ranks_and_is_kept_on_others(tmp_path) -> None:
+    cfg = resolve_config("mw-coevolve-smoke")
+    first = StageCache(tmp_path, 0, cfg)
+    assert first.run("stage1", lambda: "policy", reads="rl", ranks=8) == "policy"
+    first.run("eval_stage1", lambda: {"overall": 0.5}, reads="eval", after=("stage1",))
+    assert first.state["stage1"]["ranks"] == 8 and "ranks" not in first.state["eval_stage1"]
+    again = StageCache(tmp_path, 0, cfg)  # resumed with another --num-processes: kept
+
+    def rerun() -> str:
+        raise AssertionError("a stage done on other ranks ran again")
+
+    assert again.run("stage1", rerun, reads="rl", ranks=2) == "policy"
+    assert again.state["stage1"]["ranks"] == 8  # what it was trained on
+
+
 def test_co_evolve_update_adopts_the_new_config(tmp_path, monkeypatch) -> None:
     import wmrl_cli.coevolve.pipeline as pipeline
 

@@ -78,7 +78,12 @@ def test_co_evolve_report_shows_intervals_and_paired_differences(tmp_path) -> No
     walls = dict.fromkeys(steps, 1.0)
     activity = {name: {"steps": 1, "kept_groups_fraction": 0.5, "max_grad_norm": 1.0}
                 for name in ("stage1", "stage2")}  # fmt: skip
-    report = write_report(tmp_path, cfg, evals, {}, {}, walls, steps, activity)
+    ranks = {"stage1": 8, "stage2": 8}
+    report = write_report(tmp_path, cfg, evals, {}, {}, walls, steps, activity, ranks=ranks)
+    assert (
+        report["ranks"] == ranks
+        and "| stage1 | 1 on 8 ranks | 700 |" in (tmp_path / "report.md").read_text()
+    )
     assert report["rl_audit_real_steps"] == 1600
     assert report["total_real_steps_without_evaluation"] == 1700
     assert (

@@ -179,6 +179,7 @@ def _sft_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
         "world_model",
         lambda: train_wm(cfg, base_data, run_dir / "wm_base", None, 0, run.ranks),
         reads="world_model",
+        ranks=run.ranks,
         after=("merge0",),
         outputs=("wm_base",),
     )
@@ -226,6 +227,7 @@ def _sft_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
         ),
         rl_steps,
         reads="rl",
+        ranks=run.ranks,
         after=_after(*after, trust_stage),
         outputs=("stage1",),
     )
@@ -260,6 +262,7 @@ def _given_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]
         ),
         rl_steps,
         reads="rl",
+        ranks=run.ranks,
         outputs=("stage1",),
     )
     run.evaluate("stage1", policy, ("stage1",), ce.videos and ce.refinements == 0)
@@ -291,6 +294,7 @@ def _refine_world_model(
                     t, merged, run.run_dir / n, last.wm, ce.refine_steps, run.ranks
                 ),
                 reads="refine_wm",
+                ranks=run.ranks,
                 after=_after(made["wm"], merge_stage),
                 outputs=(name,),
             ),
@@ -451,6 +455,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
             ),
             rl_steps,
             reads="rl",
+            ranks=run.ranks,
             after=_after(*after, trust_stage, accept),
             outputs=(name,),
         )
@@ -479,6 +484,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
             ),
             rl_steps,
             reads="rl",
+            ranks=run.ranks,
             after=frozen_after,
             outputs=("frozen_control",),
         )
@@ -492,6 +498,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
             lambda: simulator_rl(cfg, run_dir / SIMULATOR_CONTROL, base_policy, steps, run.ranks),
             rl_steps,
             reads="simulator_rl",
+            ranks=run.ranks,
             after=base_after,
             outputs=(SIMULATOR_CONTROL,),
         )
@@ -499,6 +506,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
     reached = {name: item for name, item in p.state.items() if name in p.visited}
     walls = {name: item["wall_s"] for name, item in reached.items()}
     real_steps = {name: item.get("real_steps") for name, item in reached.items()}
+    ranks = {name: item["ranks"] for name, item in reached.items() if "ranks" in item}
     activity = {
         name: act
         for name in run.evals
@@ -520,4 +528,5 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
         run.acceptance,
         frozen_same_as,
         run.trust,
+        ranks,
     )

@@ -92,6 +92,7 @@ def write_report(
     acceptance: dict[str, dict[str, Any]] | None = None,
     frozen_same_as: str | None = None,
     trust: dict[str, dict[str, Any]] | None = None,
+    ranks: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """`real_steps`: per stage, the real environment steps it consumed (None: not recorded,
     a stage finished before wmrl counted them). `rl_activity`: per RL stage, what
@@ -99,7 +100,8 @@ def write_report(
     `acceptance`: per refinement round, the audit that chose its world model.
     `frozen_same_as`: the stage that had the frozen control's inputs (acceptance kept the
     current world model), so the control was not run apart. `trust`: per RL stage, the tasks
-    it trained on and those its trust audit left out (`coevolve.trust_audit_per_task`)."""
+    it trained on and those its trust audit left out (`coevolve.trust_audit_per_task`).
+    `ranks`: per training stage, the processes it trained on (`--num-processes`)."""
     rl_activity = rl_activity or {}
     acceptance = acceptance or {}
     trust = trust or {}
@@ -124,6 +126,7 @@ def write_report(
         "reward_models": rewards,
         "wall_time_s": walls,
         "total_wall_time_s": round(sum(walls.values()), 1),
+        "ranks": ranks or {},
         "real_steps": real_steps,
         "total_real_steps": sum(v or 0 for v in real_steps.values()),
         "total_real_steps_without_evaluation": sum(data_steps),
@@ -254,7 +257,10 @@ def write_report(
         steps = real_steps.get(name)
         total += steps or 0
         shown = "-" if steps is None else str(steps)
-        lines.append(f"| {name} | {seconds:.0f} | {shown} | {total} |")
+        on = (ranks or {}).get(name, 1)
+        lines.append(
+            f"| {name} | {seconds:.0f}{f' on {on} ranks' if on > 1 else ''} | {shown} | {total} |"
+        )
     lines += [
         f"| **total** | **{report['total_wall_time_s']:.0f}** | **{total}** | "
         f"({report['total_real_steps_without_evaluation']} without evaluation) |",

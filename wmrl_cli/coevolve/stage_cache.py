@@ -216,10 +216,13 @@ class StageCache:
         reads: str | None = None,
         after: tuple[str, ...] = (),
         outputs: tuple[str, ...] = (),
+        ranks: int | None = None,
     ) -> Any:
         """`real_steps(result)`: the real environment steps the stage consumed (none: 0);
         `reads`: the stage's kind in READS; `after`: the stages whose outputs it uses;
-        `outputs`: its folders in the run directory (removed when it must run again)."""
+        `outputs`: its folders in the run directory (removed when it must run again); `ranks`:
+        the processes a training stage trains on (`--num-processes`), recorded with it (a stage
+        done on other ranks is kept: the rank count is in no fingerprint)."""
         self.visited.append(name)
         fingerprint = self.fingerprint(reads, after)
         done = self.state.get(name)
@@ -245,6 +248,7 @@ class StageCache:
             "wall_s": round(time.time() - start, 1),
             "real_steps": real_steps(result) if real_steps is not None else 0,
             "fingerprint": fingerprint,
+            **({"ranks": ranks} if ranks is not None else {}),
         }
         self._save()
         return result
