@@ -33,3 +33,19 @@ def test_different_lines_name_their_ranks(tmp_path) -> None:
     assert rank_errors(tmp_path, 4) == ["ranks 0, 2: shard 0 is damaged", "rank 3: out of memory"]
     (tmp_path / "rank_3.txt").unlink()
     assert rank_errors(tmp_path, 4) == ["shard 0 is damaged"]
+
+
+def test_a_rank_that_cannot_write_its_line_prints_it(tmp_path, monkeypatch) -> None:
+    from wmrl_cli.training.launch import RANK_ERRORS, write_rank_error
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv(RANK_ERRORS, str(tmp_path / "gone"))  # the launcher's folder removed
+    assert not write_rank_error("a line")
+    assert not (tmp_path / "gone").exists()  # not made again
+    monkeypatch.setenv(RANK_ERRORS, str(tmp_path))
+    assert write_rank_error("bad.yaml: mapping values are not allowed here\n  in line 3")
+    assert (tmp_path / "rank_1.txt").read_text() == (
+        "bad.yaml: mapping values are not allowed here in line 3"  # one line
+    )
+    monkeypatch.delenv("RANK")  # not a rank (a worker that inherited the folder): prints
+    assert not write_rank_error("a line")

@@ -129,7 +129,8 @@ def handle_errors(func: F) -> F:
                 raise
             discard_unused_run_dirs()
             if not write_rank_error(str(failed)):  # a rank: the process that started it says it
-                for line in str(failed).splitlines():  # several ranks' distinct lines
+                lines = failed.lines if isinstance(failed, RanksFailed) else [str(failed)]
+                for line in lines:  # several ranks' distinct lines: one each
                     err_console.print(Text.assemble(("error: ", "bold red"), line), soft_wrap=True)
             raise typer.Exit(failed.exit_code) from None
         finally:
@@ -156,5 +157,5 @@ def relaunch_ranks(num_processes: int) -> None:
     if ended.code == 130:  # a Ctrl-C that reached the ranks alone: "interrupted", once, here
         raise KeyboardInterrupt
     if ended.errors:  # said once here (handle_errors), whatever the number of ranks
-        raise RanksFailed("\n".join(ended.errors), ended.code)
+        raise RanksFailed(ended.errors, ended.code)
     raise typer.Exit(ended.code)

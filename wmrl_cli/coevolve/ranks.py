@@ -39,11 +39,11 @@ def on_ranks(job: str, folder: Path, ranks: int, args: list[str] | None = None) 
     if ended.code == 130:  # a Ctrl-C that reached the ranks alone
         raise KeyboardInterrupt
     if ended.errors:  # what the ranks said, once, naming the stage
-        said = "\n".join(f"{folder.name} on {ranks} ranks: {line}" for line in ended.errors)
+        said = [f"{folder.name} on {ranks} ranks: {line}" for line in ended.errors]
         raise RanksFailed(said, ended.code)
     if ended.code != 0:  # a bug's traceback or a signal: the rank printed what it could
         raise RanksFailed(
-            f"{folder.name}: its {ranks} ranks stopped (exit status {ended.code})", ended.code
+            [f"{folder.name}: its {ranks} ranks stopped (exit status {ended.code})"], ended.code
         )
     if not result.is_file():
         raise WmrlError(f"{folder.name}: its {ranks} ranks finished without writing {result}")

@@ -51,11 +51,12 @@ class RanksOutcome:
 
 
 class RanksFailed(WmrlError):
-    """Ranks that stopped with a non-zero status; the message is what they said (their
-    distinct error lines, one per line), the exit code theirs."""
+    """Ranks that stopped with a non-zero status: `lines`, what they said (their distinct
+    error lines; the CLI prints each as an error line); the exit code theirs."""
 
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
+    def __init__(self, lines: list[str], exit_code: int) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
         self.exit_code = exit_code
 
 
@@ -73,14 +74,17 @@ def rank_environment(errors: Path | None = None) -> dict[str, str]:
 
 
 def write_rank_error(message: str) -> bool:
-    """In a rank `run_ranks` started: `message` (a user's error, one line) written for it to
-    say, and True; False elsewhere (the caller prints it)."""
+    """In a rank `run_ranks` started: `message` (a user's error) written on one line for that
+    process to say, and True; False elsewhere, or where it cannot be written (the caller
+    prints it)."""
     folder = os.environ.get(RANK_ERRORS)
-    if not folder or not Path(folder).is_dir():
+    if not folder or "RANK" not in os.environ:
         return False
-    from wmrl_cli.files.atomic import atomic_write_text
-
-    atomic_write_text(Path(folder) / f"rank_{os.environ.get('RANK', '0')}.txt", message)
+    line = " ".join(part.strip() for part in message.splitlines())
+    try:  # into the launcher's folder only: once it is gone, nobody would read it
+        (Path(folder) / f"rank_{os.environ['RANK']}.txt").write_text(line)
+    except OSError:
+        return False
     return True
 
 
@@ -131,7 +135,10 @@ def run_ranks(num_processes: int, module: str, argv: list[str]) -> RanksOutcome:
     # Set before torchrun starts, so that no signal falls between; in the main thread alone
     # (elsewhere nothing is forwarded), and not over an ignored signal (nohup's SIGHUP).
     before: dict[int, Any] = {}
-    errors = Path(tempfile.mkdtemp(prefix="wmrl-rank-errors-"))
+    try:
+        errors: Path | None = Path(tempfile.mkdtemp(prefix="wmrl-rank-errors-"))
+    except OSError:  # no temporary folder: the ranks print their own lines
+        errors = None
     try:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -140,7 +147,10 @@ def run_ranks(num_processes: int, module: str, argv: list[str]) -> RanksOutcome:
         torchrun = subprocess.Popen(cmd, env=rank_environment(errors))
         try:
             code = torchrun.wait()
-            return RanksOutcome(code, rank_errors(errors, num_processes) if code else [])
+            said = rank_errors(errors, num_processes) if code and errors is not None else []
+            if said and code >= 128:  # the first rank to stop was killed: that is the cause
+                said.append(f"a rank was stopped by signal {code - 128} (exit status {code})")
+            return RanksOutcome(code, said)
         except KeyboardInterrupt:
             # A Ctrl-C at a terminal reached torchrun and the ranks too; a SIGINT sent to
             # this process alone (kill -INT, a scheduler) is passed on, so that no rank runs on.
@@ -153,7 +163,8 @@ def run_ranks(num_processes: int, module: str, argv: list[str]) -> RanksOutcome:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
-        shutil.rmtree(errors, ignore_errors=True)
+        if errors is not None:
+            shutil.rmtree(errors, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
