@@ -417,7 +417,7 @@ def _grpo_steps(
     policy = build_policy(size, device)
     accelerator = Accelerator(cpu=device.type != "cuda", mixed_precision="bf16")
     with tempfile.TemporaryDirectory(dir=out) as run_dir:
-        trainer = PolicyTrainer(cfg, Path(run_dir), policy, env, accelerator)
+        trainer = PolicyTrainer(cfg, Path(run_dir), lambda *_: policy, env, accelerator)
         row["build_s"] = time.perf_counter() - start  # both models, LoRA, the plan
         plan = trainer.memory.plan
         row.update(plan_gib=plan.peak, plan_rollout_gib=plan.rollout)

@@ -382,6 +382,35 @@ def test_kl_anchor_is_zero_until_the_policy_moves(assets, tmp_path) -> None:
     assert rows[1]["train/actor/kl_loss"] > 0.0
 
 
+@pytest.mark.parametrize("kl", [0.0, 0.5], ids=["no-anchor", "kl-anchor"])
+def test_a_resumed_run_loads_the_base_only_for_its_kl_anchor(assets, tmp_path, monkeypatch, kl):
+    """A resumed run trains its checkpoint's policy: the base policy loads only as the KL
+    anchor (once held beside the trained policy for the whole run: a second 7.5 B policy at
+    full size), and the anchored run's metrics match an uninterrupted one's."""
+    import wmrl_cli.rl.train_policy as train_policy
+
+    options = ["--set", f"algorithm.kl_coef={kl}"]
+    straight = runner.invoke(app, [*sim_args(assets, tmp_path / "a", 2, algo="ppo"), *options])
+    assert straight.exit_code == 0, straight.output
+    first = runner.invoke(app, [*sim_args(assets, tmp_path / "b", 1, algo="ppo"), *options])
+    assert first.exit_code == 0, first.output
+    loads = []
+    real_load = train_policy.load_policy
+
+    def counted(*a, **k):
+        loads.append(a[1:])
+        return real_load(*a, **k)
+
+    monkeypatch.setattr(train_policy, "load_policy", counted)
+    resumed = runner.invoke(app, [*sim_args(assets, tmp_path / "b", 2, algo="ppo"), *options])
+    assert resumed.exit_code == 0 and "resuming policy training" in resumed.output
+    assert loads == ([("cpu", "float32")] if kl else [])
+    a, b = metrics(tmp_path / "a" / "metrics.jsonl"), metrics(tmp_path / "b" / "metrics.jsonl")
+    assert (a[1].get("train/actor/kl_loss", 0.0) > 0) == (kl > 0)
+    for key in a[1]:
+        assert a[1][key] == pytest.approx(b[1][key], rel=1e-6, abs=1e-7), key
+
+
 @pytest.mark.parametrize(("band", "epochs"), [("[0.0, 5.0]", 1), ("[100.0, 200.0]", 3)])
 def test_dynamic_sampling_draws_until_groups_pass_the_filter(assets, tmp_path, band, epochs):
     """algorithm.min_kept_groups (DAPO/WMPO dynamic sampling): rollouts are added while too few

@@ -400,12 +400,13 @@ def assign_libero_tasks(entries: list[ResetEntry], suite_name: str, source: Path
     return suite.as_suite().task_names
 
 
-def load_policy(inputs: Inputs, device: str):
-    """The base policy. Published (prismatic) checkpoints are stored in bf16: RL keeps float32
-    master weights (training.bf16 turns on bf16 autocast) and uses the asset's unnorm key."""
+def load_policy(inputs: Inputs, device: str, dtype: str = "float32"):
+    """The base policy, with the asset's unnorm key. A published (prismatic) checkpoint, stored
+    in bf16, loads in `dtype`: RL's weights' dtype (`training.param_dtype`: float32 master
+    weights by default, training.bf16 turning on bf16 autocast); a wmrl policy as it was saved."""
     from wmrl_cli.policies.checkpoint import from_pretrained, is_prismatic, read_config
 
-    dtype = "float32" if is_prismatic(read_config(inputs.policy)) else None
+    dtype = dtype if is_prismatic(read_config(inputs.policy)) else None
     return from_pretrained(inputs.policy, device=device, dtype=dtype, unnorm_key=inputs.unnorm_key)
 
 

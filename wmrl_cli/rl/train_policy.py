@@ -1,9 +1,9 @@
 """Training a policy with RL: the one job behind `wmrl train-policy` and co-evolve's RL stages.
 
-It loads the base policy, builds this rank's env (imagined, simulator-judged or the real
-simulator, as `algorithm.env` and `reward_model.*` say), builds the trainer and runs it. The
-caller owns the run directory, the seeds and what it prints; the trainer resumes from
-`run_dir/checkpoints` by itself.
+It builds this rank's env (imagined, simulator-judged or the real simulator, as
+`algorithm.env` and `reward_model.*` say) and the trainer, which loads the base policy, and
+runs it. The caller owns the run directory, the seeds and what it prints; the trainer resumes
+from `run_dir/checkpoints` by itself.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ def train_policy(
     device = str(accelerator.device)
     # the memory plan's refusal before anything large loads (the trainer prints the table)
     check_rl_memory(cfg, inputs, accelerator.num_processes, device)
-    model = load_policy(inputs, device)
     env = build_env(cfg, cfg.algorithm.num_envs // accelerator.num_processes, device, inputs)
     if accelerator.is_main_process and (line := verdict_line(env, inputs)):
         console.print(line, markup=False)  # who judges this run
@@ -64,8 +63,16 @@ def train_policy(
         callback = None
         if evaluate and accelerator.is_main_process:
             callback = real_eval_callback(cfg, run_dir)
+        # the base policy loads inside, where and only if it is needed (not held here: a
+        # resumed run trains its checkpoint's policy, and the base would stay beside it)
         trainer = PolicyTrainer(
-            cfg, run_dir, model, env, accelerator, callback, real_steps=real_steps
+            cfg,
+            run_dir,
+            lambda on, dtype: load_policy(inputs, on, dtype),
+            env,
+            accelerator,
+            callback,
+            real_steps=real_steps,
         )
         path = trainer.train()
     finally:

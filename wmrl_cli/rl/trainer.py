@@ -92,11 +92,16 @@ class StepResult:
 
 
 class PolicyTrainer:
+    """GRPO or PPO of one policy on this rank's `env`. `load_base(device, dtype)` returns the
+    base policy in that place and weights' dtype (`PolicySharding.load_device`, `load_dtype`);
+    it is called only when the run starts fresh or keeps a KL anchor, so that nothing holds
+    the base beside a resumed run's policy."""
+
     def __init__(
         self,
         cfg: RunConfig,
         run_dir: Path,
-        model,
+        load_base: Callable[[str, str], Any],
         env: Env,
         accelerator,
         evaluate: Callable[[Any, int], dict[str, float]] | None = None,
@@ -120,27 +125,37 @@ class PolicyTrainer:
             tasks=None if train_tasks is None else task_ids(train_tasks, env.task_names),
         )
         self.rank = rank
-        # The memory plan, before the first step (one line, exit 2, where it does not fit).
         wms, rms = frozen_models(env)
-        self.memory = env_memory_plan(cfg, model.config, env, world, str(accelerator.device))
         self.sharding = PolicySharding(cfg.training, accelerator)
-        # KL anchor (algorithm.kl_coef > 0): a frozen copy of the policy as given, before any
+        device = self.sharding.load_device  # CPU memory under fsdp: sharding moves it
+        checkpoint = latest_checkpoint(run_dir)
+        # The base policy loads only where it trains or anchors the KL term: a resumed run
+        # trains its checkpoint's policy, and a base held beside it would keep a second whole
+        # policy in memory for the whole run.
+        kl = self.alg.kl_coef > 0
+        base = load_base(device, self.sharding.load_dtype) if checkpoint is None or kl else None
+        # KL anchor (algorithm.kl_coef > 0): a frozen copy of the base policy, taken before any
         # checkpoint or LoRA adapter replaces it, so that a resumed run keeps the same anchor.
         self.reference = None
-        if self.alg.kl_coef > 0:
+        if kl:
             import copy
 
-            reference = copy.deepcopy(model).eval().requires_grad_(False)
-            self.reference = self.sharding.cast(reference)
-        checkpoint = latest_checkpoint(run_dir)
+            frozen = base if checkpoint is not None else copy.deepcopy(base)
+            frozen = self.sharding.cast(frozen.eval().requires_grad_(False))
+            self.reference = frozen.to(accelerator.device)
         if checkpoint is not None:  # the saved policy, LoRA adapters and value head included
             from wmrl_cli.policies.checkpoint import from_pretrained
             from wmrl_cli.policies.lora import lora_active
 
-            model = from_pretrained(checkpoint / "model", device=str(model.device))
+            base = None
+            model = from_pretrained(checkpoint / "model", device=device)
             if lora_active(model):  # as apply_lora left it: LoRA trains, the vision towers do not
                 model.vision_towers.requires_grad_(False)
-        elif cfg.training.lora_rank:
+        else:
+            model, base = base, None
+        # The memory plan, before the first step (one line, exit 2, where it does not fit).
+        self.memory = env_memory_plan(cfg, model.config, env, world, str(accelerator.device))
+        if checkpoint is None and cfg.training.lora_rank:
             from wmrl_cli.policies.config import LoraSpec
             from wmrl_cli.policies.lora import apply_lora
 

@@ -268,6 +268,20 @@ class PolicySharding:
         self.state_dtype = self.param_dtype if state == "param" else DTYPES[state]
 
     # -- the model ---------------------------------------------------------------------------
+    @property
+    def load_device(self) -> str:
+        """Where a policy loads before `prepare_model`: its training device when replicated;
+        CPU memory under fsdp, where `fully_shard` then moves one unit at a time to the device
+        as it shards it, so that no rank's GPU ever holds the whole policy (a 7.5 B policy
+        loaded whole in float32 is 28 GiB on every GPU, beside the world model)."""
+        return "cpu" if self.fsdp else str(self.accelerator.device)
+
+    @property
+    def load_dtype(self) -> str:
+        """The weights' dtype as a policy config names it (`training.param_dtype`): a published
+        bf16 checkpoint loads in it, not in float32 to be cast afterwards."""
+        return "bfloat16" if self.param_dtype == torch.bfloat16 else "float32"
+
     def cast(self, model: nn.Module) -> nn.Module:
         """The policy (or a frozen copy of it) with its parameters in the weights' dtype;
         buffers keep theirs (the rotary frequencies and pixel statistics stay float32)."""
