@@ -49,3 +49,25 @@ def test_a_rank_that_cannot_write_its_line_prints_it(tmp_path, monkeypatch) -> N
     )
     monkeypatch.delenv("RANK")  # not a rank (a worker that inherited the folder): prints
     assert not write_rank_error("a line")
+
+
+def test_more_ranks_than_gpus_stop_before_any_rank_starts(monkeypatch) -> None:
+    """On a machine with GPUs each rank needs one: 4 ranks on 2 GPUs is one line (exit 2), and
+    no torchrun starts; on a CPU-only machine any number of ranks runs (gloo)."""
+    import subprocess
+
+    import torch
+
+    from wmrl_cli.errors import ConfigError
+
+    def never(*a, **k):
+        raise AssertionError("ranks started")
+
+    monkeypatch.setattr(subprocess, "Popen", never)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ConfigError, match="--num-processes 4: .* this machine has 2; across"):
+        run_ranks(4, "tests.helpers.rank_error", ["none"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(AssertionError, match="ranks started"):  # the check lets it through
+        run_ranks(4, "tests.helpers.rank_error", ["none"])

@@ -74,12 +74,12 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
     and the memory plans of its RL stages and its world model's refinement within the GPU's
     memory (on a GPU, or with `training.memory_budget_gb`): one line otherwise, not hours later
     at stage 1."""
-    import torch
 
     from wmrl_cli.data.reset_set import reset_frame_size
     from wmrl_cli.rl.schedule import check_world_size
     from wmrl_cli.rl.setup import resolve_inputs
     from wmrl_cli.sims.backends import resolve_simulator, simulator_class
+    from wmrl_cli.training.launch import check_local_gpus
     from wmrl_cli.training.memory_budget import check_rl_memory
     from wmrl_cli.training.world_model_memory import check_world_model_training
     from wmrl_cli.training.world_model_trainer import check_batch_split
@@ -99,11 +99,7 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
         )
     simulator_class(cfg.simulator)
     check_world_size(cfg.algorithm.num_envs, cfg.algorithm.group_size, ranks)
-    if ranks > 1 and torch.cuda.is_available() and ranks > torch.cuda.device_count():
-        raise ConfigError(
-            f"--num-processes {ranks}: each rank trains on a GPU of its own, and this machine "
-            f"has {torch.cuda.device_count()}"
-        )
+    check_local_gpus(ranks)  # before the first stage, not at the first stage on ranks
     # the world models train on the ranks too (sft: the first from scratch, its autoencoder too)
     if ce.start == "sft" or ce.refinements:
         check_batch_split(cfg, ranks, trains_autoencoder=ce.start == "sft")

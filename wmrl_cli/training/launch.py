@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wmrl_cli.errors import WmrlError
+from wmrl_cli.errors import ConfigError, WmrlError
 
 # A parameter whose gradient has a size-1 dimension of another stride (a vision tower's
 # register tokens at batch 1, a slice of the grad of a concatenation) makes DDP warn once
@@ -111,11 +111,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def check_local_gpus(num_processes: int) -> None:
+    """Ranks started on this machine each need a GPU of their own where there are GPUs: more
+    ranks than GPUs would stop each extra rank on an invalid device (a CUDA traceback), after
+    the others had loaded. A ConfigError (exit 2) naming the way across machines."""
+    import torch
+
+    if num_processes <= 1 or not torch.cuda.is_available():
+        return
+    gpus = torch.cuda.device_count()
+    if num_processes > gpus:
+        raise ConfigError(
+            f"--num-processes {num_processes}: each rank trains on a GPU of its own, and this "
+            f"machine has {gpus}; across machines, start `accelerate launch` on each "
+            '(docs/libero.md, "Several GPUs and nodes")'
+        )
+
+
 def run_ranks(num_processes: int, module: str, argv: list[str]) -> RanksOutcome:
     """`python -m module argv` on `num_processes` ranks of this machine (gloo on CPU, NCCL on
     GPUs); waits for them and returns how they ended (nothing printed here). Ctrl-C stops
     them, then raises KeyboardInterrupt here; SIGTERM and SIGHUP sent to this process are
     passed on to them (torchrun stops its ranks), so that none runs on without it."""
+    check_local_gpus(num_processes)
     cmd = [
         sys.executable,
         "-m",
