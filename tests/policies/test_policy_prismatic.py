@@ -90,6 +90,26 @@ def test_loads_and_matches_the_source_policy(prismatic_dir):
     np.testing.assert_array_equal(a.tokens, policy.act(images, INSTRUCTIONS, sample=False).tokens)
 
 
+def test_loads_in_the_training_weights_dtype_with_float32_normalization(prismatic_dir):
+    """RL with `training.param_dtype=bf16` loads the published bf16 weights as they are (not
+    read into float32 and cast: twice the memory at load); the pixel statistics stay float32
+    (a bf16 buffer would round ImageNet's 0.485 to 0.484), so the towers' inputs are those of
+    the float32 load."""
+    from wmrl_cli.rl.setup import Inputs, load_policy
+
+    _, directory = prismatic_dir
+    inputs = Inputs(directory, None, None, None, unnorm_key="libero_spatial")
+    weights = load_policy(inputs, "cpu", "bfloat16")
+    master = load_policy(inputs, "cpu", "float32")
+    assert {p.dtype for p in weights.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in master.parameters()} == {torch.float32}
+    for (name, a), (_, b) in zip(weights.named_buffers(), master.named_buffers(), strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b), name  # float32 or integer
+    pixels = torch.rand(1, 3, 56, 56)
+    for a, b in zip(weights.vision_towers, master.vision_towers, strict=True):
+        torch.testing.assert_close(a.preprocess(pixels), b.preprocess(pixels), rtol=0, atol=0)
+
+
 def test_towers_compute_what_timm_computes(prismatic_dir):
     _, directory = prismatic_dir
     loaded = load_prismatic(directory, dtype="float32")

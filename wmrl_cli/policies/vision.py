@@ -65,10 +65,11 @@ class VisionTower(nn.Module):
             model.post_layernorm = nn.Identity()
             self.num_prefix_tokens = 0
         self.model = model
-        self.register_buffer(
-            "mean", torch.tensor(cfg.image_mean).view(1, 3, 1, 1), persistent=False
-        )
-        self.register_buffer("std", torch.tensor(cfg.image_std).view(1, 3, 1, 1), persistent=False)
+        # float32 whatever the weights' dtype (a bf16 tower would round 0.485 to 0.484): the
+        # normalization runs in float32, as the image processors' does
+        for name, values in (("mean", cfg.image_mean), ("std", cfg.image_std)):
+            stat = torch.tensor(values, dtype=torch.float32).view(1, 3, 1, 1)
+            self.register_buffer(name, stat, persistent=False)
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
         """Float images in [0, 1], [B, 3, H, W] -> this tower's normalized input."""
