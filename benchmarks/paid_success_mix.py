@@ -8,8 +8,8 @@ episodes RL drew, and `varied_outcome` reset sampling draws more starts from tas
 had mixed outcomes. So a rising figure can be a policy that succeeds more, or a draw that leans
 to the tasks it already succeeds at. This splits the two with the run's own records:
 
-- the starts each step drew (`ranks/rank_R.json`'s `init_ids`, one list per step that process
-  ran: the last steps of the run), each mapped to its task through the reset set;
+- the starts each step drew (`ranks/rank_R.json`'s `init_ids`, one list per step of the
+  process's last start, from its `first_step`), each mapped to its task through the reset set;
 - the confirmed calls of each step (`verified_calls/step_N`, each with its task).
 
 Per task t over the recorded steps: draws n_t, confirmed calls c_t, paid rate r_t = c_t / n_t.
@@ -66,32 +66,65 @@ def mix_split(drawn: list[list[int]], confirmed: list[list[int]], num_tasks: int
     }
 
 
+def _calls(stage: Path, step: int) -> list[dict[str, Any]]:
+    """Every call of `step` (all ranks' folders), as its store's index lists them."""
+    calls = []
+    for folder in sorted((stage / "verified_calls").glob(f"step_{step:06d}*")):
+        calls += json.loads((folder / "index.json").read_text())["episodes"]
+    return calls
+
+
+def _first_step(stage: Path, summaries: list[dict[str, Any]]) -> int:
+    """The step of the rank summaries' first `init_ids` list: recorded (`first_step`), or, in a
+    summary written before it was, the one step from which every call's start is among its
+    step's draws (a step without calls leaves no folder, so folder names cannot say it)."""
+    if "first_step" in summaries[0]:
+        return int(summaries[0]["first_step"])
+    steps = sorted(int(p.name.split("_")[1]) for p in (stage / "verified_calls").glob("step_*"))
+    recorded = len(summaries[0]["init_ids"])
+    fits = []
+    for first in range(1, (steps[-1] if steps else 0) + 1):
+        draws = [{e for s in summaries for e in s["init_ids"][i]} for i in range(recorded)]
+        calls = [_calls(stage, first + i) for i in range(recorded)]
+        if sum(map(len, calls)) and all(
+            m["imagined"]["reset_entry"] in draws[i] for i, c in enumerate(calls) for m in c
+        ):
+            fits.append(first)
+    if len(fits) != 1:
+        raise WmrlError(
+            f"{stage}: cannot tell which steps the rank summaries recorded "
+            f"({len(fits)} candidates); rerun the stage with this version of wmrl"
+        )
+    return fits[0]
+
+
 def read_stage(stage: Path) -> tuple[list[list[int]], list[list[int]], list[str], int]:
     """(drawn tasks per step, confirmed-call tasks per step, task names, first step) of a
-    verified RL run folder, for the steps its rank summaries recorded."""
+    verified RL run folder, for the steps its rank summaries recorded (the last start's)."""
     from wmrl_cli.config import resolve_config
-    from wmrl_cli.rl.setup import load_reset_set
+    from wmrl_cli.rl.setup import load_reset_set, resolve_inputs
 
     cfg = resolve_config(str(stage / "config.yaml"))
-    entries, names = load_reset_set(cfg)
+    entries, names = load_reset_set(cfg, resolve_inputs(cfg).reset_set)
     entry_task = [e.task_id for e in entries]
-    summaries = sorted((stage / "ranks").glob("rank_*.json"))
+    if not (stage / "verified_calls").is_dir():
+        raise WmrlError(f"{stage}: no verified_calls/ (a run with reward_model.source=verified)")
+    summaries = [json.loads(p.read_text()) for p in sorted((stage / "ranks").glob("rank_*.json"))]
     if not summaries:
         raise WmrlError(f"{stage}: no ranks/rank_*.json (the run's rank summaries)")
-    per_rank = [json.loads(p.read_text())["init_ids"] for p in summaries]
-    recorded = len(per_rank[0])
-    last = max(int(p.name.split("_")[1]) for p in (stage / "verified_calls").glob("step_*"))
-    first = last - recorded + 1
+    first = _first_step(stage, summaries)
+    recorded = len(summaries[0]["init_ids"])
+
+    # a rank file of an earlier start on more ranks holds other steps: left out
+    def same_start(summary: dict[str, Any]) -> bool:
+        return len(summary["init_ids"]) == recorded and summary.get("first_step", first) == first
+
+    summaries = [s for s in summaries if same_start(s)]
     drawn, confirmed = [], []
-    for i, step in enumerate(range(first, last + 1)):
-        drawn.append([entry_task[e] for ids in per_rank for e in ids[i]])
-        tasks = []
-        for folder in sorted((stage / "verified_calls").glob(f"step_{step:06d}*")):
-            index = json.loads((folder / "index.json").read_text())
-            tasks += [
-                m["task_id"] for m in index["episodes"] if m["imagined"]["call"] == "confirmed"
-            ]
-        confirmed.append(tasks)
+    for i in range(recorded):
+        drawn.append([entry_task[e] for s in summaries for e in s["init_ids"][i]])
+        calls = _calls(stage, first + i)
+        confirmed.append([m["task_id"] for m in calls if m["imagined"]["call"] == "confirmed"])
     return drawn, confirmed, names, first
 
 

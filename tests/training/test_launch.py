@@ -52,22 +52,22 @@ def test_a_rank_that_cannot_write_its_line_prints_it(tmp_path, monkeypatch) -> N
 
 
 def test_more_ranks_than_gpus_stop_before_any_rank_starts(monkeypatch) -> None:
-    """On a machine with GPUs each rank needs one: 4 ranks on 2 GPUs is one line (exit 2), and
-    no torchrun starts; on a CPU-only machine any number of ranks runs (gloo)."""
-    import subprocess
-
+    """On a machine with GPUs each training rank needs one: 4 ranks on 2 GPUs is one line
+    (exit 2), and no torchrun starts; on a CPU-only machine any number of ranks runs (gloo)."""
     import torch
 
+    import wmrl_cli.cli.common as common
     from wmrl_cli.errors import ConfigError
 
     def never(*a, **k):
         raise AssertionError("ranks started")
 
-    monkeypatch.setattr(subprocess, "Popen", never)
+    monkeypatch.setattr(common, "run_ranks", never)
+    monkeypatch.setattr("sys.argv", ["wmrl", "train-policy", "--num-processes", "4"])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(ConfigError, match="--num-processes 4: .* this machine has 2; across"):
-        run_ranks(4, "tests.helpers.rank_error", ["none"])
+        common.relaunch_ranks(4)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(AssertionError, match="ranks started"):  # the check lets it through
-        run_ranks(4, "tests.helpers.rank_error", ["none"])
+        common.relaunch_ranks(4)

@@ -17,7 +17,13 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import environment_error
 from wmrl_cli.logging import err_console
 from wmrl_cli.run_dirs import close_run_dirs, discard_unused_run_dirs
-from wmrl_cli.training.launch import LAUNCHED_BY_WMRL, RanksFailed, run_ranks, write_rank_error
+from wmrl_cli.training.launch import (
+    LAUNCHED_BY_WMRL,
+    RanksFailed,
+    check_local_gpus,
+    run_ranks,
+    write_rank_error,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -153,6 +159,7 @@ def relaunch_ranks(num_processes: int) -> None:
         if arg.startswith("--num-processes="):
             continue
         argv.append(arg)
+    check_local_gpus(num_processes)
     ended = run_ranks(num_processes, "wmrl_cli", argv)
     if ended.code == 130:  # a Ctrl-C that reached the ranks alone: "interrupted", once, here
         raise KeyboardInterrupt

@@ -53,6 +53,7 @@ from wmrl_cli.rl import (
 from wmrl_cli.rl.aggregation import LossAggregation, loss_scale
 from wmrl_cli.rl.buffer import Rollout, collect_rollout
 from wmrl_cli.rl.judge_audit import JudgeAudit
+from wmrl_cli.rl.policy_start import LoadBase, starting_policies
 from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_batches
 from wmrl_cli.run_dirs import write_rank_summary
 from wmrl_cli.training.checkpoints import latest_checkpoint, save_checkpoint
@@ -95,13 +96,13 @@ class PolicyTrainer:
     """GRPO or PPO of one policy on this rank's `env`. `load_base(device, dtype)` returns the
     base policy in that place and weights' dtype (`PolicySharding.load_device`, `load_dtype`);
     it is called only when the run starts fresh or keeps a KL anchor, so that nothing holds
-    the base beside a resumed run's policy."""
+    the base beside a resumed run's policy (`rl/policy_start.py`)."""
 
     def __init__(
         self,
         cfg: RunConfig,
         run_dir: Path,
-        load_base: Callable[[str, str], Any],
+        load_base: LoadBase,
         env: Env,
         accelerator,
         evaluate: Callable[[Any, int], dict[str, float]] | None = None,
@@ -127,32 +128,9 @@ class PolicyTrainer:
         self.rank = rank
         wms, rms = frozen_models(env)
         self.sharding = PolicySharding(cfg.training, accelerator)
-        device = self.sharding.load_device  # CPU memory under fsdp: sharding moves it
         checkpoint = latest_checkpoint(run_dir)
-        # The base policy loads only where it trains or anchors the KL term: a resumed run
-        # trains its checkpoint's policy, and a base held beside it would keep a second whole
-        # policy in memory for the whole run.
         kl = self.alg.kl_coef > 0
-        base = load_base(device, self.sharding.load_dtype) if checkpoint is None or kl else None
-        # KL anchor (algorithm.kl_coef > 0): a frozen copy of the base policy, taken before any
-        # checkpoint or LoRA adapter replaces it, so that a resumed run keeps the same anchor.
-        self.reference = None
-        if kl:
-            import copy
-
-            frozen = base if checkpoint is not None else copy.deepcopy(base)
-            frozen = self.sharding.cast(frozen.eval().requires_grad_(False))
-            self.reference = frozen.to(accelerator.device)
-        if checkpoint is not None:  # the saved policy, LoRA adapters and value head included
-            from wmrl_cli.policies.checkpoint import from_pretrained
-            from wmrl_cli.policies.lora import lora_active
-
-            base = None
-            model = from_pretrained(checkpoint / "model", device=device)
-            if lora_active(model):  # as apply_lora left it: LoRA trains, the vision towers do not
-                model.vision_towers.requires_grad_(False)
-        else:
-            model, base = base, None
+        model, self.reference = starting_policies(load_base, self.sharding, checkpoint, kl)
         # The memory plan, before the first step (one line, exit 2, where it does not fit).
         self.memory = env_memory_plan(cfg, model.config, env, world, str(accelerator.device))
         if checkpoint is None and cfg.training.lora_rank:
@@ -536,7 +514,8 @@ class PolicyTrainer:
             self.run_dir,
             self.rank,
             self.sharding.local_state(self.unwrapped),
-            init_ids=self._stepped_ids,
+            init_ids=self._stepped_ids,  # per step this process ran, from first_step on
+            first_step=self.step - len(self._stepped_ids) + 1,
             sampler=self.sampler.state_dict(),  # identical on every rank
             last_metrics=self._local_metrics,
         )

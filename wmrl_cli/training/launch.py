@@ -112,9 +112,11 @@ def free_port() -> int:
 
 
 def check_local_gpus(num_processes: int) -> None:
-    """Ranks started on this machine each need a GPU of their own where there are GPUs: more
-    ranks than GPUs would stop each extra rank on an invalid device (a CUDA traceback), after
-    the others had loaded. A ConfigError (exit 2) naming the way across machines."""
+    """Training ranks started on this machine each need a GPU of their own where there are
+    GPUs (each trains on the GPU of its local rank): more ranks than GPUs would stop each extra
+    rank on an invalid device, after the others had loaded. A ConfigError (exit 2) naming the
+    way across machines. Called by the commands that start training ranks, before they start
+    (`run_ranks` itself also starts ranks that use no GPU)."""
     import torch
 
     if num_processes <= 1 or not torch.cuda.is_available():
@@ -133,7 +135,6 @@ def run_ranks(num_processes: int, module: str, argv: list[str]) -> RanksOutcome:
     GPUs); waits for them and returns how they ended (nothing printed here). Ctrl-C stops
     them, then raises KeyboardInterrupt here; SIGTERM and SIGHUP sent to this process are
     passed on to them (torchrun stops its ranks), so that none runs on without it."""
-    check_local_gpus(num_processes)
     cmd = [
         sys.executable,
         "-m",
