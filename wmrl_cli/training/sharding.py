@@ -287,7 +287,7 @@ class PolicySharding:
         buffers keep theirs (the rotary frequencies and pixel statistics stay float32)."""
         for param in model.parameters():
             param.data = param.data.to(self.param_dtype)
-        model.config.dtype = "bfloat16" if self.param_dtype == torch.bfloat16 else "float32"
+        model.config.dtype = self.load_dtype
         return model
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
