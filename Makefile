@@ -24,8 +24,12 @@ main demo: install
 smoke: install
 	MUJOCO_GL=egl $(BIN)/wmrl co-evolve --profile smoke --out runs/co-evolve-smoke
 
+# TEST_WORKERS pytest-xdist workers (tests set torch to one thread each): 2 halves the suite's
+# time on a 2-core machine; more where there are more cores and memory (about 2 GB a worker).
+TEST_WORKERS ?= 2
+
 test: install
-	MUJOCO_GL=egl $(BIN)/python -m pytest -q -m "not slow"
+	MUJOCO_GL=egl $(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 lint: install
 	$(BIN)/ruff check wmrl_cli tests benchmarks

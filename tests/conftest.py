@@ -6,6 +6,10 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24, which rich's consoles would fix as
+# their size when wmrl_cli.logging is imported; the output tests set $COLUMNS themselves.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
