@@ -29,6 +29,7 @@ class CallingEnv:
 
     reward_model = object()
     use_rel_reward = False
+    reward_coef = 5.0
     action_dim = 4
     generator = None
 
@@ -125,6 +126,49 @@ def test_only_the_calls_the_simulator_confirms_are_paid(entries, expert_episodes
         env.close()
 
 
+def test_exact_envs_are_paid_the_simulators_successes_the_judge_did_not_call(
+    entries, expert_episodes
+) -> None:
+    first = [int(np.argmax(e.success)) for e in expert_episodes]
+    # env 0 (exact): the expert's actions, never called; env 1 (exact): the expert's actions,
+    # called only after its real success; env 2 (exact): no motion, called at step 9; env 3:
+    # the expert's actions, never called, not exact (unpaid, as without the floor)
+    imagined = CallingEnv([entries[0], entries[0], entries[1], entries[0]], [None] * 4)
+    imagined.call_at = [None, first[0] + 3, 9, None]
+    config = small_sim_config(max_steps=200, seed=12345, terminate_on_success=True)
+    sim, exact = MetaWorldSim(config, num_envs=1), MetaWorldSim(config, num_envs=3)
+    env = VerifiedEnv(imagined, sim, exact_sim=exact)
+    try:
+        env.reset([0, 0, 1, 0])
+        steps = first[0] + 4
+        chunks = steps + (-steps) % CHUNK
+        actions = np.zeros((4, chunks, 4), np.float32)
+        expert = expert_episodes[0].actions[:chunks]
+        for i in (0, 1, 3):
+            actions[i, : len(expert)] = expert
+        total, success, valid = np.zeros(4), np.zeros(4, bool), np.zeros(4, int)
+        for k in range(chunks // CHUNK):
+            result = env.chunk_step(actions[:, k * CHUNK : (k + 1) * CHUNK])
+            total += result.rewards.sum(1)
+            success |= result.success.any(1)
+            valid += result.info["valid"].sum(1)
+        assert total.tolist() == [5.0, 5.0, 0.0, 0.0]
+        assert success.tolist() == [True, True, False, False]
+        # the exact episodes end at the simulator's success or at the false call
+        assert valid[:3].tolist() == [first[0] + 1, first[0] + 1, 10]
+        metrics = env.pop_metrics()
+        assert metrics["verify/exact_uncalled"] == 1.0  # env 0; env 1's call was confirmed
+        assert metrics["verify/calls"] == 2.0 and metrics["verify/confirmed_fraction"] == 0.5
+        exact_steps = 2 * (first[0] + 1) + 10
+        assert metrics["verify/exact_real_steps"] == exact_steps
+        assert env.pop_real_steps() == exact_steps  # no replay: the exact envs are the calls
+        calls = sorted(env.pop_calls(), key=lambda c: c.imagined["call"])
+        assert [c.imagined["call"] for c in calls] == ["confirmed", "false"]
+        assert calls[0].success_step == first[0] + 1 and calls[0].length == first[0] + 4
+    finally:
+        env.close()
+
+
 def test_a_start_the_simulator_cannot_restore_is_refused(entries) -> None:
     stateless = [entries[0].__class__(**{**entries[0].__dict__, "sim_state": None})]
     with pytest.raises(WmrlError, match="no stored simulator state"):
@@ -150,6 +194,34 @@ def test_train_policy_verified_counts_the_replays_real_steps(assets, tmp_path) -
         assert len(kept) == row["verify/calls"]
         assert not kept or kept.real_steps() == 0  # paid for in env/real_steps already
     assert "each call confirmed by the simulator replaying it" in result.output
+
+
+def test_train_policy_with_a_recall_floor_counts_the_exact_groups_steps(assets, tmp_path) -> None:
+    out = tmp_path / "floor"
+    floor = ["--set", "reward_model.source=verified", "--set", "reward_model.exact_fraction=0.5"]
+    result = runner.invoke(app, [*args(assets, out, 1, algo="grpo"), *floor])
+    assert result.exit_code == 0, result.output
+    (row,) = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    assert 0 < row["verify/exact_real_steps"] <= row["verify/real_steps"] == row["env/real_steps"]
+    assert row["verify/exact_uncalled"] >= 0
+    assert "the first 2 of 4 envs judged by the simulator" in result.output
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        (["reward_model.exact_fraction=0.5"], "it applies to reward_model.source=verified"),
+        (
+            ["reward_model.source=verified", "reward_model.exact_fraction=0.2"],
+            "0.2 of the 2 groups a rollout has per rank rounds to none",
+        ),
+    ],
+)
+def test_a_recall_floor_it_cannot_apply_is_one_line(assets, tmp_path, settings, expected) -> None:
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    result = runner.invoke(app, [*args(assets, tmp_path / "bad", 1, algo="grpo"), *sets])
+    assert result.exit_code == 2, result.output
+    assert expected in result.output and "Traceback" not in result.output
 
 
 def test_a_resume_drops_the_calls_of_later_steps(tmp_path) -> None:

@@ -196,6 +196,15 @@ class RewardModelConfig(Section):
         "call labelled by its replay, in RUN/verified_calls/step_N (docs/formats.md; the "
         "judge's hardest negatives); false saves the disk and the write time at full size",
     )
+    exact_fraction: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="with source=verified: the fraction of each rollout's groups judged "
+        "exactly, by the real simulator stepping beside the world model, so that a success "
+        "the judge did not call is paid too (a recall floor: docs/results.md); costs real "
+        "steps for every step of those groups (envs/verified.py)",
+    )
     audit_with_simulator: bool = Field(
         False,
         description="with source=model: the reward model still judges, and the real simulator "

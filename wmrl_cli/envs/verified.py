@@ -15,6 +15,13 @@ episode started), `verify/confirmed_fraction` (confirmed calls per call) and
 `verify/real_steps` (the replays' steps), and keeps every call as an imagined episode labelled
 by its replay (`pop_calls`; the trainer writes them to `verified_calls/step_N/`, docs/formats.md):
 the false calls are the frames that fooled the judge, its hardest negatives, already paid for.
+
+A judge that never calls a task's successes gives GRPO nothing to learn there, however precise
+it is. The recall floor (`reward_model.exact_fraction`) judges a fraction of each rollout's
+groups exactly: the simulator steps beside the world model for those envs, so a success the
+judge did not call is paid too (`verify/exact_uncalled`), at the cost of real steps for every
+step of those groups (`verify/exact_real_steps`, in `env/real_steps` as well). A call there
+ends the episode as anywhere else, confirmed by the simulator's own steps instead of a replay.
 """
 
 from __future__ import annotations
@@ -68,11 +75,13 @@ class VerifiedEnv:
     real = False  # the policy's steps are imagined; the replays' are real (pop_real_steps)
     imagines = True
 
-    def __init__(self, imagined: ImaginedEnv, sim, keep_calls: bool = True) -> None:
+    def __init__(self, imagined: ImaginedEnv, sim, keep_calls: bool = True, exact_sim=None) -> None:
         """`imagined` judges with its reward model as it would alone (it ends an episode at a
         called success); `sim` holds one env that terminates on success and truncates no
         earlier than the imagined env. `keep_calls`: whether calls are kept as episodes
-        (`pop_calls`); without, no frame is held."""
+        (`pop_calls`); without, no frame is held. `exact_sim`: None, or a simulator like `sim`
+        of k envs that steps beside the world model for the first k envs of every reset,
+        which it judges exactly (the recall floor; whole groups, as the caller sizes it)."""
         check_resettable(imagined, "verified")
         if imagined.reward_model is None:
             raise WmrlError("reward_model.source=verified needs a reward model to call successes")
@@ -83,7 +92,11 @@ class VerifiedEnv:
             )
         if sim.num_envs != 1:
             raise ValueError(f"the replay simulator holds {sim.num_envs} envs, expected 1")
+        exact = 0 if exact_sim is None else exact_sim.num_envs
+        if exact > imagined.num_envs:
+            raise ValueError(f"{exact} exactly judged envs of {imagined.num_envs}")
         self.imagined, self.sim, self.keep_calls = imagined, sim, keep_calls
+        self.exact_sim, self.exact = exact_sim, exact
         self.num_envs = imagined.num_envs
         self.action_dim = imagined.action_dim
         self.task_names = imagined.task_names
@@ -96,6 +109,9 @@ class VerifiedEnv:
         self._calls: list[Episode] = []
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._tally = {"episodes": 0, "calls": 0, "confirmed": 0, "real_steps": 0}
+        if exact:
+            self._tally.update(exact_uncalled=0, exact_real_steps=0)
+        self._exact_steps = np.zeros(exact, dtype=np.int64)  # real steps of each exact episode
         self._real_steps = 0
         self._sim_time = 0.0
 
@@ -118,12 +134,16 @@ class VerifiedEnv:
         """The verification's tally since the last call, as per-step metrics."""
         tally = self._tally
         self._tally = dict.fromkeys(tally, 0)
-        return {
+        metrics = {
             "verify/calls": float(tally["calls"]),
             "verify/call_rate": tally["calls"] / max(tally["episodes"], 1),
             "verify/confirmed_fraction": tally["confirmed"] / max(tally["calls"], 1),
             "verify/real_steps": float(tally["real_steps"]),
         }
+        if self.exact:  # the recall floor: successes only the simulator saw, and their cost
+            metrics["verify/exact_uncalled"] = float(tally["exact_uncalled"])
+            metrics["verify/exact_real_steps"] = float(tally["exact_real_steps"])
+        return metrics
 
     def pop_calls(self) -> list[Episode]:
         """The calls since the last call, each an imagined episode up to its call labelled by
@@ -139,6 +159,16 @@ class VerifiedEnv:
         self._frames = [[image[None]] if self.keep_calls else [] for image in obs.images]
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._tally["episodes"] += len(init_ids)
+        if self.exact:
+            t0 = time.perf_counter()
+            entries = self._entries[: self.exact]
+            self.exact_sim.reset(
+                [e.task_id for e in entries],
+                [e.sim_state for e in entries],
+                seeds=[e.seed for e in entries],
+            )
+            self._sim_time += time.perf_counter() - t0
+            self._exact_steps[:] = 0
         return obs
 
     def chunk_step(self, actions: np.ndarray) -> ChunkResult:
@@ -146,11 +176,15 @@ class VerifiedEnv:
         valid = out.info["valid"] & ~self._done[:, None]
         success = out.success & valid
         rewards = np.where(valid, out.rewards, 0.0).astype(np.float32)
+        terminated = out.terminated & valid
+        truncated = out.truncated & valid
         for i in np.flatnonzero(~self._done):
             self._chunks[i].append(np.asarray(actions[i]))
             if self.keep_calls:
                 self._frames[i].append(out.frames[i])
-        for i in np.flatnonzero(success.any(axis=1)):
+        if self.exact:
+            self._judge_exactly(actions, valid, success, rewards, terminated, truncated)
+        for i in np.flatnonzero(success[self.exact :].any(axis=1)) + self.exact:
             t0 = time.perf_counter()
             call = first_call(success[i])
             confirmed, steps = replay_confirms(self.sim, self._entries[i], self._chunks[i], call)
@@ -164,8 +198,6 @@ class VerifiedEnv:
             if not confirmed:  # ends as a failure: the judge's call was not real
                 success[i] = False
                 rewards[i] = 0.0
-        terminated = out.terminated & valid
-        truncated = out.truncated & valid
         self._done |= (terminated | truncated).any(axis=1)
         info = dict(out.info, valid=valid, called=out.success & valid)  # the judge's calls
         return ChunkResult(
@@ -177,6 +209,43 @@ class VerifiedEnv:
             success=success,
             info=info,
         )
+
+    def _judge_exactly(self, actions, valid, success, rewards, terminated, truncated) -> None:
+        """The exact envs' chunk (the first `self.exact`), judged by the simulator stepping
+        beside the world model; the arrays ([B, C]) are rewritten in place for those envs. The
+        episode ends at the simulator's success (paid, called or not) or at a call the
+        simulator has not reached (a failure, as an unconfirmed call anywhere)."""
+        k = self.exact
+        t0 = time.perf_counter()
+        real = self.exact_sim.chunk_step(np.asarray(actions[:k], dtype=np.float32))
+        self._sim_time += time.perf_counter() - t0
+        for i in np.flatnonzero(~self._done[:k]):
+            real_valid = real.info["valid"][i] & valid[i]
+            hits = np.flatnonzero(real.success[i] & real_valid)
+            calls = np.flatnonzero(success[i])
+            paid = hits.size > 0 and (calls.size == 0 or hits[0] <= calls[0])
+            end = hits[0] if paid else (calls[0] if calls.size else None)
+            steps = int(real_valid.sum() if end is None else real_valid[: end + 1].sum())
+            self._exact_steps[i] += steps
+            self._real_steps += steps
+            self._tally["real_steps"] += steps
+            self._tally["exact_real_steps"] += steps
+            if end is None:  # neither the simulator nor the judge has ended it
+                continue
+            if calls.size:  # the judge called: confirmed by the simulator's own steps
+                self._tally["calls"] += 1
+                self._tally["confirmed"] += int(paid)
+                if self.keep_calls:
+                    replay = int(self._exact_steps[i]) if paid else None
+                    self._calls.append(self._called_episode(i, int(calls[0]), replay))
+            else:  # a success only the simulator saw: what the recall floor is for
+                self._tally["exact_uncalled"] += 1
+            valid[i, end + 1 :] = False
+            success[i], rewards[i], terminated[i], truncated[i] = False, 0.0, False, False
+            terminated[i, end] = True
+            if paid:
+                success[i, end] = True
+                rewards[i, end] = self.imagined.reward_coef
 
     def _called_episode(self, i: int, call_step: int, replay_steps: int | None) -> Episode:
         """Env i's episode up to the call at `call_step` of its last chunk: the imagined frames
@@ -213,3 +282,5 @@ class VerifiedEnv:
 
     def close(self) -> None:
         self.sim.close()
+        if self.exact_sim is not None:
+            self.exact_sim.close()

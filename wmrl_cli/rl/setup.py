@@ -279,6 +279,13 @@ def build_simulator_env(
 
 def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None = None) -> Env:
     """The RL env `algorithm.env` names, with `num_envs` envs (one rank's share)."""
+    if cfg.reward_model.exact_fraction and not (
+        cfg.algorithm.env == "imagined" and cfg.reward_model.source == "verified"
+    ):
+        raise ConfigError(
+            "invalid value for 'reward_model.exact_fraction': it applies to "
+            "reward_model.source=verified in algorithm.env=imagined (set it to 0)"
+        )
     if cfg.algorithm.env == "simulator":
         return build_simulator_env(cfg, num_envs, inputs)
     imagined = build_imagined_env(cfg, num_envs, device, inputs)
@@ -295,7 +302,10 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
                 "reward_model.source=verified replays every call already"
             )
         keep = cfg.reward_model.keep_verified_calls
-        return VerifiedEnv(imagined, rl_simulator(cfg, 1, max_steps=limit), keep_calls=keep)
+        replay = rl_simulator(cfg, 1, max_steps=limit)
+        return VerifiedEnv(
+            imagined, replay, keep_calls=keep, exact_sim=_exact_sim(cfg, num_envs, limit)
+        )
     sim = rl_simulator(cfg, num_envs, max_steps=limit)
     coef = cfg.reward_model.reward_coef
     if cfg.reward_model.source == "model":  # the audit: the reward model judges as always
@@ -309,6 +319,25 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
     if imagined.reward_model is not None:
         env.model_threshold = threshold
     return env
+
+
+def _exact_sim(cfg: RunConfig, num_envs: int, max_steps: int):
+    """The simulator of verified imagination's exactly judged envs (`reward_model.
+    exact_fraction` of this rank's groups, rounded), or None. They are the first groups of
+    every reset: the sampler draws a rollout's groups in random order (envs/reset_sampler.py),
+    so its first ones are a random sample of its starts."""
+    fraction = cfg.reward_model.exact_fraction
+    if not fraction:
+        return None
+    g = cfg.algorithm.group_size
+    groups = round(fraction * (num_envs // g))
+    if groups == 0:
+        raise ConfigError(
+            f"invalid value for 'reward_model.exact_fraction': {fraction} of the "
+            f"{num_envs // g} groups a rollout has per rank rounds to none (expected at least "
+            f"{0.5 / (num_envs // g):.3g})"
+        )
+    return rl_simulator(cfg, groups * g, max_steps=max_steps)
 
 
 def verdict_line(env: Env, inputs: Inputs) -> str | None:
@@ -339,7 +368,10 @@ def verdict_line(env: Env, inputs: Inputs) -> str | None:
         )
     )
     if isinstance(env, VerifiedEnv):
-        return f"{line}; each call confirmed by the simulator replaying it (real steps)"
+        line = f"{line}; each call confirmed by the simulator replaying it (real steps)"
+        if env.exact:
+            line += f"; the first {env.exact} of {env.num_envs} envs judged by the simulator"
+        return line
     return f"{line}; audited by {replay}" if judged else line
 
 
