@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.helpers.sims import small_sim_config
-from tests.helpers.train_policy import args
+from tests.helpers.train_policy import args, sim_args
 from wmrl_cli.cli.app import app
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.reset_set import reset_set_from_store
@@ -222,6 +222,13 @@ def test_a_recall_floor_it_cannot_apply_is_one_line(assets, tmp_path, settings, 
     result = runner.invoke(app, [*args(assets, tmp_path / "bad", 1, algo="grpo"), *sets])
     assert result.exit_code == 2, result.output
     assert expected in result.output and "Traceback" not in result.output
+
+
+def test_the_simulator_env_ignores_the_recall_floor(assets, tmp_path) -> None:
+    # co-evolve passes its --set to every RL stage, its simulator control too
+    argv = sim_args(assets, tmp_path / "sim", 1)
+    result = runner.invoke(app, [*argv, "--set", "reward_model.exact_fraction=0.5"])
+    assert result.exit_code == 0, result.output
 
 
 def test_a_resume_drops_the_calls_of_later_steps(tmp_path) -> None:

@@ -279,15 +279,13 @@ def build_simulator_env(
 
 def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None = None) -> Env:
     """The RL env `algorithm.env` names, with `num_envs` envs (one rank's share)."""
-    if cfg.reward_model.exact_fraction and not (
-        cfg.algorithm.env == "imagined" and cfg.reward_model.source == "verified"
-    ):
+    if cfg.algorithm.env == "simulator":  # no judge: the reward model's settings are moot
+        return build_simulator_env(cfg, num_envs, inputs)
+    if cfg.reward_model.exact_fraction and cfg.reward_model.source != "verified":
         raise ConfigError(
             "invalid value for 'reward_model.exact_fraction': it applies to "
-            "reward_model.source=verified in algorithm.env=imagined (set it to 0)"
+            "reward_model.source=verified (set it to 0)"
         )
-    if cfg.algorithm.env == "simulator":
-        return build_simulator_env(cfg, num_envs, inputs)
     imagined = build_imagined_env(cfg, num_envs, device, inputs)
     if not _replays(cfg):
         return imagined
