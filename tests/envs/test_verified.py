@@ -159,7 +159,8 @@ def test_exact_envs_are_paid_the_simulators_successes_the_judge_did_not_call(
         metrics = env.pop_metrics()
         assert metrics["verify/exact_uncalled"] == 1.0  # env 0; env 1's call was confirmed
         assert metrics["verify/calls"] == 2.0 and metrics["verify/confirmed_fraction"] == 0.5
-        exact_steps = 2 * (first[0] + 1) + 10
+        # the false call's whole chunk runs in the simulator; no step after its episode ends
+        exact_steps = 2 * (first[0] + 1) + 2 * CHUNK
         assert metrics["verify/exact_real_steps"] == exact_steps
         assert env.pop_real_steps() == exact_steps  # no replay: the exact envs are the calls
         calls = sorted(env.pop_calls(), key=lambda c: c.imagined["call"])
@@ -222,6 +223,30 @@ def test_a_recall_floor_it_cannot_apply_is_one_line(assets, tmp_path, settings, 
     result = runner.invoke(app, [*args(assets, tmp_path / "bad", 1, algo="grpo"), *sets])
     assert result.exit_code == 2, result.output
     assert expected in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("fraction", "envs", "groups"), [(0.5, 8, 1), (0.25, 16, 1), (0.5, 24, 2), (1.0, 32, 4)]
+)
+def test_the_recall_floors_groups_round_half_up(fraction, envs, groups) -> None:
+    from wmrl_cli.config import RunConfig
+    from wmrl_cli.rl.setup import exact_groups
+
+    cfg = RunConfig()
+    cfg.reward_model.source, cfg.reward_model.exact_fraction = "verified", fraction
+    cfg.algorithm.group_size = 8
+    assert exact_groups(cfg, envs) == groups  # one rank's envs, in groups of 8
+
+
+def test_the_judge_audit_of_a_run_with_a_recall_floor_replays_every_episode() -> None:
+    from wmrl_cli.config import RunConfig
+    from wmrl_cli.rl.policy_audit import audit_config
+
+    cfg = RunConfig()
+    cfg.reward_model.path, cfg.reward_model.source = "rm", "verified"
+    cfg.reward_model.exact_fraction = 0.25
+    audited = audit_config(cfg)
+    assert audited.reward_model.exact_fraction == 0.0 and audited.reward_model.source == "model"
 
 
 def test_the_simulator_env_ignores_the_recall_floor(assets, tmp_path) -> None:

@@ -67,6 +67,21 @@ def test_truncation_and_done_envs_stay_done() -> None:
     assert np.array_equal(third.frames[0, 0], second.frames[0, 1])
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_inactive_env_stops_until_the_next_reset(workers: int) -> None:
+    cfg = small_sim_config(max_steps=40, chunk_size=4, num_envs=2, num_workers=workers)
+    zeros = np.zeros((2, 4, 4), dtype=np.float32)
+    with MetaWorldSim(cfg) as sim:
+        sim.reset([0, 1])
+        stopped = sim.chunk_step(zeros, active=np.array([True, False]))
+        later = sim.chunk_step(zeros)
+        sim.reset([0, 1])
+        again = sim.chunk_step(zeros)
+    assert stopped.info["valid"].tolist() == [[True] * 4, [False] * 4]
+    assert later.info["valid"].tolist() == [[True] * 4, [False] * 4]
+    assert again.info["valid"].all()
+
+
 def test_rendering_only_observed_frames_changes_nothing_the_policy_sees() -> None:
     # Chunks of 4 over max_steps 6: one env ends mid-chunk (truncated at step 6), whose final
     # frame must still be rendered; every observation, flag and reward is the same as with

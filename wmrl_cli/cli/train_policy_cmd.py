@@ -95,7 +95,7 @@ def train_policy_command(
         output_dir=out,
     )
     from wmrl_cli.rl.schedule import check_world_size
-    from wmrl_cli.rl.setup import check_inputs
+    from wmrl_cli.rl.setup import check_inputs, exact_groups
     from wmrl_cli.run_dirs import adopt_recorded_config, claim_run_dir, default_run_dir
 
     # What the run will use: with --resume, the recorded config (so that `--out RUN --resume`
@@ -119,6 +119,7 @@ def train_policy_command(
         check_world_size(
             effective.algorithm.num_envs, effective.algorithm.group_size, num_processes
         )
+        exact_groups(effective, effective.algorithm.num_envs // num_processes)
     if plan:
         if "LOCAL_RANK" in os.environ:  # every rank would print, each with the wrong rank count
             raise ConfigError(

@@ -77,7 +77,7 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
 
     from wmrl_cli.data.reset_set import reset_frame_size
     from wmrl_cli.rl.schedule import check_world_size
-    from wmrl_cli.rl.setup import resolve_inputs
+    from wmrl_cli.rl.setup import exact_groups, resolve_inputs
     from wmrl_cli.sims.backends import resolve_simulator, simulator_class
     from wmrl_cli.training.launch import check_local_gpus
     from wmrl_cli.training.memory_budget import check_rl_memory
@@ -99,6 +99,7 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
         )
     simulator_class(cfg.simulator)
     check_world_size(cfg.algorithm.num_envs, cfg.algorithm.group_size, ranks)
+    exact_groups(cfg, cfg.algorithm.num_envs // ranks)  # the recall floor, if set
     check_local_gpus(ranks)  # before the first stage, not at the first stage on ranks
     # the world models train on the ranks too (sft: the first from scratch, its autoencoder too)
     if ce.start == "sft" or ce.refinements:

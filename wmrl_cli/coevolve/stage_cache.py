@@ -121,6 +121,7 @@ _CLAIMED = tuple(key for keys in READS.values() for key in keys)
 # finished stages, and setting them otherwise reruns what they reach.
 ADDED_OPTIONS: dict[str, Any] = {
     "reward_model.audit_with_simulator": False,
+    "reward_model.exact_fraction": 0.0,
     "coevolve.reward_policy_rollouts_per_task": 0,
     "coevolve.reward_real_rollouts_per_task": 0,
     "world_model.lr_schedule": "constant",
@@ -145,10 +146,11 @@ ADDED_OPTIONS: dict[str, Any] = {
     "training.memory_budget_gb": None,
     "world_model.sharding": "none",
 }
-# Keys under a section a stage kind reads that only RL uses: the audit changes what RL records,
-# not how a reward model is trained or checked.
+# Keys under a section a stage kind reads that only RL uses: the audit changes what RL records
+# and the recall floor what it is paid, not how a reward model is trained or checked.
 NOT_READ: dict[str, tuple[str, ...]] = {
-    kind: ("reward_model.audit_with_simulator",) for kind in ("reward_model", "refine_rm", "check")
+    kind: ("reward_model.audit_with_simulator", "reward_model.exact_fraction")
+    for kind in ("reward_model", "refine_rm", "check")
 }
 # How a world model trains on its ranks: read by its training alone (the other stages read the
 # world_model section for the model they load), so that a change reruns no RL stage.

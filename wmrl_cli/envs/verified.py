@@ -217,15 +217,17 @@ class VerifiedEnv:
         simulator has not reached (a failure, as an unconfirmed call anywhere)."""
         k = self.exact
         t0 = time.perf_counter()
-        real = self.exact_sim.chunk_step(np.asarray(actions[:k], dtype=np.float32))
+        live = ~self._done[:k]  # an episode ended (a false call, say) stops its simulator env
+        real = self.exact_sim.chunk_step(np.asarray(actions[:k], dtype=np.float32), active=live)
         self._sim_time += time.perf_counter() - t0
-        for i in np.flatnonzero(~self._done[:k]):
+        for i in np.flatnonzero(live):
             real_valid = real.info["valid"][i] & valid[i]
             hits = np.flatnonzero(real.success[i] & real_valid)
             calls = np.flatnonzero(success[i])
             paid = hits.size > 0 and (calls.size == 0 or hits[0] <= calls[0])
             end = hits[0] if paid else (calls[0] if calls.size else None)
-            steps = int(real_valid.sum() if end is None else real_valid[: end + 1].sum())
+            # the simulator runs the chunk as the world model does: past a false call too
+            steps = int(real_valid.sum())
             self._exact_steps[i] += steps
             self._real_steps += steps
             self._tally["real_steps"] += steps

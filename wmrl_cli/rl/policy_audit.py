@@ -40,6 +40,7 @@ def audit_config(cfg: RunConfig) -> RunConfig:
     cfg = cfg.model_copy(deep=True)
     # verified imagination's judge is audited alone: the audit's replays are its confirmation
     cfg.reward_model.source = "model"
+    cfg.reward_model.exact_fraction = 0.0  # every episode is replayed already
     cfg.reward_model.audit_with_simulator = True
     return cfg
 

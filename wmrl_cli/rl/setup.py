@@ -7,6 +7,7 @@ its files), or the name of a published asset (`wmrl download --list`), found in 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,11 +282,7 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
     """The RL env `algorithm.env` names, with `num_envs` envs (one rank's share)."""
     if cfg.algorithm.env == "simulator":  # no judge: the reward model's settings are moot
         return build_simulator_env(cfg, num_envs, inputs)
-    if cfg.reward_model.exact_fraction and cfg.reward_model.source != "verified":
-        raise ConfigError(
-            "invalid value for 'reward_model.exact_fraction': it applies to "
-            "reward_model.source=verified (set it to 0)"
-        )
+    exact_groups(cfg, num_envs)  # before any model loads
     imagined = build_imagined_env(cfg, num_envs, device, inputs)
     if not _replays(cfg):
         return imagined
@@ -319,23 +316,37 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
     return env
 
 
-def _exact_sim(cfg: RunConfig, num_envs: int, max_steps: int):
-    """The simulator of verified imagination's exactly judged envs (`reward_model.
-    exact_fraction` of this rank's groups, rounded), or None. They are the first groups of
-    every reset: the sampler draws a rollout's groups in random order (envs/reset_sampler.py),
-    so its first ones are a random sample of its starts."""
+def exact_groups(cfg: RunConfig, envs_per_rank: int) -> int:
+    """How many of a rank's groups per rollout verified imagination judges exactly
+    (`reward_model.exact_fraction` of them, half rounded up); one line where the fraction
+    cannot apply. The simulator env has no judge: there the setting is moot."""
     fraction = cfg.reward_model.exact_fraction
-    if not fraction:
-        return None
-    g = cfg.algorithm.group_size
-    groups = round(fraction * (num_envs // g))
+    if not fraction or cfg.algorithm.env == "simulator":
+        return 0
+    if cfg.reward_model.source != "verified":
+        raise ConfigError(
+            "invalid value for 'reward_model.exact_fraction': it applies to "
+            "reward_model.source=verified (set it to 0)"
+        )
+    per_rank = envs_per_rank // cfg.algorithm.group_size
+    groups = math.floor(fraction * per_rank + 0.5)
     if groups == 0:
         raise ConfigError(
-            f"invalid value for 'reward_model.exact_fraction': {fraction} of the "
-            f"{num_envs // g} groups a rollout has per rank rounds to none (expected at least "
-            f"{0.5 / (num_envs // g):.3g})"
+            f"invalid value for 'reward_model.exact_fraction': {fraction} of the {per_rank} "
+            f"groups a rollout has per rank rounds to none (expected at least "
+            f"{0.5 / per_rank:.3g})"
         )
-    return rl_simulator(cfg, groups * g, max_steps=max_steps)
+    return groups
+
+
+def _exact_sim(cfg: RunConfig, num_envs: int, max_steps: int):
+    """The simulator of verified imagination's exactly judged envs, or None. They are the
+    first groups of every reset: the sampler draws a rollout's groups in random order
+    (envs/reset_sampler.py), so its first ones are a random sample of its starts."""
+    groups = exact_groups(cfg, num_envs)
+    if not groups:
+        return None
+    return rl_simulator(cfg, groups * cfg.algorithm.group_size, max_steps=max_steps)
 
 
 def verdict_line(env: Env, inputs: Inputs) -> str | None:

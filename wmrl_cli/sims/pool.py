@@ -110,14 +110,18 @@ class PooledEnvs(ABC):
             "sim_states": [self.get_state(s) for s in self.slots],
         }
 
-    def chunk_step(self, actions: np.ndarray) -> dict[str, Any]:
+    def chunk_step(self, actions: np.ndarray, active: np.ndarray | None = None) -> dict[str, Any]:
         """Policy actions [B,C,A]; a slot that is done repeats its last frame. `executed` holds
         the actions the simulator ran, `step_proprio` [B,C,D] the proprio after every step (the
-        end effector's position first, for hand tracking)."""
+        end effector's position first, for hand tracking). `active` [B]: False stops a slot
+        until the next reset (its episode ended elsewhere: no step is spent on it)."""
         b, c, a = actions.shape
         n, dim = len(self.slots), self.action_dim
         if b != n or a != dim:
             raise ValueError(f"actions have shape {actions.shape}, expected [{n},C,{dim}]")
+        if active is not None:
+            for slot, on in zip(self.slots, active):
+                slot.done = slot.done or not on
         out = empty_chunk_arrays(b, c, a, self.image_size)
         out["step_proprio"] = np.zeros((b, c, len(self.slots[0].last_proprio)), np.float64)
         env_actions = self._env_actions(actions)

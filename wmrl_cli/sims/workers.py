@@ -173,9 +173,14 @@ class ShardedEnvs:
         ]
         return self._obs(self._broadcast("reset", payloads))
 
-    def chunk_step(self, actions: np.ndarray) -> ChunkResult:
+    def chunk_step(self, actions: np.ndarray, active: np.ndarray | None = None) -> ChunkResult:
+        """`active` [B]: False stops an env until the next reset (no step spent on it)."""
         actions = np.asarray(actions, dtype=np.float32)
-        parts = self._broadcast("chunk_step", [(actions[idx],) for idx in self._bounds])
+        payloads = [
+            (actions[idx],) + (() if active is None else (np.asarray(active)[idx],))
+            for idx in self._bounds
+        ]
+        parts = self._broadcast("chunk_step", payloads)
 
         def cat(key: str) -> np.ndarray:
             return np.concatenate([p[key] for p in parts])
