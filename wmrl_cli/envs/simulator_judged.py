@@ -33,7 +33,7 @@ import numpy as np
 
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.interface import ChunkResult, Obs
-from wmrl_cli.envs.verified import check_resettable
+from wmrl_cli.envs.verified import check_resettable, reset_to_entries
 from wmrl_cli.rewards.calibration import held_success
 
 
@@ -87,11 +87,7 @@ class SimulatorJudgedEnv:
         t0 = time.perf_counter()
         # The task is init_id % num_tasks: the task id itself is such an init id; the seed and
         # the state come from the entry.
-        self.sim.reset(
-            [e.task_id for e in entries],
-            [e.sim_state for e in entries],
-            seeds=[e.seed for e in entries],
-        )
+        reset_to_entries(self.sim, entries)
         self._sim_time += time.perf_counter() - t0
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._model_held = np.zeros(self.num_envs, dtype=np.int64)

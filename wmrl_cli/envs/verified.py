@@ -48,6 +48,15 @@ def check_resettable(imagined: ImaginedEnv, mode: str) -> None:
         )
 
 
+def reset_to_entries(sim, entries: list) -> None:
+    """Puts each of `sim`'s envs back to its reset entry's stored start (task, state, seed)."""
+    sim.reset(
+        [e.task_id for e in entries],
+        [e.sim_state for e in entries],
+        seeds=[e.seed for e in entries],
+    )
+
+
 def first_call(success: np.ndarray) -> int:
     """The step of a chunk's success row [C] at which the judge's call falls."""
     return int(np.argmax(success))
@@ -57,7 +66,7 @@ def replay_confirms(sim, entry, chunks: list[np.ndarray], call_step: int) -> tup
     """Replays `chunks` ([C, A] each, the last holding the call at `call_step`) in `sim` (one
     env) from `entry`'s stored state and seed: whether the simulator succeeds by the call, and
     the real steps the replay took (a confirmed replay stops at its success: its last step)."""
-    sim.reset([entry.task_id], [entry.sim_state], seeds=[entry.seed])
+    reset_to_entries(sim, [entry])
     steps = 0
     for k, actions in enumerate(chunks):
         result = sim.chunk_step(np.asarray(actions, dtype=np.float32)[None])
@@ -161,12 +170,7 @@ class VerifiedEnv:
         self._tally["episodes"] += len(init_ids)
         if self.exact:
             t0 = time.perf_counter()
-            entries = self._entries[: self.exact]
-            self.exact_sim.reset(
-                [e.task_id for e in entries],
-                [e.sim_state for e in entries],
-                seeds=[e.seed for e in entries],
-            )
+            reset_to_entries(self.exact_sim, self._entries[: self.exact])
             self._sim_time += time.perf_counter() - t0
             self._exact_steps[:] = 0
         return obs

@@ -282,7 +282,7 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
     """The RL env `algorithm.env` names, with `num_envs` envs (one rank's share)."""
     if cfg.algorithm.env == "simulator":  # no judge: the reward model's settings are moot
         return build_simulator_env(cfg, num_envs, inputs)
-    exact_groups(cfg, num_envs)  # before any model loads
+    exact = exact_groups(cfg, num_envs)  # checked before any model loads
     imagined = build_imagined_env(cfg, num_envs, device, inputs)
     if not _replays(cfg):
         return imagined
@@ -298,9 +298,11 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
             )
         keep = cfg.reward_model.keep_verified_calls
         replay = rl_simulator(cfg, 1, max_steps=limit)
-        return VerifiedEnv(
-            imagined, replay, keep_calls=keep, exact_sim=_exact_sim(cfg, num_envs, limit)
-        )
+        # the recall floor's envs are the first groups of every reset: the sampler draws a
+        # rollout's groups in random order (envs/reset_sampler.py), a random sample of starts
+        g = cfg.algorithm.group_size
+        exact_sim = rl_simulator(cfg, exact * g, max_steps=limit) if exact else None
+        return VerifiedEnv(imagined, replay, keep_calls=keep, exact_sim=exact_sim)
     sim = rl_simulator(cfg, num_envs, max_steps=limit)
     coef = cfg.reward_model.reward_coef
     if cfg.reward_model.source == "model":  # the audit: the reward model judges as always
@@ -337,16 +339,6 @@ def exact_groups(cfg: RunConfig, envs_per_rank: int) -> int:
             f"{0.5 / per_rank:.3g})"
         )
     return groups
-
-
-def _exact_sim(cfg: RunConfig, num_envs: int, max_steps: int):
-    """The simulator of verified imagination's exactly judged envs, or None. They are the
-    first groups of every reset: the sampler draws a rollout's groups in random order
-    (envs/reset_sampler.py), so its first ones are a random sample of its starts."""
-    groups = exact_groups(cfg, num_envs)
-    if not groups:
-        return None
-    return rl_simulator(cfg, groups * cfg.algorithm.group_size, max_steps=max_steps)
 
 
 def verdict_line(env: Env, inputs: Inputs) -> str | None:
