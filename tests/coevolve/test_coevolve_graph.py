@@ -290,6 +290,8 @@ def test_collect_without_perturbation_keeps_the_policys_actions(tmp_path, monkey
 READ_BY = {
     "reward_model.audit_with_simulator": "rl",
     "reward_model.exact_fraction": "rl",
+    "reward_model.task_recall_floor": "rl",
+    "reward_model.task_recall_evidence": "rl",
     "coevolve.reward_policy_rollouts_per_task": "imagine_policy",
     "coevolve.reward_real_rollouts_per_task": "reward_rollouts",
     "world_model.lr_schedule": "refine_wm",
@@ -315,6 +317,8 @@ READ_BY = {
 # A value other than the default, where flipping the default's truth would not be one.
 OTHER_VALUE = {
     "reward_model.exact_fraction": 0.25,
+    "reward_model.task_recall_floor": 0.5,
+    "reward_model.task_recall_evidence": 3,
     "world_model.lr_schedule": "cosine",
     "reward_model.confirm_world_models": ["wm"],
     "coevolve.refine_candidates": 2,

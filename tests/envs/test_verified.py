@@ -170,6 +170,87 @@ def test_exact_envs_are_paid_the_simulators_successes_the_judge_did_not_call(
         env.close()
 
 
+def test_the_per_task_floor_judges_exactly_the_tasks_whose_recall_is_unshown(
+    entries, expert_episodes
+) -> None:
+    first = [int(np.argmax(e.success)) for e in expert_episodes]
+    # envs 0 and 1: task 0, the expert's actions, never called / called after the real
+    # success; env 2: task 1, no motion, called at step 9 (a false call)
+    imagined = CallingEnv([entries[0], entries[1]], [None, first[0] + 3, 9])
+    config = small_sim_config(max_steps=200, seed=12345, terminate_on_success=True)
+    sim, exact = MetaWorldSim(config, num_envs=1), MetaWorldSim(config, num_envs=3)
+    env = VerifiedEnv(imagined, sim, exact_sim=exact, exact_first=0, exact_by_task=True)
+    steps = first[0] + 4
+    chunks = steps + (-steps) % CHUNK
+    actions = np.zeros((3, chunks, 4), np.float32)
+    expert = expert_episodes[0].actions[:chunks]
+    actions[0, : len(expert)] = actions[1, : len(expert)] = expert
+
+    def episode() -> np.ndarray:
+        env.reset([0, 0, 1])
+        total = np.zeros(3)
+        for k in range(chunks // CHUNK):
+            total += env.chunk_step(actions[:, k * CHUNK : (k + 1) * CHUNK]).rewards.sum(1)
+        return total
+
+    try:
+        # every task is judged exactly until its recall is shown
+        assert episode().tolist() == [5.0, 5.0, 0.0]
+        metrics = env.pop_metrics()
+        assert metrics["verify/exact_episodes"] == 3.0 and metrics["verify/exact_uncalled"] == 1
+        recall = env.pop_task_recall()
+        assert recall.tolist() == [[1, 1], [0, 0], [0, 0]]  # task 0: one called, one not
+        # task 0 trusted: its uncalled success goes unpaid, its call is replayed
+        env.set_exact_tasks(np.array([False, True, True]))
+        assert episode().tolist() == [0.0, 5.0, 0.0]
+        metrics = env.pop_metrics()
+        assert metrics["verify/exact_episodes"] == 1.0 and metrics["verify/exact_uncalled"] == 0
+        assert metrics["verify/exact_real_steps"] == 2 * CHUNK  # env 2's chunks alone
+        assert metrics["verify/real_steps"] == 2 * CHUNK + first[0] + 1  # and env 1's replay
+        assert env.pop_task_recall().sum() == 0
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("counts", "exact"),
+    [
+        ([[0, 0]], [True]),  # nothing seen: exact
+        ([[4, 0]], [True]),  # called every one, but fewer than the evidence
+        ([[3, 2]], [False]),  # 3 of 5 called: 0.6 >= the floor
+        ([[2, 3]], [True]),  # 2 of 5: below it
+        ([[5, 0], [0, 9]], [False, True]),
+    ],
+)
+def test_a_task_leaves_exact_judging_once_its_recall_reaches_the_floor(counts, exact) -> None:
+    from wmrl_cli.envs.verified import TaskRecall, below_recall_floor
+
+    assert below_recall_floor(np.array(counts), 0.5, 5).tolist() == exact
+    recall = TaskRecall([f"t{i}" for i in range(len(counts))], 0.5, 5)
+    recall.add(np.array(counts))
+    restored = TaskRecall(recall.task_names, 0.5, 5)
+    restored.load_state_dict(json.loads(json.dumps(recall.state_dict())))
+    assert restored.exact_tasks().tolist() == exact
+
+
+def test_train_policy_with_a_per_task_floor_carries_its_evidence(assets, tmp_path) -> None:
+    out = tmp_path / "per-task"
+    floor = ["--set", "reward_model.source=verified", "--set", "reward_model.task_recall_floor=0.5"]
+    result = runner.invoke(app, [*args(assets, out, 2, algo="grpo"), *floor])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    # no success called or seen in 2 tiny steps: every task of mw3 stays exact
+    assert [row["verify/exact_tasks"] for row in rows] == [3.0, 3.0]
+    for row in rows:  # every episode judged exactly: no replay
+        assert row["verify/exact_episodes"] == 4 * row["rollout/epochs"]  # 4 envs an epoch
+        assert row["verify/exact_real_steps"] == row["verify/real_steps"]
+    state = json.loads(next(out.glob("checkpoints/*/training_state/state.json")).read_text())
+    assert state["extra"]["task_recall"]["counts"] == [[0, 0]] * 3
+    assert "a task's envs judged by the simulator until the judge shows its recall" in " ".join(
+        result.output.split()
+    )
+
+
 def test_a_start_the_simulator_cannot_restore_is_refused(entries) -> None:
     stateless = [entries[0].__class__(**{**entries[0].__dict__, "sim_state": None})]
     with pytest.raises(WmrlError, match="no stored simulator state"):
@@ -212,6 +293,7 @@ def test_train_policy_with_a_recall_floor_counts_the_exact_groups_steps(assets, 
     ("settings", "expected"),
     [
         (["reward_model.exact_fraction=0.5"], "it applies to reward_model.source=verified"),
+        (["reward_model.task_recall_floor=0.5"], "it applies to reward_model.source=verified"),
         (
             ["reward_model.source=verified", "reward_model.exact_fraction=0.2"],
             "0.2 of the 2 groups a rollout has per rank rounds to none",

@@ -122,6 +122,8 @@ _CLAIMED = tuple(key for keys in READS.values() for key in keys)
 ADDED_OPTIONS: dict[str, Any] = {
     "reward_model.audit_with_simulator": False,
     "reward_model.exact_fraction": 0.0,
+    "reward_model.task_recall_floor": 0.0,
+    "reward_model.task_recall_evidence": 5,
     "coevolve.reward_policy_rollouts_per_task": 0,
     "coevolve.reward_real_rollouts_per_task": 0,
     "world_model.lr_schedule": "constant",
@@ -149,7 +151,12 @@ ADDED_OPTIONS: dict[str, Any] = {
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records
 # and the recall floor what it is paid, not how a reward model is trained or checked.
 NOT_READ: dict[str, tuple[str, ...]] = {
-    kind: ("reward_model.audit_with_simulator", "reward_model.exact_fraction")
+    kind: (
+        "reward_model.audit_with_simulator",
+        "reward_model.exact_fraction",
+        "reward_model.task_recall_floor",
+        "reward_model.task_recall_evidence",
+    )
     for kind in ("reward_model", "refine_rm", "check")
 }
 # How a world model trains on its ranks: read by its training alone (the other stages read the

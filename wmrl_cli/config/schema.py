@@ -205,6 +205,22 @@ class RewardModelConfig(Section):
         "the judge did not call is paid too (a recall floor: docs/results.md); costs real "
         "steps for every step of those groups (envs/verified.py)",
     )
+    task_recall_floor: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="with source=verified: a per-task recall floor (0: off). A task's groups "
+        "are judged exactly, as exact_fraction's are, until the judge has called at least this "
+        "fraction of the real successes seen in its exactly judged episodes, over at least "
+        "task_recall_evidence of them; the tasks where the judge has shown recall are verified "
+        "alone (envs/verified.py)",
+    )
+    task_recall_evidence: int = Field(
+        5,
+        ge=1,
+        description="with task_recall_floor: the real successes of a task's exactly judged "
+        "episodes needed before its recall is trusted",
+    )
     audit_with_simulator: bool = Field(
         False,
         description="with source=model: the reward model still judges, and the real simulator "

@@ -22,6 +22,13 @@ groups exactly: the simulator steps beside the world model for those envs, so a 
 judge did not call is paid too (`verify/exact_uncalled`), at the cost of real steps for every
 step of those groups (`verify/exact_real_steps`, in `env/real_steps` as well). A call there
 ends the episode as anywhere else, confirmed by the simulator's own steps instead of a replay.
+
+A random fraction is diluted where the recall is missing (docs/results.md, "A recall floor").
+The per-task recall floor (`reward_model.task_recall_floor`) judges exactly the groups of the
+tasks where the judge has not shown its recall: a task's groups are judged exactly until the
+judge has called at least that fraction of the real successes seen in its exactly judged
+episodes, over at least `reward_model.task_recall_evidence` of them (`TaskRecall`, kept by the
+trainer over all ranks and carried in checkpoints; `verify/exact_tasks`, `verify/exact_episodes`).
 """
 
 from __future__ import annotations
@@ -57,6 +64,38 @@ def reset_to_entries(sim, entries: list) -> None:
     )
 
 
+def below_recall_floor(counts: np.ndarray, floor: float, evidence: int) -> np.ndarray:
+    """Per task, whether its groups are still judged exactly. `counts` [T, 2]: the real successes
+    of its exactly judged episodes that the judge called, and that it did not. Exact until
+    `evidence` of them are seen and the judge called at least `floor` of them."""
+    called, uncalled = counts[:, 0], counts[:, 1]
+    seen = called + uncalled
+    return (seen < evidence) | (called < floor * seen)
+
+
+class TaskRecall:
+    """The per-task recall floor's evidence over a run: [T, 2] counts as `below_recall_floor`
+    reads them, summed over ranks by the trainer."""
+
+    def __init__(self, task_names: list[str], floor: float, evidence: int) -> None:
+        self.task_names, self.floor, self.evidence = list(task_names), floor, evidence
+        self.counts = np.zeros((len(self.task_names), 2), dtype=np.int64)
+
+    def add(self, counts: np.ndarray) -> None:
+        self.counts += np.asarray(counts, dtype=np.int64).reshape(self.counts.shape)
+
+    def exact_tasks(self) -> np.ndarray:
+        return below_recall_floor(self.counts, self.floor, self.evidence)
+
+    def state_dict(self) -> dict:
+        return {"task_names": self.task_names, "counts": self.counts.tolist()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if list(state["task_names"]) != self.task_names:
+            raise WmrlError("the checkpoint's per-task recall counts are for other tasks")
+        self.counts = np.asarray(state["counts"], dtype=np.int64).reshape(self.counts.shape)
+
+
 def first_call(success: np.ndarray) -> int:
     """The step of a chunk's success row [C] at which the judge's call falls."""
     return int(np.argmax(success))
@@ -84,13 +123,23 @@ class VerifiedEnv:
     real = False  # the policy's steps are imagined; the replays' are real (pop_real_steps)
     imagines = True
 
-    def __init__(self, imagined: ImaginedEnv, sim, keep_calls: bool = True, exact_sim=None) -> None:
+    def __init__(
+        self,
+        imagined: ImaginedEnv,
+        sim,
+        keep_calls: bool = True,
+        exact_sim=None,
+        exact_first: int | None = None,
+        exact_by_task: bool = False,
+    ) -> None:
         """`imagined` judges with its reward model as it would alone (it ends an episode at a
         called success); `sim` holds one env that terminates on success and truncates no
         earlier than the imagined env. `keep_calls`: whether calls are kept as episodes
         (`pop_calls`); without, no frame is held. `exact_sim`: None, or a simulator like `sim`
-        of k envs that steps beside the world model for the first k envs of every reset,
-        which it judges exactly (the recall floor; whole groups, as the caller sizes it)."""
+        of m envs, env j beside the world model's env j, which judges exactly the first
+        `exact_first` envs of every reset (default m; the recall floor: whole groups, as the
+        caller sizes it) and, with `exact_by_task` (m envs: all of them), the envs whose task
+        `set_exact_tasks` names (every task until it is called)."""
         check_resettable(imagined, "verified")
         if imagined.reward_model is None:
             raise WmrlError("reward_model.source=verified needs a reward model to call successes")
@@ -102,10 +151,14 @@ class VerifiedEnv:
         if sim.num_envs != 1:
             raise ValueError(f"the replay simulator holds {sim.num_envs} envs, expected 1")
         exact = 0 if exact_sim is None else exact_sim.num_envs
-        if exact > imagined.num_envs:
+        if exact > imagined.num_envs or (exact_by_task and exact != imagined.num_envs):
             raise ValueError(f"{exact} exactly judged envs of {imagined.num_envs}")
         self.imagined, self.sim, self.keep_calls = imagined, sim, keep_calls
         self.exact_sim, self.exact = exact_sim, exact
+        self.exact_first = exact if exact_first is None else min(exact_first, exact)
+        # per task, whether its envs are judged exactly (None: by position alone)
+        self.exact_by_task = exact_by_task
+        self._exact_tasks = np.ones(len(imagined.task_names), bool) if exact_by_task else None
         self.num_envs = imagined.num_envs
         self.action_dim = imagined.action_dim
         self.task_names = imagined.task_names
@@ -117,9 +170,12 @@ class VerifiedEnv:
         self._frames: list[list[np.ndarray]] = [[] for _ in range(self.num_envs)]
         self._calls: list[Episode] = []
         self._done = np.zeros(self.num_envs, dtype=bool)
+        self._is_exact = np.zeros(self.num_envs, dtype=bool)  # this reset's exactly judged envs
         self._tally = {"episodes": 0, "calls": 0, "confirmed": 0, "real_steps": 0}
         if exact:
-            self._tally.update(exact_uncalled=0, exact_real_steps=0)
+            self._tally.update(exact_uncalled=0, exact_real_steps=0, exact_episodes=0)
+        # per task: the real successes of exact episodes the judge called, and did not
+        self._task_recall = np.zeros((len(self.task_names), 2), dtype=np.int64)
         self._exact_steps = np.zeros(exact, dtype=np.int64)  # real steps of each exact episode
         self._real_steps = 0
         self._sim_time = 0.0
@@ -152,7 +208,20 @@ class VerifiedEnv:
         if self.exact:  # the recall floor: successes only the simulator saw, and their cost
             metrics["verify/exact_uncalled"] = float(tally["exact_uncalled"])
             metrics["verify/exact_real_steps"] = float(tally["exact_real_steps"])
+            metrics["verify/exact_episodes"] = float(tally["exact_episodes"])
         return metrics
+
+    def set_exact_tasks(self, tasks: np.ndarray) -> None:
+        """The tasks whose envs the next resets judge exactly ([T] bool; `exact_by_task`)."""
+        if self._exact_tasks is None:
+            raise ValueError("this env judges exactly by position alone (exact_by_task=False)")
+        self._exact_tasks = np.asarray(tasks, dtype=bool).reshape(self._exact_tasks.shape)
+
+    def pop_task_recall(self) -> np.ndarray:
+        """[T, 2] since the last call: per task, the real successes of exactly judged episodes
+        that the judge called, and that it did not (the evidence `TaskRecall` sums)."""
+        counts, self._task_recall = self._task_recall, np.zeros_like(self._task_recall)
+        return counts
 
     def pop_calls(self) -> list[Episode]:
         """The calls since the last call, each an imagined episode up to its call labelled by
@@ -169,6 +238,11 @@ class VerifiedEnv:
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._tally["episodes"] += len(init_ids)
         if self.exact:
+            self._is_exact[:] = np.arange(self.num_envs) < self.exact_first
+            if self._exact_tasks is not None:
+                tasks = np.array([e.task_id for e in self._entries], dtype=np.int64)
+                self._is_exact |= self._exact_tasks[tasks]
+            self._tally["exact_episodes"] += int(self._is_exact.sum())
             t0 = time.perf_counter()
             reset_to_entries(self.exact_sim, self._entries[: self.exact])
             self._sim_time += time.perf_counter() - t0
@@ -186,9 +260,9 @@ class VerifiedEnv:
             self._chunks[i].append(np.asarray(actions[i]))
             if self.keep_calls:
                 self._frames[i].append(out.frames[i])
-        if self.exact:
+        if self._is_exact.any():
             self._judge_exactly(actions, valid, success, rewards, terminated, truncated)
-        for i in np.flatnonzero(success[self.exact :].any(axis=1)) + self.exact:
+        for i in np.flatnonzero(success.any(axis=1) & ~self._is_exact):
             t0 = time.perf_counter()
             call = first_call(success[i])
             confirmed, steps = replay_confirms(self.sim, self._entries[i], self._chunks[i], call)
@@ -215,13 +289,14 @@ class VerifiedEnv:
         )
 
     def _judge_exactly(self, actions, valid, success, rewards, terminated, truncated) -> None:
-        """The exact envs' chunk (the first `self.exact`), judged by the simulator stepping
-        beside the world model; the arrays ([B, C]) are rewritten in place for those envs. The
+        """The exact envs' chunk (`self._is_exact`), judged by the simulator stepping beside
+        the world model; the arrays ([B, C]) are rewritten in place for those envs. The
         episode ends at the simulator's success (paid, called or not) or at a call the
         simulator has not reached (a failure, as an unconfirmed call anywhere)."""
         k = self.exact
         t0 = time.perf_counter()
-        live = ~self._done[:k]  # an episode ended (a false call, say) stops its simulator env
+        # an episode ended (a false call, say) stops its simulator env, as one not judged exactly
+        live = ~self._done[:k] & self._is_exact[:k]
         real = self.exact_sim.chunk_step(np.asarray(actions[:k], dtype=np.float32), active=live)
         self._sim_time += time.perf_counter() - t0
         for i in np.flatnonzero(live):
@@ -238,6 +313,9 @@ class VerifiedEnv:
             self._tally["exact_real_steps"] += steps
             if end is None:  # neither the simulator nor the judge has ended it
                 continue
+            task = self._entries[i].task_id
+            if paid:  # a real success: did the judge call it (the per-task recall floor)
+                self._task_recall[task, 0 if calls.size else 1] += 1
             if calls.size:  # the judge called: confirmed by the simulator's own steps
                 self._tally["calls"] += 1
                 self._tally["confirmed"] += int(paid)

@@ -41,6 +41,7 @@ def audit_config(cfg: RunConfig) -> RunConfig:
     # verified imagination's judge is audited alone: the audit's replays are its confirmation
     cfg.reward_model.source = "model"
     cfg.reward_model.exact_fraction = 0.0  # every episode is replayed already
+    cfg.reward_model.task_recall_floor = 0.0
     cfg.reward_model.audit_with_simulator = True
     return cfg
 

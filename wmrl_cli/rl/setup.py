@@ -300,9 +300,14 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
         replay = rl_simulator(cfg, 1, max_steps=limit)
         # the recall floor's envs are the first groups of every reset: the sampler draws a
         # rollout's groups in random order (envs/reset_sampler.py), a random sample of starts
-        g = cfg.algorithm.group_size
-        exact_sim = rl_simulator(cfg, exact * g, max_steps=limit) if exact else None
-        return VerifiedEnv(imagined, replay, keep_calls=keep, exact_sim=exact_sim)
+        # (the per-task floor's, any env of a reset: the simulator has one beside each)
+        by_task = cfg.reward_model.task_recall_floor > 0
+        first = exact * cfg.algorithm.group_size
+        sim_envs = num_envs if by_task else first
+        exact_sim = rl_simulator(cfg, sim_envs, max_steps=limit) if sim_envs else None
+        return VerifiedEnv(
+            imagined, replay, keep, exact_sim, exact_first=first, exact_by_task=by_task
+        )
     sim = rl_simulator(cfg, num_envs, max_steps=limit)
     coef = cfg.reward_model.reward_coef
     if cfg.reward_model.source == "model":  # the audit: the reward model judges as always
@@ -321,9 +326,17 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
 def exact_groups(cfg: RunConfig, envs_per_rank: int) -> int:
     """How many of a rank's groups per rollout verified imagination judges exactly
     (`reward_model.exact_fraction` of them, half rounded up); one line where the fraction
-    cannot apply. The simulator env has no judge: there the setting is moot."""
+    cannot apply. The simulator env has no judge: there the setting is moot. Checks the
+    per-task recall floor (`reward_model.task_recall_floor`) as well."""
     fraction = cfg.reward_model.exact_fraction
-    if not fraction or cfg.algorithm.env == "simulator":
+    if cfg.algorithm.env == "simulator":
+        return 0
+    if cfg.reward_model.task_recall_floor and cfg.reward_model.source != "verified":
+        raise ConfigError(
+            "invalid value for 'reward_model.task_recall_floor': it applies to "
+            "reward_model.source=verified (set it to 0)"
+        )
+    if not fraction:
         return 0
     if cfg.reward_model.source != "verified":
         raise ConfigError(
@@ -370,8 +383,13 @@ def verdict_line(env: Env, inputs: Inputs) -> str | None:
     )
     if isinstance(env, VerifiedEnv):
         line = f"{line}; each call confirmed by the simulator replaying it (real steps)"
-        if env.exact:
-            line += f"; the first {env.exact} of {env.num_envs} envs judged by the simulator"
+        if env.exact_first:
+            line += f"; the first {env.exact_first} of {env.num_envs} envs judged by the simulator"
+        if env.exact_by_task:
+            line += (
+                "; a task's envs judged by the simulator until the judge shows its recall "
+                "there (reward_model.task_recall_floor)"
+            )
         return line
     return f"{line}; audited by {replay}" if judged else line
 

@@ -31,6 +31,7 @@ from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.envs.interface import Env
 from wmrl_cli.envs.reset_sampler import GroupResetSampler, task_ids
+from wmrl_cli.envs.verified import TaskRecall
 from wmrl_cli.files import atomic_dir
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.rl import (
@@ -162,6 +163,11 @@ class PolicyTrainer:
         self.last_eval: tuple[int, float] | None = None  # (step, real success) of the last eval
         # per task, the judge against the simulator on training episodes (when both judge)
         self.audit = JudgeAudit(list(getattr(env, "task_names", [])))
+        rm = cfg.reward_model  # the per-task recall floor's evidence, over all ranks
+        self.task_recall = None
+        if rm.task_recall_floor and hasattr(env, "set_exact_tasks"):
+            floor, evidence = rm.task_recall_floor, rm.task_recall_evidence
+            self.task_recall = TaskRecall(env.task_names, floor, evidence)
         if checkpoint is not None:
             info = self.sharding.load_checkpoint(checkpoint, model, self.optimizer)
             self.step = info["step"]
@@ -169,6 +175,9 @@ class PolicyTrainer:
             self.real_steps = int(info["extra"].get("real_steps", real_steps))
             if "judge_audit" in info["extra"]:
                 self.audit.load_state_dict(info["extra"]["judge_audit"])
+            if self.task_recall is not None and "task_recall" in info["extra"]:
+                self.task_recall.load_state_dict(info["extra"]["task_recall"])
+                env.set_exact_tasks(self.task_recall.exact_tasks())
             self._resumed_from = checkpoint.name
         if accelerator.is_main_process:  # once a resume's state has loaded (a damaged one
             self.memory.print()  # stops the command with its one line alone)
@@ -298,6 +307,11 @@ class PolicyTrainer:
             timings.update({f"time/{k}": v for k, v in self.env.pop_timings().items()})
         if hasattr(self.env, "pop_metrics"):  # e.g. verified imagination's call tally
             timings.update(self.env.pop_metrics())
+        if self.task_recall is not None:  # which tasks the next rollouts judge exactly
+            counts = torch.as_tensor(self.env.pop_task_recall(), device=acc.device)
+            self.task_recall.add(acc.reduce(counts, "sum").cpu().numpy())
+            self.env.set_exact_tasks(self.task_recall.exact_tasks())
+            timings["verify/exact_tasks"] = float(self.task_recall.exact_tasks().sum())
         if hasattr(self.env, "pop_calls"):  # verified imagination's calls, labelled
             t_calls = time.time()
             self._write_calls(self.env.pop_calls())
@@ -563,6 +577,11 @@ class PolicyTrainer:
                                 "sampler": self.sampler.state_dict(),
                                 "real_steps": self.real_steps,
                                 "judge_audit": self.audit.state_dict(),
+                                **(
+                                    {}
+                                    if self.task_recall is None
+                                    else {"task_recall": self.task_recall.state_dict()}
+                                ),
                             },
                             keep=t.keep_checkpoints,
                         )
