@@ -350,7 +350,7 @@ def test_one_confirming_world_model_per_draw(parts) -> None:
         ImaginedEnv(_CountWorld(), _WhiteJudge(), parts[2], ["a", "b"], 4, 16,
                     confirm_draws=2, confirm_models=[_CountWorld()])  # fmt: skip
     from wmrl_cli.config.schema import RunConfig
-    from wmrl_cli.rl.setup import resolve_inputs
+    from wmrl_cli.rl.inputs import resolve_inputs
 
     cfg = RunConfig.model_validate({"reward_model": {"confirm_world_models": ["wm"]}})
     with pytest.raises(ConfigError, match="one per confirming draw"):

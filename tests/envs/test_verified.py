@@ -312,7 +312,7 @@ def test_a_recall_floor_it_cannot_apply_is_one_line(assets, tmp_path, settings, 
 )
 def test_the_recall_floors_groups_round_half_up(fraction, envs, groups) -> None:
     from wmrl_cli.config import RunConfig
-    from wmrl_cli.rl.setup import exact_groups
+    from wmrl_cli.rl.inputs import exact_groups
 
     cfg = RunConfig()
     cfg.reward_model.source, cfg.reward_model.exact_fraction = "verified", fraction

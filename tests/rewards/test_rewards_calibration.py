@@ -146,7 +146,7 @@ def test_raw_score_threshold_gives_the_rounded_verdict(threshold) -> None:
 def test_verdict_threshold_is_the_runs_own(tmp_path) -> None:
     """Reports measure RL's verdict: a train-reward run directory's model records where its
     threshold came from; with `round_scores` the threshold on raw scores is p > 0.5."""
-    from wmrl_cli.config.schema import RewardModelConfig
+    from wmrl_cli.config.reward_model import RewardModelConfig
     from wmrl_cli.evaluation.checks import verdict_threshold
 
     model_dir = tmp_path / "reward_model"

@@ -330,7 +330,7 @@ def test_a_published_world_model_is_planned_at_its_reset_sets_frame_size(assets,
     only where the reset set cannot be read."""
     from tests.helpers.published_layouts import write_wan_libero
     from wmrl_cli.data.reset_set import reset_frame_size
-    from wmrl_cli.rl.setup import Inputs
+    from wmrl_cli.rl.inputs import Inputs
     from wmrl_cli.training.memory_budget import check_rl_memory
     from wmrl_cli.training.param_counts import world_model_geometry
 

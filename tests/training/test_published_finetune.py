@@ -31,7 +31,7 @@ from wmrl_cli.config import resolve_config
 from wmrl_cli.data.episodes import Episode, EpisodeStore
 from wmrl_cli.envs.imagined import load_any_world_model
 from wmrl_cli.rewards.loading import load_reward_model, reward_model_source, save_reward_model
-from wmrl_cli.rl.setup import reward_task_ids
+from wmrl_cli.rl.inputs import reward_task_ids
 from wmrl_cli.world_models.factory import load_world_model
 
 runner = CliRunner()

@@ -216,8 +216,8 @@ def _claim(cfg: RunConfig, command: str, seed: bool = True) -> Path:
 def _audit_policy(cfg: RunConfig) -> None:
     """`wmrl eval --audit`: the judge's verdict on the policy's imagined episodes against the
     simulator's replay of them (rl/policy_audit.py)."""
+    from wmrl_cli.rl.inputs import check_inputs
     from wmrl_cli.rl.policy_audit import audit_config, audit_policy
-    from wmrl_cli.rl.setup import check_inputs
 
     # A config that cannot be audited, or a missing input, fails before the run folder exists.
     inputs = check_inputs(audit_config(cfg))

@@ -94,8 +94,8 @@ def train_policy_command(
         simulator__seed=seed,
         output_dir=out,
     )
+    from wmrl_cli.rl.inputs import check_inputs, exact_groups
     from wmrl_cli.rl.schedule import check_world_size
-    from wmrl_cli.rl.setup import check_inputs, exact_groups
     from wmrl_cli.run_dirs import adopt_recorded_config, claim_run_dir, default_run_dir
 
     # What the run will use: with --resume, the recorded config (so that `--out RUN --resume`

@@ -314,7 +314,7 @@ def _train_policy(sub: RunConfig, out: Path, real_steps: int, ranks: int) -> str
 def train_policy_job(sub: RunConfig, out: Path) -> str:
     """An RL stage's training on this process's rank, from what `_train_policy` wrote in `out`
     (the stage's config, the real steps before it); the saved policy's folder."""
-    from wmrl_cli.rl.setup import resolve_inputs
+    from wmrl_cli.rl.inputs import resolve_inputs
     from wmrl_cli.rl.train_policy import make_accelerator, train_policy
 
     real_steps = int(json.loads((out / REAL_STEPS_FILE).read_text()))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from wmrl_cli.config import RunConfig
-from wmrl_cli.config.schema import RewardModelConfig
+from wmrl_cli.config.reward_model import RewardModelConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.rewards.base import RewardModel

@@ -16,7 +16,7 @@ import torch
 
 from wmrl_cli.config import RunConfig
 from wmrl_cli.logging import console
-from wmrl_cli.rl.setup import resolve_inputs
+from wmrl_cli.rl.inputs import resolve_inputs
 from wmrl_cli.training.memory_budget import CheckedPlan, OverBudget, check_rl_memory
 
 

@@ -304,7 +304,7 @@ def sft_memory_plan(cfg, policy_config, world_size: int, device: str) -> Checked
 
 
 def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> CheckedPlan:
-    """The RL plan from the inputs' files (`rl.setup.Inputs`), before any of them loads:
+    """The RL plan from the inputs' files (`rl.inputs.Inputs`), before any of them loads:
     `train-policy` checks it before starting its ranks, `rl.train_policy` before loading the
     policy. A ConfigError (exit 2) naming what to change where it does not fit. A published
     asset not downloaded yet (`Inputs.not_downloaded`, only `train-policy --plan` resolves
