@@ -42,8 +42,6 @@ from wmrl_cli.rl import (
     gae,
     grpo_advantages,
     kl_loss,
-    masked_mean,
-    masked_stats,
     normalize_advantages,
     policy_loss,
     token_mask,
@@ -55,6 +53,7 @@ from wmrl_cli.rl.aggregation import LossAggregation, loss_scale
 from wmrl_cli.rl.buffer import Rollout, collect_rollout
 from wmrl_cli.rl.judge_audit import JudgeAudit
 from wmrl_cli.rl.policy_start import LoadBase, starting_policies
+from wmrl_cli.rl.rollout_metrics import judge_and_truth, rollout_metrics
 from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_batches
 from wmrl_cli.run_dirs import write_rank_summary
 from wmrl_cli.training.checkpoints import latest_checkpoint, save_checkpoint
@@ -64,16 +63,6 @@ from wmrl_cli.training.sharding import PolicySharding, frozen_models, global_val
 POLICY_DIR = "policy"
 # verified imagination's calls, one episode store per RL step (envs/verified.py)
 VERIFIED_CALLS_DIR = "verified_calls"
-
-
-def _judge_and_truth(ro: Rollout) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(the reward model's verdict, the simulator's) on each episode, where a run has both;
-    else None."""
-    if ro.model_success is not None:  # the reward model judged beside the simulator
-        return ro.model_success, ro.success
-    if ro.real_success is not None:  # the simulator audited the reward model's verdict
-        return ro.success, ro.real_success
-    return None
 
 
 def ensure_value_head(model) -> None:
@@ -352,7 +341,7 @@ class PolicyTrainer:
         timings["time/update"] = time.time() - t1
 
         metrics = {k: float(np.mean(v)) for k, v in stats.items()}
-        metrics.update(self._rollout_metrics(ro, adv, keep))
+        metrics.update(rollout_metrics(ro, adv, keep))
         self._audit(ro)
         metrics["rollout/epochs"] = float(len(rollouts))  # > rollout_epochs: dynamic sampling
         metrics["env/real_steps"] = float(self.real_steps)  # equal on every rank
@@ -438,43 +427,10 @@ class PolicyTrainer:
         stats["train/loss"] = total.detach()
         return total.to(self.accelerator.device), stats
 
-    def _rollout_metrics(
-        self, ro: Rollout, adv: torch.Tensor, keep: torch.Tensor
-    ) -> dict[str, float]:
-        mask = ro.step_mask
-        adv_stats = masked_stats(adv, mask & keep[:, None])
-        returns = (ro.rewards * mask).sum(1)
-        metrics = {
-            "rollout/advantages_max": float(adv_stats["max"]),
-            "rollout/advantages_mean": float(adv_stats["mean"]),
-            "rollout/advantages_min": float(adv_stats["min"]),
-            "rollout/rewards": float(masked_mean(ro.rewards, mask)),
-            "rollout/kept_groups_fraction": float(keep.float().mean()),
-            "env/episode_len": float(ro.episode_len.float().mean()),
-            "env/return": float(returns.mean()),
-            "env/reward": float(masked_mean(ro.rewards, mask)),
-            "env/success_once": float(ro.success.float().mean()),
-        }
-        verdicts = _judge_and_truth(ro)
-        if verdicts is not None:
-            model, real = verdicts
-            metrics["env/real_success_once"] = float(real.float().mean())
-            metrics["env/model_success_once"] = float(model.float().mean())
-            metrics["env/model_agreement"] = float((model == real).float().mean())
-            metrics["env/model_false_success"] = float((model & ~real).float().mean())
-            metrics["env/model_missed_success"] = float((~model & real).float().mean())
-            if ro.real_frame_passes is not None:  # a false call: the judge's error or the WM's
-                false = model & ~real
-                on_real = (false & ro.real_frame_passes).float().mean()
-                metrics["env/model_false_success_on_real_frame"] = float(on_real)
-                imagined_only = (false & ~ro.real_frame_passes).float().mean()
-                metrics["env/model_false_success_imagined_only"] = float(imagined_only)
-        return metrics
-
     def _audit(self, ro: Rollout) -> None:
         """Add every rank's episodes with two verdicts to the per-task audit (the same tally on
         every rank, so that any rank's checkpoint carries the whole of it)."""
-        verdicts = _judge_and_truth(ro)
+        verdicts = judge_and_truth(ro)
         if ro.task_ids is None or verdicts is None:
             return
         judged, real = verdicts
