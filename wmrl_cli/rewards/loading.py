@@ -75,14 +75,16 @@ class RewardCheckpoint:
     threshold: float | None
 
 
-def safe_torch_load(path: str | Path) -> Any:
-    """torch.load(path, map_location='cpu', weights_only=True), with one-line errors."""
+def safe_torch_load(path: str | Path, mmap: bool = False) -> Any:
+    """torch.load(path, map_location='cpu', weights_only=True), with one-line errors. `mmap`:
+    the tensors stay in the file's pages (shared page cache, copied on write) instead of being
+    read into the process's own memory."""
     path = Path(path)
     if not path.is_file():
         raise WmrlError(f"no such file: {path}")
     try:
         with torch.serialization.safe_globals(_STAND_INS):
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         if _refused_for_code(str(exc)):
             names = sorted(set(re.findall(r"GLOBAL ([\w.]+)", str(exc))))

@@ -197,7 +197,10 @@ def load_checkpoint(
         state = json.loads(path.read_text())
         for i, obj in enumerate(stateful):
             path = folder / f"state_{i}.pt"
-            obj.load_state_dict(safe_torch_load(path))
+            # mapped, not read: every rank of a replicated run loads the same optimizer state
+            # (twice the policy's weights in float32), which would otherwise sit in host memory
+            # once per rank while it moves to the GPU (benchmarks/resume_host_memory.py)
+            obj.load_state_dict(safe_torch_load(path, mmap=True))
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
         raise _unreadable(checkpoint, path, exc) from None
     if restore_rng_state:

@@ -1,0 +1,148 @@
+"""Host memory of a replicated resume: what each rank holds privately after loading the
+checkpoint's optimizer state, read into its own memory against mapped from the file.
+
+A replicated run (no FSDP) keeps a whole AdamW state on every rank, twice the policy's weights
+in float32 (60 GB at 7.5 B), and every rank of a node loads the same `state_0.pt` when it
+resumes. Read, each rank holds a private copy in host memory while it moves to the GPU; mapped
+(`load_checkpoint`, since 2026-11-29), the ranks share the file's pages in the page cache.
+
+    python benchmarks/resume_host_memory.py --params-m 64 --ranks 2 --out runs/resume-memory
+
+Each rank is a process that builds the model and its optimizer, loads the checkpoint through
+`wmrl_cli.training.checkpoints.load_checkpoint` and reports its anonymous (private) and
+file-backed resident memory from /proc/self/status after reading every page of the loaded
+moments, as the copy to the GPU does: on a GPU the read copy is freed once moved, and the figure
+is the peak of that move. (On the CPU the state stays in host memory either way; mapped, its
+pages turn private as the first optimizer step writes them.) Writes
+OUT/resume_host_memory.json and OUT/resume_host_memory.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the checkout's wmrl_cli
+
+import torch  # noqa: E402
+
+from wmrl_cli.files import atomic_write_text  # noqa: E402
+
+MIB = 2**20
+
+
+def memory() -> dict[str, float]:
+    """This process's resident memory in MiB: anonymous (its own) and file-backed (shared)."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("RssAnon", "RssFile"):
+            fields[key] = int(value.split()[0]) / 1024  # kB -> MiB
+    return fields
+
+
+def build(params_m: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """A stack of square layers with about `params_m` million parameters, and AdamW over them."""
+    width = 2048
+    layers = max(1, round(params_m * 1e6 / (width * width)))
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)])
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def write_checkpoint(run_dir: Path, params_m: int) -> Path:
+    """One checkpoint of the model after one AdamW step (its moments filled)."""
+    from wmrl_cli.training.checkpoints import save_checkpoint
+
+    model, optimizer = build(params_m)
+    model(torch.randn(4, model[0].in_features)).square().mean().backward()
+    optimizer.step()
+    save_model = lambda path: path.mkdir(parents=True)  # noqa: E731 (the optimizer is measured)
+    return save_checkpoint(run_dir, 1, save_model, [optimizer])
+
+
+def rank(checkpoint: Path, params_m: int, mapped: bool, start, queue) -> None:
+    """One rank's resume: build, wait for every rank, load, report."""
+    import wmrl_cli.rewards.loading as loading
+    from wmrl_cli.training.checkpoints import load_checkpoint
+
+    if not mapped:  # the behaviour before 2026-11-29: read into the process's own memory
+        read = loading.safe_torch_load
+        loading.safe_torch_load = lambda path, mmap=False: read(path, mmap=False)
+    model, optimizer = build(params_m)
+    before = memory()
+    start.wait()  # every rank loads at once, as on a node
+    load_checkpoint(checkpoint, [optimizer])
+    for state in optimizer.state.values():  # read every page, as the copy to a GPU does
+        state["exp_avg"].sum(), state["exp_avg_sq"].sum()
+    after = memory()
+    moments = sum(s["exp_avg"].numel() * 2 * 4 for s in optimizer.state.values()) / MIB
+    queue.put(
+        {
+            "anon_added_mib": after["RssAnon"] - before["RssAnon"],
+            "file_added_mib": after["RssFile"] - before["RssFile"],
+            "state_mib": moments,
+        }
+    )
+
+
+def measure(checkpoint: Path, params_m: int, ranks: int, mapped: bool) -> list[dict]:
+    ctx = mp.get_context("spawn")
+    start, queue = ctx.Barrier(ranks), ctx.Queue()
+    procs = [
+        ctx.Process(target=rank, args=(checkpoint, params_m, mapped, start, queue))
+        for _ in range(ranks)
+    ]
+    for proc in procs:
+        proc.start()
+    rows = [queue.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join()
+    return rows
+
+
+def table(results: dict) -> str:
+    lines = [
+        f"Resume of a replicated optimizer state ({results['state_mib']:.0f} MiB: AdamW's two "
+        f"moments of {results['params_m']} M float32 parameters), {results['ranks']} ranks "
+        "loading the same checkpoint at once",
+        "",
+        "| loading | private host memory added per rank (MiB) | of the state | file pages "
+        "per rank (MiB, shared) |",
+        "|---|---|---|---|",
+    ]
+    for mode in ("read", "mapped"):
+        rows = results[mode]
+        anon = sum(r["anon_added_mib"] for r in rows) / len(rows)
+        files = sum(r["file_added_mib"] for r in rows) / len(rows)
+        share = anon / results["state_mib"]
+        lines.append(f"| {mode} | {anon:,.0f} | {share:.0%} | {files:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params-m", type=int, default=64, help="model size, M parameters")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = write_checkpoint(Path(tmp), args.params_m)
+        results = {
+            "params_m": args.params_m,
+            "ranks": args.ranks,
+            "read": measure(checkpoint, args.params_m, args.ranks, mapped=False),
+            "mapped": measure(checkpoint, args.params_m, args.ranks, mapped=True),
+        }
+    results["state_mib"] = results["mapped"][0]["state_mib"]
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out / "resume_host_memory.json", json.dumps(results, indent=1))
+    atomic_write_text(args.out / "resume_host_memory.md", table(results))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
