@@ -174,39 +174,42 @@ def test_the_per_task_floor_judges_exactly_the_tasks_whose_recall_is_unshown(
     entries, expert_episodes
 ) -> None:
     first = [int(np.argmax(e.success)) for e in expert_episodes]
-    # envs 0 and 1: task 0, the expert's actions, never called / called after the real
-    # success; env 2: task 1, no motion, called at step 9 (a false call)
-    imagined = CallingEnv([entries[0], entries[1]], [None, first[0] + 3, 9])
+    late = (first[0] // CHUNK + 1) * CHUNK + 2  # in the chunk after the real success's
+    # envs 0-2: task 0, the expert's actions, never called / called in the next chunk, within
+    # the judge's hold / called too late; env 3: task 1, no motion, a false call at step 9
+    imagined = CallingEnv([entries[0], entries[1]], [None, late, late + 20, 9])
+    imagined.success_frames = 8  # the judge holds 8 frames: calls come up to 15 steps late
     config = small_sim_config(max_steps=200, seed=12345, terminate_on_success=True)
-    sim, exact = MetaWorldSim(config, num_envs=1), MetaWorldSim(config, num_envs=3)
+    sim, exact = MetaWorldSim(config, num_envs=1), MetaWorldSim(config, num_envs=4)
     env = VerifiedEnv(imagined, sim, exact_sim=exact, exact_first=0, exact_by_task=True)
-    steps = first[0] + 4
-    chunks = steps + (-steps) % CHUNK
-    actions = np.zeros((3, chunks, 4), np.float32)
+    chunks = late + 20 + CHUNK - (late + 20) % CHUNK
+    actions = np.zeros((4, chunks, 4), np.float32)
     expert = expert_episodes[0].actions[:chunks]
-    actions[0, : len(expert)] = actions[1, : len(expert)] = expert
+    for i in range(3):
+        actions[i, : len(expert)] = expert
 
     def episode() -> np.ndarray:
-        env.reset([0, 0, 1])
-        total = np.zeros(3)
+        env.reset([0, 0, 0, 1])
+        total = np.zeros(4)
         for k in range(chunks // CHUNK):
             total += env.chunk_step(actions[:, k * CHUNK : (k + 1) * CHUNK]).rewards.sum(1)
         return total
 
     try:
         # every task is judged exactly until its recall is shown
-        assert episode().tolist() == [5.0, 5.0, 0.0]
+        assert episode().tolist() == [5.0, 5.0, 5.0, 0.0]
         metrics = env.pop_metrics()
-        assert metrics["verify/exact_episodes"] == 3.0 and metrics["verify/exact_uncalled"] == 1
-        recall = env.pop_task_recall()
-        assert recall.tolist() == [[1, 1], [0, 0], [0, 0]]  # task 0: one called, one not
-        # task 0 trusted: its uncalled success goes unpaid, its call is replayed
+        assert metrics["verify/exact_episodes"] == 4.0 and metrics["verify/exact_uncalled"] == 3
+        # task 0: one success called within the judge's hold, two not
+        assert env.pop_task_recall().tolist() == [[1, 2], [0, 0], [0, 0]]
+        # task 0 trusted: its uncalled success goes unpaid, its calls are replayed
         env.set_exact_tasks(np.array([False, True, True]))
-        assert episode().tolist() == [0.0, 5.0, 0.0]
+        assert episode().tolist() == [0.0, 5.0, 5.0, 0.0]
         metrics = env.pop_metrics()
         assert metrics["verify/exact_episodes"] == 1.0 and metrics["verify/exact_uncalled"] == 0
-        assert metrics["verify/exact_real_steps"] == 2 * CHUNK  # env 2's chunks alone
-        assert metrics["verify/real_steps"] == 2 * CHUNK + first[0] + 1  # and env 1's replay
+        assert metrics["verify/exact_real_steps"] == 2 * CHUNK  # env 3's chunks alone
+        replays = 2 * (first[0] + 1)  # envs 1 and 2, each up to the simulator's success
+        assert metrics["verify/real_steps"] == 2 * CHUNK + replays
         assert env.pop_task_recall().sum() == 0
     finally:
         env.close()

@@ -29,6 +29,10 @@ tasks where the judge has not shown its recall: a task's groups are judged exact
 judge has called at least that fraction of the real successes seen in its exactly judged
 episodes, over at least `reward_model.task_recall_evidence` of them (`TaskRecall`, kept by the
 trainer over all ranks and carried in checkpoints; `verify/exact_tasks`, `verify/exact_episodes`).
+The simulator ends such an episode at its success, before a judge that holds k frames can call
+it; so the imagined episode is watched on (unpaid, unseen by RL) for k - 1 steps and a chunk,
+and a call there counts as calling that success. (`verify/exact_uncalled` counts the successes
+not called by the time the simulator ended them.)
 """
 
 from __future__ import annotations
@@ -176,6 +180,9 @@ class VerifiedEnv:
             self._tally.update(exact_uncalled=0, exact_real_steps=0, exact_episodes=0)
         # per task: the real successes of exact episodes the judge called, and did not
         self._task_recall = np.zeros((len(self.task_names), 2), dtype=np.int64)
+        # per env: the steps left for the judge to call a real success the simulator ended the
+        # episode at first (-1: none awaited)
+        self._awaiting = np.full(self.num_envs, -1, dtype=np.int64)
         self._exact_steps = np.zeros(exact, dtype=np.int64)  # real steps of each exact episode
         self._real_steps = 0
         self._sim_time = 0.0
@@ -243,6 +250,7 @@ class VerifiedEnv:
                 tasks = np.array([e.task_id for e in self._entries], dtype=np.int64)
                 self._is_exact |= self._exact_tasks[tasks]
             self._tally["exact_episodes"] += int(self._is_exact.sum())
+            self._awaiting[:] = -1  # a call still awaited counts neither way
             t0 = time.perf_counter()
             reset_to_entries(self.exact_sim, self._entries[: self.exact])
             self._sim_time += time.perf_counter() - t0
@@ -260,6 +268,8 @@ class VerifiedEnv:
             self._chunks[i].append(np.asarray(actions[i]))
             if self.keep_calls:
                 self._frames[i].append(out.frames[i])
+        if (self._awaiting >= 0).any():
+            self._await_calls(out.success & out.info["valid"])
         if self._is_exact.any():
             self._judge_exactly(actions, valid, success, rewards, terminated, truncated)
         for i in np.flatnonzero(success.any(axis=1) & ~self._is_exact):
@@ -313,9 +323,10 @@ class VerifiedEnv:
             self._tally["exact_real_steps"] += steps
             if end is None:  # neither the simulator nor the judge has ended it
                 continue
-            task = self._entries[i].task_id
-            if paid:  # a real success: did the judge call it (the per-task recall floor)
-                self._task_recall[task, 0 if calls.size else 1] += 1
+            if paid and calls.size:  # a real success the judge called (the per-task floor)
+                self._task_recall[self._entries[i].task_id, 0] += 1
+            elif paid:  # the judge holds frames before it calls: it may call in the next steps
+                self._awaiting[i] = self._call_grace(len(valid[i])) - (len(valid[i]) - 1 - end)
             if calls.size:  # the judge called: confirmed by the simulator's own steps
                 self._tally["calls"] += 1
                 self._tally["confirmed"] += int(paid)
@@ -330,6 +341,27 @@ class VerifiedEnv:
             if paid:
                 success[i, end] = True
                 rewards[i, end] = self.imagined.reward_coef
+
+    def _call_grace(self, chunk: int) -> int:
+        """The steps after a real success within which a call of the judge counts as calling
+        it: the frames it holds before it calls, and a chunk of slack for the world model."""
+        return getattr(self.imagined, "success_frames", 1) - 1 + chunk
+
+    def _await_calls(self, calls: np.ndarray) -> None:
+        """The judge's calls [B, C] in the imagined episodes that go on (unpaid, unseen by RL)
+        past a real success the simulator ended first: called within the grace, the success
+        counts as called; the grace over, as uncalled."""
+        for i in np.flatnonzero(self._awaiting >= 0):
+            left, hits = int(self._awaiting[i]), np.flatnonzero(calls[i])
+            task = self._entries[i].task_id
+            if hits.size and hits[0] < left:
+                self._task_recall[task, 0] += 1
+                self._awaiting[i] = -1
+            elif left <= calls.shape[1]:
+                self._task_recall[task, 1] += 1
+                self._awaiting[i] = -1
+            else:
+                self._awaiting[i] = left - calls.shape[1]
 
     def _called_episode(self, i: int, call_step: int, replay_steps: int | None) -> Episode:
         """Env i's episode up to the call at `call_step` of its last chunk: the imagined frames
