@@ -244,6 +244,7 @@ def test_train_policy_with_a_per_task_floor_carries_its_evidence(assets, tmp_pat
     rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
     # no success called or seen in 2 tiny steps: every task of mw3 stays exact
     assert [row["verify/exact_tasks"] for row in rows] == [3.0, 3.0]
+    assert all(row["verify/exact_called"] == row["verify/exact_missed"] == 0 for row in rows)
     for row in rows:  # every episode judged exactly: no replay
         assert row["verify/exact_episodes"] == 4 * row["rollout/epochs"]  # 4 envs an epoch
         assert row["verify/exact_real_steps"] == row["verify/real_steps"]

@@ -298,9 +298,14 @@ class PolicyTrainer:
             timings.update(self.env.pop_metrics())
         if self.task_recall is not None:  # which tasks the next rollouts judge exactly
             counts = torch.as_tensor(self.env.pop_task_recall(), device=acc.device)
-            self.task_recall.add(acc.reduce(counts, "sum").cpu().numpy())
+            counts = acc.reduce(counts, "sum").cpu().numpy()
+            self.task_recall.add(counts)
             self.env.set_exact_tasks(self.task_recall.exact_tasks())
             timings["verify/exact_tasks"] = float(self.task_recall.exact_tasks().sum())
+            # this step's real successes in exact episodes the judge called, and did not
+            timings["verify/exact_called"], timings["verify/exact_missed"] = map(
+                float, counts.sum(0)
+            )
         if hasattr(self.env, "pop_calls"):  # verified imagination's calls, labelled
             t_calls = time.time()
             self._write_calls(self.env.pop_calls())
