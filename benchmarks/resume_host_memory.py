@@ -9,11 +9,10 @@ resumes. Read, each rank holds a private copy in host memory while it moves to t
     python benchmarks/resume_host_memory.py --params-m 64 --ranks 2 --out runs/resume-memory
 
 Each rank is a process that builds the model and its optimizer, loads the checkpoint through
-`wmrl_cli.training.checkpoints.load_checkpoint` and reports its anonymous (private) and
+`safe_torch_load` as `load_checkpoint` does and reports its anonymous (private) and
 file-backed resident memory from /proc/self/status after reading every page of the loaded
-moments, as the copy to the GPU does: on a GPU the read copy is freed once moved, and the figure
-is the peak of that move. (On the CPU the state stays in host memory either way; mapped, its
-pages turn private as the first optimizer step writes them.) Writes
+moments, as the optimizer's copy to its GPU does: the host memory of that copy's peak. (On the
+CPU the state stays in host memory either way: `load_checkpoint` then copies it.) Writes
 OUT/resume_host_memory.json and OUT/resume_host_memory.md.
 """
 
@@ -65,21 +64,20 @@ def write_checkpoint(run_dir: Path, params_m: int) -> Path:
 
 
 def rank(checkpoint: Path, params_m: int, mapped: bool, start, queue) -> None:
-    """One rank's resume: build, wait for every rank, load, report."""
-    import wmrl_cli.rewards.loading as loading
-    from wmrl_cli.training.checkpoints import load_checkpoint
+    """One rank's resume: build, wait for every rank, load the optimizer state as
+    `load_checkpoint` does (mapped; read, before 2026-11-29), read every page of it as the
+    optimizer's copy to its GPU does, report."""
+    from wmrl_cli.rewards.loading import safe_torch_load
 
-    if not mapped:  # the behaviour before 2026-11-29: read into the process's own memory
-        read = loading.safe_torch_load
-        loading.safe_torch_load = lambda path, mmap=False: read(path, mmap=False)
-    model, optimizer = build(params_m)
+    model, optimizer = build(params_m)  # what a rank holds before it resumes
     before = memory()
     start.wait()  # every rank loads at once, as on a node
-    load_checkpoint(checkpoint, [optimizer])
-    for state in optimizer.state.values():  # read every page, as the copy to a GPU does
-        state["exp_avg"].sum(), state["exp_avg_sq"].sum()
+    state = safe_torch_load(checkpoint / "training_state" / "state_0.pt", mmap=mapped)
+    moments = [t for s in state["state"].values() for t in (s["exp_avg"], s["exp_avg_sq"])]
+    for tensor in moments:
+        tensor.sum()
     after = memory()
-    moments = sum(s["exp_avg"].numel() * 2 * 4 for s in optimizer.state.values()) / MIB
+    moments = sum(t.numel() * t.element_size() for t in moments) / MIB
     queue.put(
         {
             "anon_added_mib": after["RssAnon"] - before["RssAnon"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.helpers import ROOT
 
@@ -24,3 +25,21 @@ def test_the_mapped_resume_adds_no_private_copy_of_the_state(tmp_path) -> None:
         assert row["anon_added_mib"] < 0.1 * state
         assert row["file_added_mib"] > 0.9 * state
     assert "| mapped | " in (out / "resume_host_memory.md").read_text()
+
+
+def test_a_resume_on_the_cpu_keeps_no_mapping_of_the_checkpoint(tmp_path, monkeypatch) -> None:
+    # the optimizer keeps CPU tensors as loaded: copied, so that rotation frees the file
+    import gc
+
+    from wmrl_cli.training.checkpoints import load_checkpoint
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from resume_host_memory import build, write_checkpoint
+
+    checkpoint = write_checkpoint(tmp_path, 4)
+    model, optimizer = build(4)
+    load_checkpoint(checkpoint, [optimizer], restore_rng_state=False)
+    gc.collect()
+    state_file = str(checkpoint / "training_state" / "state_0.pt")
+    assert state_file not in Path("/proc/self/maps").read_text()
+    assert all(s["exp_avg"].abs().sum() > 0 for s in optimizer.state.values())  # loaded

@@ -215,6 +215,33 @@ def test_the_per_task_floor_judges_exactly_the_tasks_whose_recall_is_unshown(
         env.close()
 
 
+def test_a_success_still_awaiting_its_call_when_the_rollout_stops_counts_as_missed(
+    entries, expert_episodes
+) -> None:
+    # the rollout stops once the simulator has ended every episode: no chunk comes for the
+    # judge's late call, and a floor errs towards judging exactly
+    first = int(np.argmax(expert_episodes[0].success))
+    imagined = CallingEnv([entries[0]], [None])
+    imagined.success_frames = 8
+    config = small_sim_config(max_steps=200, seed=12345, terminate_on_success=True)
+    sim, exact = MetaWorldSim(config, num_envs=1), MetaWorldSim(config, num_envs=1)
+    env = VerifiedEnv(imagined, sim, exact_sim=exact, exact_first=0, exact_by_task=True)
+    try:
+        env.reset([0])
+        chunks = first // CHUNK + 1  # up to the chunk of the real success
+        actions = np.zeros((1, chunks * CHUNK, 4), np.float32)
+        expert = expert_episodes[0].actions[: chunks * CHUNK]
+        actions[0, : len(expert)] = expert
+        for k in range(chunks):
+            result = env.chunk_step(actions[:, k * CHUNK : (k + 1) * CHUNK])
+        assert result.terminated.any()  # ended by the simulator, its call awaited
+        assert env.pop_task_recall().tolist() == [[0, 1], [0, 0], [0, 0]]
+        env.reset([0])  # nothing left awaiting: the next reset counts nothing
+        assert env.pop_task_recall().sum() == 0
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize(
     ("counts", "exact"),
     [

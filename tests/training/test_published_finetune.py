@@ -4,7 +4,7 @@ Tiny files in the exact published layouts (tests/helpers/published_layouts.py) a
 tiny LIBERO-like episode store (7-dimensional actions, suite libero_spatial) for a few steps, saved
 in wmrl's format and exported with `--export-rlinf`. The exported files must have the source's file
 names, shards and key names, and load again the way `train-policy` loads them (envs/imagined.py:
-load_any_world_model; rewards/loading.py: reward_model_source; rl/setup.py: reward_task_ids) to
+load_any_world_model; rewards/loading.py: reward_model_source; rl/inputs.py: reward_task_ids) to
 the very model that was fine-tuned: the same sampled frames for the same inputs and noise seed,
 the same scores.
 """

@@ -15,6 +15,7 @@ import os
 import pickle
 import re
 import uuid
+import zipfile
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -78,10 +79,12 @@ class RewardCheckpoint:
 def safe_torch_load(path: str | Path, mmap: bool = False) -> Any:
     """torch.load(path, map_location='cpu', weights_only=True), with one-line errors. `mmap`:
     the tensors stay in the file's pages (shared page cache, copied on write) instead of being
-    read into the process's own memory."""
+    read into the process's own memory; a file torch cannot map (not a zip archive) is read."""
     path = Path(path)
     if not path.is_file():
         raise WmrlError(f"no such file: {path}")
+    if mmap and not zipfile.is_zipfile(path):
+        mmap = False  # so that a damaged or legacy file fails as it would when read
     try:
         with torch.serialization.safe_globals(_STAND_INS):
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)

@@ -302,10 +302,10 @@ class PolicyTrainer:
             self.task_recall.add(counts)
             self.env.set_exact_tasks(self.task_recall.exact_tasks())
             timings["verify/exact_tasks"] = float(self.task_recall.exact_tasks().sum())
-            # this step's real successes in exact episodes the judge called, and did not
-            timings["verify/exact_called"], timings["verify/exact_missed"] = map(
-                float, counts.sum(0)
-            )
+            # this step's real successes in exact episodes the judge called, and did not (per
+            # rank, as the other verify/ tallies)
+            per_rank = counts.sum(0) / acc.num_processes
+            timings["verify/exact_called"], timings["verify/exact_missed"] = map(float, per_rank)
         if hasattr(self.env, "pop_calls"):  # verified imagination's calls, labelled
             t_calls = time.time()
             self._write_calls(self.env.pop_calls())

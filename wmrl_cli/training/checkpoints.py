@@ -180,6 +180,17 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return candidates[-1]
 
 
+def _own_host_tensors(stateful: Any) -> None:
+    """An optimizer keeps the tensors it loaded on the CPU as they were loaded, still mapping the
+    checkpoint's file (its `step` counters; its moments in a CPU run): copied into the
+    process's own memory, so that the file's space is freed when rotation removes it."""
+    optimizer = getattr(stateful, "optimizer", stateful)  # a wrapper's (accelerate's, say)
+    for state in getattr(optimizer, "state", {}).values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+                state[key] = value.clone()
+
+
 def load_checkpoint(
     checkpoint: Path, stateful: list[Any], restore_rng_state: bool = True
 ) -> dict[str, Any]:
@@ -201,6 +212,7 @@ def load_checkpoint(
             # (twice the policy's weights in float32), which would otherwise sit in host memory
             # once per rank while it moves to the GPU (benchmarks/resume_host_memory.py)
             obj.load_state_dict(safe_torch_load(path, mmap=True))
+            _own_host_tensors(obj)
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
         raise _unreadable(checkpoint, path, exc) from None
     if restore_rng_state:
