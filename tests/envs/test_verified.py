@@ -32,6 +32,7 @@ class CallingEnv:
     reward_coef = 5.0
     action_dim = 4
     generator = None
+    success_frames = 1  # a call on the frame itself
 
     def __init__(self, entries, call_at: list[int | None]) -> None:
         self.reset_set, self.call_at = entries, call_at

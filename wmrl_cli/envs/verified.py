@@ -354,7 +354,7 @@ class VerifiedEnv:
     def _call_grace(self, chunk: int) -> int:
         """The steps after a real success within which a call of the judge counts as calling
         it: the frames it holds before it calls, and a chunk of slack for the world model."""
-        return getattr(self.imagined, "success_frames", 1) - 1 + chunk
+        return self.imagined.success_frames - 1 + chunk
 
     def _await_calls(self, calls: np.ndarray) -> None:
         """The judge's calls [B, C] in the imagined episodes that go on (unpaid, unseen by RL)

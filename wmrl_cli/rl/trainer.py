@@ -300,8 +300,9 @@ class PolicyTrainer:
             counts = torch.as_tensor(self.env.pop_task_recall(), device=acc.device)
             counts = acc.reduce(counts, "sum").cpu().numpy()
             self.task_recall.add(counts)
-            self.env.set_exact_tasks(self.task_recall.exact_tasks())
-            timings["verify/exact_tasks"] = float(self.task_recall.exact_tasks().sum())
+            exact = self.task_recall.exact_tasks()
+            self.env.set_exact_tasks(exact)
+            timings["verify/exact_tasks"] = float(exact.sum())
             # this step's real successes in exact episodes the judge called, and did not (per
             # rank, as the other verify/ tallies)
             per_rank = counts.sum(0) / acc.num_processes
