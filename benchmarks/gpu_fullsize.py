@@ -118,8 +118,16 @@ def errors(result: dict) -> list[str]:
 # -- 1. imagination -------------------------------------------------------------------------------
 
 
-def world_model(backend: str, size: str, steps: int, device: torch.device, dtype: torch.dtype):
-    """A random-weight world model of the backend's full (or tiny) config, built on `device`."""
+def world_model(
+    backend: str,
+    size: str,
+    steps: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    frames: tuple[int, int] = (4, 8),
+):
+    """A random-weight world model of the backend's full (or tiny) config, built on `device`,
+    for windows of `frames` (context frames, chunk: LIBERO's presets' 4 and 8)."""
     if backend == "wan":
         from wmrl_cli.world_models.wan import WanWorldModel as model_cls
         from wmrl_cli.world_models.wan import WanWorldModelConfig as config_cls
@@ -130,19 +138,22 @@ def world_model(backend: str, size: str, steps: int, device: torch.device, dtype
     config.transformer.action_dim = 7
     config.height = config.width = SIZES[size].image
     config.num_inference_steps = steps
+    config.num_context_frames, config.num_target_frames = frames
     with torch.device(device):
         model = model_cls(config)
     return model.to(dtype).eval()
 
 
 @torch.no_grad()
-def reset_episodes(model, envs: int, image: int, seed: int) -> tuple[torch.Tensor, Any]:
+def reset_episodes(
+    model, envs: int, image: int, seed: int, chunk: int = 8
+) -> tuple[torch.Tensor, Any]:
     """`envs` episodes reset from random frames: (one chunk's actions, the generator)."""
     gen = torch.Generator().manual_seed(seed)
     k = model.num_context_frames
     frames = torch.randint(0, 256, (envs, k, image, image, 3), dtype=torch.uint8, generator=gen)
     model.reset_context(frames[:, 0], frames, torch.zeros(envs, k, 7))
-    return torch.rand(envs, 8, 7, generator=gen) * 2 - 1, gen
+    return torch.rand(envs, chunk, 7, generator=gen) * 2 - 1, gen
 
 
 @torch.no_grad()
@@ -153,9 +164,9 @@ def predict_seconds(model, actions: torch.Tensor, gen: Any) -> float:
     return time.perf_counter() - start
 
 
-def imagine_chunk(model, envs: int, image: int, seed: int = 0) -> float:
-    """Seconds to predict one 8-frame chunk of `envs` episodes (reset first, not timed)."""
-    return predict_seconds(model, *reset_episodes(model, envs, image, seed))
+def imagine_chunk(model, envs: int, image: int, seed: int = 0, chunk: int = 8) -> float:
+    """Seconds to predict one chunk of `envs` episodes (reset first, not timed)."""
+    return predict_seconds(model, *reset_episodes(model, envs, image, seed, chunk))
 
 
 def time_split(model, envs: int, image: int) -> dict[str, float]:

@@ -342,54 +342,72 @@ def policy_section(size: str, counted: Counted) -> list[dict]:
 
 # -- 2. imagination ---------------------------------------------------------------------------
 
-# (envs, world_model.vae_batch) of each measured chunk
-# (the plan's per-env constants were read off (1, all) and (64, 4): the other rows test it)
+# (envs, world_model.vae_batch) of each measured chunk of the presets' windows (4 context
+# frames, chunks of 8); the plan's per-env figures are read off (1, all) and (64, 4): the
+# other rows test it
 IMAGINE_RUNS = {
     "full": ((1, None), (8, None), (64, None), (64, 4), (64, 16)),
     "tiny": ((1, None), (2, 1)),
 }
+# other windows (context frames, chunk), at the decode's row and the denoiser's
+OTHER_FRAMES = {
+    "full": ((4, 4), (8, 4), (4, 16), (8, 8), (12, 8), (16, 8)),
+    "tiny": ((8, 4),),
+}
+OTHER_FRAMES_RUNS = {"full": ((1, None), (64, 4)), "tiny": ((1, None), (2, 1))}
 
 
 def imagination_section(size: str, counted: Counted) -> list[dict]:
-    """Per backend and env count: the weights, and the peak of one reset and predicted chunk
-    beyond them (in bf16 with `--size full` as on a GPU; the tiny size in float32, as a CPU
-    runs it)."""
-    from wmrl_cli.training.memory_plan import imagination_bytes, imagination_cost
-
+    """Per backend, window and env count: the weights, and the peak of one reset and predicted
+    chunk beyond them (in bf16 with `--size full` as on a GPU; the tiny size in float32, as a
+    CPU runs it)."""
     s, rows = fullsize.SIZES[size], []
     dtype = torch.bfloat16 if size == "full" else torch.float32
+    windows = [((4, 8), IMAGINE_RUNS[size])]
+    windows += [(frames, OTHER_FRAMES_RUNS[size]) for frames in OTHER_FRAMES[size]]
     for backend, steps in (("wan", s.wan_steps), ("opensora", s.opensora_steps)):
-        model = fullsize.world_model(backend, size, steps, counted.build_device, dtype)
-        counted.place(model)
-        with counted.context(), real_sampling_schedule():
-            tracker = StorageTracker()
-            for tensor in [*model.parameters(), *model.buffers()]:
-                tracker.add(tensor)
-            weights = _gib(tracker.now)
-            for envs, vae_batch in IMAGINE_RUNS[size]:
-                model.vae_batch = vae_batch
-                start = time.perf_counter()
-                tracker.reset_peak()
-                with tracker:
-                    fullsize.imagine_chunk(model, envs, s.image)
-                working = _gib(tracker.peak) - weights
-                cost = imagination_cost(backend, s.image, s.image)
-                rows.append(
-                    {
-                        "backend": backend,
-                        "steps": steps,
-                        "envs": envs,
-                        "vae_batch": vae_batch,
-                        "weights_gib": weights,
-                        "working_set_gib": working,
-                        "per_env_gib": working / envs,
-                        "plan_gib": _gib(imagination_bytes(cost, envs, vae_batch)),
-                        "seconds": time.perf_counter() - start,
-                    }
-                )
-                print(f"{backend} x{envs} ({vae_batch}): {weights:.2f} + {working:.2f} GiB")
-        del model
+        for frames, window_runs in windows:
+            model = fullsize.world_model(backend, size, steps, counted.build_device, dtype, frames)
+            counted.place(model)
+            for envs, vae_batch in window_runs:
+                row = imagined_chunk_row(model, counted, backend, frames, envs, vae_batch)
+                rows.append({"steps": steps, **row})
+            del model
     return rows
+
+
+def imagined_chunk_row(
+    model, counted: Counted, backend: str, frames: tuple[int, int], envs: int, vae_batch
+) -> dict:
+    """The weights and one chunk's working set beyond them, beside the plan's."""
+    from wmrl_cli.training.memory_plan import imagination_bytes, imagination_cost
+
+    image, (context, chunk) = model.height, frames
+    model.vae_batch = vae_batch
+    start = time.perf_counter()
+    with counted.context(), real_sampling_schedule():
+        tracker = StorageTracker()
+        for tensor in [*model.parameters(), *model.buffers()]:
+            tracker.add(tensor)
+        weights = _gib(tracker.now)
+        tracker.reset_peak()
+        with tracker:
+            fullsize.imagine_chunk(model, envs, image, chunk=chunk)
+    working = _gib(tracker.peak) - weights
+    cost = imagination_cost(backend, image, image, context, chunk)
+    print(f"{backend} {context}+{chunk} x{envs} ({vae_batch}): {weights:.2f} + {working:.2f} GiB")
+    return {
+        "backend": backend,
+        "context_frames": context,
+        "chunk": chunk,
+        "envs": envs,
+        "vae_batch": vae_batch,
+        "weights_gib": weights,
+        "working_set_gib": working,
+        "per_env_gib": working / envs,
+        "plan_gib": _gib(imagination_bytes(cost, envs, vae_batch)),
+        "seconds": time.perf_counter() - start,
+    }
 
 
 # -- output -----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """What one world-model training step holds per GPU at full size, counted on a CPU.
 
     python benchmarks/wm_train_memory.py --out DIR [--size full|tiny] [--batch 4] [--gpu]
+        [--frames 4,8 [K,C ...]]
 
 The denoiser step of `train-wm` (and of co-evolve's refinement of a published world model) as
 `WorldModelTrainer` runs it on one GPU: float32 weights, the forward under bf16 autocast (the
@@ -8,7 +9,8 @@ The denoiser step of `train-wm` (and of co-evolve's refinement of a published wo
 multi-tensor step (CUDA's default), and a batch of `--batch` windows (WMPO's recipe: 4 per GPU)
 whose latents come from the trainer's cache, encoded before training. Two steps (the second
 beside AdamW's moments, as every later one), with and without gradient checkpointing, for the
-Wan2.2-TI2V-5B and OpenSora configs at 256x256 frames, 4 context frames and chunks of 8.
+Wan2.2-TI2V-5B and OpenSora configs at 256x256 frames, 4 context frames and chunks of 8 (the
+seeds' presets; `--frames K,C ...`: windows of K context frames and chunks of C, each).
 Counted on fake tensors by benchmarks/memory_plan_check.py's `StorageTracker` (shapes and
 dtypes, no memory), beside the arithmetic of weights, gradients, moments and the EMA copy.
 
@@ -25,6 +27,7 @@ DIR/wm_train_memory.json and .md. Results: docs/benchmarks.md.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gc
 import sys
@@ -41,23 +44,26 @@ import memory_plan_check as counting  # noqa: E402
 
 from wmrl_cli.training.world_model_memory import TrainingSettings, plan_training  # noqa: E402
 
-CONTEXT, CHUNK, ACTION_DIM = 4, 8, 7  # LIBERO's, as the seeds' presets train
+PRESET_FRAMES, ACTION_DIM = (4, 8), 7  # LIBERO's, as the seeds' presets train
 
 
-def window_batch(model, batch: int, image: int, gen: torch.Generator) -> dict[str, Any]:
-    """A batch of training windows as the trainer hands it over: frames, actions and the
-    window's latents (the cache's, encoded once before training, no gradient)."""
-    shape = (batch, image, image, 3)
+def window_batch(
+    model, batch: int, image: int, gen: torch.Generator, frames: tuple[int, int] = PRESET_FRAMES
+) -> dict[str, Any]:
+    """A batch of training windows of `frames` (context frames, chunk) as the trainer hands it
+    over: frames, actions and the window's latents (the cache's, encoded once before training,
+    no gradient)."""
+    (context, chunk), shape = frames, (batch, image, image, 3)
     frames = {
         "reference_frames": torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen),
         "context_frames": torch.randint(
-            0, 256, (batch, CONTEXT, *shape[1:]), dtype=torch.uint8, generator=gen
+            0, 256, (batch, context, *shape[1:]), dtype=torch.uint8, generator=gen
         ),
         "target_frames": torch.randint(
-            0, 256, (batch, CHUNK, *shape[1:]), dtype=torch.uint8, generator=gen
+            0, 256, (batch, chunk, *shape[1:]), dtype=torch.uint8, generator=gen
         ),
-        "context_actions": torch.rand(batch, CONTEXT, ACTION_DIM, generator=gen) * 2 - 1,
-        "target_actions": torch.rand(batch, CHUNK, ACTION_DIM, generator=gen) * 2 - 1,
+        "context_actions": torch.rand(batch, context, ACTION_DIM, generator=gen) * 2 - 1,
+        "target_actions": torch.rand(batch, chunk, ACTION_DIM, generator=gen) * 2 - 1,
     }
     with torch.no_grad():
         latents = model.encode_window(frames)
@@ -115,14 +121,19 @@ class OnGpu:
 
 
 def train_step_peaks(
-    backend: str, size: str, batch: int, checkpointing: bool, counted: Any
+    backend: str,
+    size: str,
+    batch: int,
+    checkpointing: bool,
+    counted: Any,
+    frames: tuple[int, int] = PRESET_FRAMES,
 ) -> dict[str, Any]:
     """The weights (and the EMA copy) held, and the peaks of two training steps' forward and
     backward and AdamW step, as `WorldModelTrainer.train_denoiser` runs them; beside them, the
     memory plan's figures for the same step. `counted`: a `counting.Counted` (fake or real CPU
     tensors, counted by a StorageTracker) or `OnGpu`."""
     s = fullsize.SIZES[size]
-    model = fullsize.world_model(backend, size, 1, counted.build_device, torch.float32)
+    model = fullsize.world_model(backend, size, 1, counted.build_device, torch.float32, frames)
     counted.place(model)
     # bf16 autocast where a GPU runs it; the tiny size in float32, as a CPU runs it
     model.autocast_dtype = torch.bfloat16 if size == "full" else None
@@ -131,7 +142,7 @@ def train_step_peaks(
     gen = torch.Generator().manual_seed(0)  # on the CPU, as the trainer draws its noise
     start = time.perf_counter()
     with counted.context():
-        inputs = window_batch(model, batch, s.image, gen)
+        inputs = window_batch(model, batch, s.image, gen, frames)
         gpu = isinstance(counted, OnGpu)
         tracker = CudaMeter() if gpu else counting.StorageTracker()
         for tensor in [*model.parameters(), *model.buffers(), inputs["latents"]]:
@@ -160,9 +171,20 @@ def train_step_peaks(
     trained = sum(p.numel() for p in params)
     frozen = sum(p.numel() for p in model.parameters()) - trained
     arithmetic = counting._gib(trained * 4 * 4)  # gradients, two moments, EMA (float32)
-    settings = TrainingSettings(backend, s.image, s.image, batch, checkpointing=checkpointing)
+    settings = TrainingSettings(
+        backend,
+        s.image,
+        s.image,
+        batch,
+        checkpointing=checkpointing,
+        context_frames=frames[0],
+        chunk=frames[1],
+    )
+    plan = plan_training(trained, frozen, settings)
     row = {
         "backend": backend,
+        "context_frames": frames[0],
+        "chunk": frames[1],
         "batch": batch,
         "checkpointing": checkpointing,
         "trained_params": trained,
@@ -172,7 +194,10 @@ def train_step_peaks(
         "step_peak_gib": max(step),
         "peak_gib": max(*update, *step),
         "arithmetic_gib": weights + arithmetic,  # everything but activations and temporaries
-        "plan_gib": plan_training(trained, frozen, settings).peak,
+        "plan_gib": plan.peak,
+        # per window: what the forward and backward hold beyond the gradients (the plan's term)
+        "activations_gib": (max(update) - weights - arithmetic) / batch,
+        "plan_activations_gib": plan.activations / batch,
         "seconds": time.perf_counter() - start,
     }
     if gpu:
@@ -187,20 +212,22 @@ def markdown(rows: list[dict], where: str) -> str:
     lines = [
         f"measured on {where}",
         "",
-        "| world model | batch | checkpointing | weights | + EMA | forward+backward peak "
-        "| AdamW step peak | peak | reserved peak | weights, gradients, moments, EMA | plan "
-        "| note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| world model | window | batch | checkpointing | weights | + EMA "
+        "| forward+backward peak | AdamW step peak | peak | reserved peak "
+        "| weights, gradients, moments, EMA | plan | activations per window (plan) | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     gib = ("weights_gib", "with_ema_gib", "update_peak_gib", "step_peak_gib", "peak_gib")
     for r in rows:
-        cells = [r["backend"], r["batch"], "yes" if r["checkpointing"] else "no"]
+        window = f"{r['context_frames']}+{r['chunk']}"
+        cells = [r["backend"], window, r["batch"], "yes" if r["checkpointing"] else "no"]
         if "error" in r:
-            cells += ["-"] * 8 + [r["error"]]
+            cells += ["-"] * 9 + [r["error"]]
         else:
             cells += [f"{r[key]:.1f}" for key in gib]
             cells.append(f"{r['reserved_peak_gib']:.1f}" if "reserved_peak_gib" in r else "-")
-            cells += [f"{r['arithmetic_gib']:.1f}", f"{r['plan_gib']:.1f}", ""]
+            cells += [f"{r['arithmetic_gib']:.1f}", f"{r['plan_gib']:.1f}"]
+            cells += [f"{r['activations_gib']:.3f} ({r['plan_activations_gib']:.3f})", ""]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n"
 
@@ -212,6 +239,13 @@ def main() -> None:
     )
     parser.add_argument("--real", action="store_true", help="real CPU tensors (tiny size)")
     parser.add_argument("--gpu", action="store_true", help="real tensors on the GPU, measured")
+    parser.add_argument(
+        "--frames",
+        type=window_frames,
+        nargs="+",
+        default=[PRESET_FRAMES],
+        help="windows K,C: K context frames, chunks of C (a multiple of 4); default 4,8",
+    )
     args = parser.parse_args()
     if args.real and args.size == "full":
         sys.exit("wm_train_memory: --real at full size needs over 100 GB of memory")
@@ -222,20 +256,40 @@ def main() -> None:
     rows = []
     # OpenSora first: the smaller model measures even where time runs out on Wan
     for backend in ("opensora", "wan"):
-        for checkpointing in (True, False):
-            try:
-                row = train_step_peaks(backend, args.size, args.batch, checkpointing, counted)
-            except torch.OutOfMemoryError:
-                row = {"backend": backend, "batch": args.batch, "checkpointing": checkpointing}
-                row["error"] = "out of memory"
-            if args.gpu:  # the failed row's tensors (held by its traceback until here) freed
-                gc.collect()
-                torch.cuda.empty_cache()
-            rows.append(row)
-            peak = "out of memory" if "error" in row else f"peak {row['peak_gib']:.2f} GiB"
-            print(f"{backend} checkpointing={checkpointing}: {peak}", flush=True)
-            # after each row, so that a run cut short keeps what it measured
-            counting.write_results(args.out, "wm_train_memory", rows, markdown(rows, where))
+        for frames in args.frames:
+            for checkpointing in (True, False):
+                row = measured_row(backend, frames, checkpointing, args, counted)
+                rows.append(row)
+                peak = "out of memory" if "error" in row else f"peak {row['peak_gib']:.2f} GiB"
+                window = f"{frames[0]}+{frames[1]}"
+                print(f"{backend} {window} checkpointing={checkpointing}: {peak}", flush=True)
+                # after each row, so that a run cut short keeps what it measured
+                counting.write_results(args.out, "wm_train_memory", rows, markdown(rows, where))
+
+
+def measured_row(
+    backend: str, frames: tuple[int, int], checkpointing: bool, args: Any, counted: Any
+) -> dict[str, Any]:
+    try:
+        return train_step_peaks(backend, args.size, args.batch, checkpointing, counted, frames)
+    except torch.OutOfMemoryError:
+        row = {"backend": backend, "batch": args.batch, "checkpointing": checkpointing}
+        return {**row, "context_frames": frames[0], "chunk": frames[1], "error": "out of memory"}
+    finally:
+        if args.gpu:  # a failed row's tensors (held by its traceback until here) freed
+            gc.collect()
+            torch.cuda.empty_cache()
+
+
+def window_frames(text: str) -> tuple[int, int]:
+    """An argparse type: K,C (context frames, chunk; C a multiple of 4, as the Wan VAE needs)."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected K,C (two positive numbers), got {text!r}")
+    context, chunk = map(int, parts)
+    if chunk % 4:
+        raise argparse.ArgumentTypeError(f"the chunk must be a multiple of 4, got {chunk}")
+    return context, chunk
 
 
 if __name__ == "__main__":

@@ -35,8 +35,19 @@ def test_fake_counts_what_real_tensors_allocate_and_checkpointing_keeps_less(scr
 
 
 def test_the_count_and_the_plan_are_set_side_by_side(script, tmp_path) -> None:
-    row = script.train_step_peaks("wan", "tiny", 2, False, script.counting.Counted(False))
+    counted = script.counting.Counted(False)
+    row = script.train_step_peaks("wan", "tiny", 2, False, counted, frames=(8, 4))
     assert row["plan_gib"] > 0 and "reserved_peak_gib" not in row  # a GPU's only
+    assert (row["context_frames"], row["chunk"]) == (8, 4)
     table = script.markdown([row, {**row, "error": "out of memory"}], "fake tensors (counted)")
     assert table.startswith("measured on fake tensors (counted)")
-    assert "out of memory" in table.splitlines()[-1]
+    assert "| wan | 8+4 | 2 |" in table and "out of memory" in table.splitlines()[-1]
+
+
+def test_a_window_is_two_counts_with_a_chunk_the_vae_takes(script) -> None:
+    import argparse
+
+    assert script.window_frames("16,8") == (16, 8)
+    for bad in ("4", "4,6", "0,8", "a,8", "4,8,2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            script.window_frames(bad)

@@ -249,8 +249,9 @@ def test_imagination_working_set_and_the_vae_batch_where_the_plan_needs_it() -> 
     cost = imagination_cost("wan", 256, 256)
     free = rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu", cost)
     working = free.plan.row("rollout working set")
-    assert working == (pytest.approx(64 * 0.665), 0.0, 0.0) and free.vae_batch is None
-    assert imagination_cost("wan", 128, 128).decode == cost.decode // 4
+    assert working == (pytest.approx(64 * cost.decode / GIB), 0.0, 0.0)
+    assert free.vae_batch is None and cost.decode / GIB == pytest.approx(0.665, abs=0.001)
+    assert imagination_cost("wan", 128, 128).decode == pytest.approx(cost.decode / 4, abs=1)
     cfg.training.memory_budget_gb = free.plan.rollout - 30  # fits with 4 envs per decode
     tight = rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu", cost)
     assert tight.vae_batch == 4 and tight.plan.peak <= cfg.training.memory_budget_gb
@@ -265,7 +266,7 @@ def test_imagination_working_set_and_the_vae_batch_where_the_plan_needs_it() -> 
     with pytest.raises(ConfigError, match="world_model.vae_batch=4"):
         rl_memory_plan(cfg, full_config(), wan, 0, 1, "cpu", cost)
     sharded = rl_memory_plan(cfg, full_config(), wan, 0, 8, "cpu", cost)  # 8 envs a rank
-    assert sharded.plan.row("rollout working set")[0] == pytest.approx(8 * 0.665)
+    assert sharded.plan.row("rollout working set")[0] == pytest.approx(8 * cost.decode / GIB)
 
 
 class _World(torch.nn.Module):
@@ -291,7 +292,8 @@ def test_the_trainers_plan_reads_its_env_and_batches_every_imagining_world_model
     inner = SimpleNamespace(world_model=main, confirm_models=[confirm], reward_model=None)
     env = SimpleNamespace(imagined=inner)
     free = env_memory_plan(cfg, full_config(), env, 1, "cpu")
-    assert free.plan.row("rollout working set")[0] == pytest.approx(64 * 0.751)
+    decode = imagination_cost("opensora", 256, 256).decode
+    assert free.plan.row("rollout working set")[0] == pytest.approx(64 * decode / GIB)
     cfg.training.memory_budget_gb = free.plan.rollout - 30
     tight = env_memory_plan(cfg, full_config(), env, 1, "cpu")
     assert tight.vae_batch == 4 and main.vae_batch == confirm.vae_batch == 4
@@ -448,3 +450,66 @@ def test_plan_flag_refuses_what_the_launch_refuses(tmp_path, monkeypatch) -> Non
     monkeypatch.setenv("LOCAL_RANK", "0")
     launched = runner.invoke(app, plan)
     assert launched.exit_code == 2 and "--plan runs in one process" in launched.output
+
+
+# benchmarks/memory_plan_check.py at full size on fake tensors, bf16, 256 x 256 (GiB; the table
+# of docs/benchmarks.md): (backend, context frames, chunk) -> the working set of 1 env decoded
+# at once, and of 64 envs decoded 4 at a time
+COUNTED_WINDOWS = {
+    ("wan", 4, 8): (0.665, 3.126),
+    ("wan", 4, 4): (0.663, 2.844),
+    ("wan", 4, 16): (0.668, 4.665),
+    ("wan", 16, 8): (0.672, 5.558),
+    ("opensora", 4, 8): (0.751, 7.659),
+    ("opensora", 4, 4): (0.375, 5.104),
+    ("opensora", 4, 16): (1.501, 12.77),
+    ("opensora", 16, 8): (1.259, 15.302),
+}
+
+
+@pytest.mark.parametrize(("backend", "context", "chunk"), list(COUNTED_WINDOWS))
+def test_the_imagination_plan_follows_the_windows_frames(backend, context, chunk) -> None:
+    """The decode and the denoiser grow with the window's frames in the VAE's own way (Wan's
+    causal decode hardly; OpenSora's per-frame decode with the chunk, its encode with the
+    context); the plan gives the counts within 3%, never below them by more than 1%."""
+    from wmrl_cli.training.memory_plan import imagination_bytes
+
+    cost = imagination_cost(backend, 256, 256, context, chunk)
+    for counted, (envs, vae_batch) in zip(
+        COUNTED_WINDOWS[(backend, context, chunk)], ((1, None), (64, 4)), strict=True
+    ):
+        planned = imagination_bytes(cost, envs, vae_batch) / GIB
+        assert 0.99 * counted <= planned <= 1.03 * counted, (envs, planned, counted)
+
+
+def test_the_plan_reads_the_context_frames_of_the_model_that_imagines(tmp_path) -> None:
+    """A loaded world model imagines after its own context frames (a wmrl model's config, in
+    the trainer's env and before anything loads), a published one after the run's; the chunk is
+    the policy's (`simulator.chunk_size`)."""
+    from types import SimpleNamespace
+
+    from tests.helpers.published_layouts import write_wan_libero
+    from wmrl_cli.training.memory_budget import env_memory_plan
+    from wmrl_cli.training.param_counts import world_model_context_frames
+    from wmrl_cli.world_models.factory import build_world_model
+
+    cfg = resolve_config("wan-spatial-grpo", overrides=["training.lora_rank=32"])
+    world = _World()
+    world.num_context_frames = 16  # OpenSora's encode of 16 context frames outgrows the decode
+    inner = SimpleNamespace(world_model=world, confirm_models=[], reward_model=None)
+    env = SimpleNamespace(imagined=inner)
+    working = env_memory_plan(cfg, full_config(), env, 1, "cpu").plan.row("rollout working set")
+    assert working[0] == pytest.approx(64 * imagination_cost("opensora", 256, 256, 16).decode / GIB)
+    cfg.simulator.chunk_size = 16
+    working = env_memory_plan(cfg, full_config(), env, 1, "cpu").plan.row("rollout working set")
+    assert working[0] == pytest.approx(
+        64 * imagination_cost("opensora", 256, 256, 16, 16).decode / GIB
+    )
+
+    small = resolve_config(
+        overrides=["world_model.backend=opensora", "world_model.context_frames=8"]
+    )
+    build_world_model(small, action_dim=4).save_pretrained(tmp_path / "wm" / "world_model")
+    assert world_model_context_frames(tmp_path / "wm", 4) == 8
+    published = write_wan_libero(tmp_path / "wan", frame_size=32)
+    assert world_model_context_frames(published, 12) == 12

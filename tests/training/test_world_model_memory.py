@@ -20,26 +20,50 @@ from wmrl_cli.training.world_model_memory import (
     plan_training,
 )
 
-# benchmarks/wm_train_memory.py at full size, 4 windows of 256 x 256, one rank (GiB; the table
-# of docs/benchmarks.md): (backend, checkpointing) -> forward-and-backward peak, AdamW step peak
+# benchmarks/wm_train_memory.py at full size, 4 windows of 256 x 256, one rank (GiB; the tables
+# of docs/benchmarks.md): (backend, checkpointing, context frames, chunk) -> forward-and-backward
+# peak, AdamW step peak
 COUNTED = {
-    ("wan", True): (96.3, 115.0),
-    ("wan", False): (97.5, 115.0),
-    ("opensora", True): (19.0, 20.6),
-    ("opensora", False): (63.3, 20.6),
+    ("wan", True, 4, 8): (96.3, 115.0),
+    ("wan", False, 4, 8): (97.5, 115.0),
+    ("wan", False, 4, 16): (102.8, 115.0),
+    ("wan", False, 16, 8): (105.4, 115.0),
+    ("opensora", True, 4, 8): (19.0, 20.6),
+    ("opensora", False, 4, 8): (63.3, 20.6),
+    ("opensora", False, 4, 4): (47.4, 20.6),
+    ("opensora", True, 16, 8): (22.4, 20.6),
+    ("opensora", False, 4, 16): (95.1, 20.6),
+    ("opensora", False, 16, 8): (111.0, 20.6),
 }
 
 
-@pytest.mark.parametrize(("backend", "checkpointing"), list(COUNTED))
-def test_one_rank_gives_the_counted_peaks(backend, checkpointing) -> None:
-    plan = plan_training(
-        *world_model_param_split(None, backend),
-        TrainingSettings(backend, 256, 256, 4, checkpointing=checkpointing),
+@pytest.mark.parametrize(("backend", "checkpointing", "context", "chunk"), list(COUNTED))
+def test_one_rank_gives_the_counted_peaks(backend, checkpointing, context, chunk) -> None:
+    """Whatever the window's frames: the activations grow with its latent frames (OpenSora's
+    without checkpointing by 1 GiB a frame and window)."""
+    settings = TrainingSettings(
+        backend, 256, 256, 4, checkpointing=checkpointing, context_frames=context, chunk=chunk
     )
-    update, step = COUNTED[(backend, checkpointing)]
+    plan = plan_training(*world_model_param_split(None, backend), settings)
+    update, step = COUNTED[(backend, checkpointing, context, chunk)]
     assert plan.frozen + plan.state + plan.activations == pytest.approx(update, abs=0.06)
     assert plan.frozen + plan.state + plan.step_temporary == pytest.approx(step, abs=0.06)
     assert plan.peak == pytest.approx(max(update, step), abs=0.06)
+
+
+def test_train_wm_plans_the_runs_window() -> None:
+    """`world_model.context_frames` and `simulator.chunk_size` reach the plan: OpenSora's 16
+    context frames need 111 GiB without checkpointing where the presets' 4 need 63."""
+    sizes = ("world_model.size=full", "world_model.batch_size=4")
+    cfg = resolve_config(overrides=["world_model.backend=opensora", *sizes])
+    cfg.world_model.gradient_checkpointing = False
+    cfg.training.memory_budget_gb = 1000.0
+    presets = check_world_model_training(cfg, None, (256, 256), 1, action_dim=7, device="cpu")
+    cfg.world_model.context_frames = 16
+    longer = check_world_model_training(cfg, None, (256, 256), 1, action_dim=7, device="cpu")
+    assert presets.peak == pytest.approx(63.3, abs=0.1)
+    assert longer.peak == pytest.approx(111.0, abs=0.1)
+    assert (longer.settings.context_frames, longer.settings.chunk) == (16, 8)
 
 
 def test_sharding_divides_the_state_and_replicas_add_ddp_buckets() -> None:

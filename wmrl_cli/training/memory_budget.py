@@ -272,7 +272,8 @@ def env_memory_plan(cfg, policy_config, env, world_size: int, device: str) -> Ch
     cost = None
     pixels = getattr(imagining, "height", None), getattr(imagining, "width", None)
     if backend in IMAGINATION_256 and None not in pixels:
-        cost = imagination_cost(backend, *pixels)
+        context = getattr(imagining, "num_context_frames", cfg.world_model.context_frames)
+        cost = imagination_cost(backend, *pixels, context, cfg.simulator.chunk_size)
     checked = rl_memory_plan(
         cfg,
         policy_config,
@@ -316,6 +317,7 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
         policy_config_of,
         published_reward_bytes,
         weight_file_bytes,
+        world_model_context_frames,
         world_model_geometry,
         world_model_params,
     )
@@ -345,9 +347,11 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
     if inputs.world_model:
         reset_set = on_disk(inputs.reset_set)
         frames = reset_frame_size(reset_set) if reset_set else None
+        context = cfg.world_model.context_frames
         if on_disk(inputs.world_model) is None:
             geometry = (backend, *(frames or (256, 256)))
         else:
             geometry = world_model_geometry(inputs.world_model, frames)
-        cost = imagination_cost(*geometry)
+            context = world_model_context_frames(inputs.world_model, context)
+        cost = imagination_cost(*geometry, context, cfg.simulator.chunk_size)
     return rl_memory_plan(cfg, policy, params, reward, world_size, device, cost)

@@ -74,35 +74,67 @@ class PlanSettings:
 
 @dataclass(frozen=True)
 class ImaginationCost:
-    """Bytes one imagined env adds while the world model predicts a chunk: its VAE decode (8
-    frames at full resolution through the decoder's widest layers) and its share of the
-    denoiser's working set."""
+    """Bytes one imagined env adds while the world model predicts a chunk: its VAE's work (the
+    frames at full resolution through the decoder's widest layers), its share of the
+    denoiser's working set, and its decoded frames held while later envs decode."""
 
     decode: int
     denoise: int
+    held: int = 0
 
 
-# Counted by benchmarks/memory_plan_check.py on fake tensors (docs/benchmarks.md) for the
-# published configs at 256x256 in bf16, RLinf's settings; other resolutions scale by pixels
-# (a convolutional decoder's activations do; only 256x256 was counted). Peak: the larger of the
-# two (they hardly overlap: 1.5-3% more is counted at 64 envs decoded 16 at a time).
-IMAGINATION_256 = {
-    "wan": ImaginationCost(decode=int(0.665 * GIB), denoise=int(0.0496 * GIB)),
-    "opensora": ImaginationCost(decode=int(0.751 * GIB), denoise=int(0.1204 * GIB)),
-}
+def window_latent_frames(backend: str, context_frames: int, chunk: int) -> tuple[int, int]:
+    """(conditioning, predicted) latent frames of a window of `context_frames` and a `chunk`:
+    Wan's causal VAE makes one latent of the reference frame and one of every 4 frames after
+    it; OpenSora's 2D VAE one of every frame, with no reference frame."""
+    if backend == "wan":
+        return 1 + context_frames // 4, chunk // 4
+    return context_frames, chunk
 
 
-def imagination_cost(backend: str, height: int, width: int) -> ImaginationCost:
-    scale = height * width / 256**2
-    cost = IMAGINATION_256[backend]
-    return ImaginationCost(int(cost.decode * scale), int(cost.denoise * scale))
+def _wan_256(context_frames: int, chunk: int) -> tuple[float, float, int]:
+    # the causal VAE decodes latent frame by latent frame with a cache: of the decode only the
+    # decoded frames grow with the window (bf16 and uint8, 3 bytes a pixel's channel), and it
+    # decodes the whole window
+    decoded = 1 + context_frames + chunk
+    conditioning, predicted = window_latent_frames("wan", context_frames, chunk)
+    return 0.658 + 0.00055 * decoded, 0.0130 * conditioning + 0.0120 * predicted, decoded
+
+
+def _opensora_256(context_frames: int, chunk: int) -> tuple[float, float, int]:
+    # the 2D VAE takes all frames at once: the chunk's decode or, where larger, the context's
+    # encode; the denoiser's tokens are the window's frames; it decodes the chunk
+    decode = max(0.0939 * chunk, 0.0787 * context_frames)
+    return decode, 0.01003 * (context_frames + chunk), chunk
+
+
+# GiB per env at 256x256 in bf16 (RLinf's settings), by the window's frames: the VAE's work,
+# the denoiser's share and the frames it decodes. Counted by benchmarks/memory_plan_check.py on
+# fake tensors for the published configs, 4 to 16 context frames and chunks of 4 to 16
+# (docs/benchmarks.md). Other resolutions scale by pixels (a convolutional decoder's
+# activations do; only 256x256 was counted). The decode and the denoiser hardly overlap: the
+# peak is the larger of the two, the decode's with the frames of the envs decoded before it.
+IMAGINATION_256 = {"wan": _wan_256, "opensora": _opensora_256}
+
+
+def imagination_cost(
+    backend: str, height: int, width: int, context_frames: int = 4, chunk: int = 8
+) -> ImaginationCost:
+    """What one env adds while `backend` imagines `chunk` frames after `context_frames` at
+    height x width (the seeds' presets: 4 and 8)."""
+    decode, denoise, decoded_frames = IMAGINATION_256[backend](context_frames, chunk)
+    scale = height * width / 256**2 * GIB
+    # uint8 frames, each decoded batch's and their concatenation
+    held = 2 * decoded_frames * height * width * 3
+    return ImaginationCost(int(decode * scale), int(denoise * scale), held)
 
 
 def imagination_bytes(cost: ImaginationCost | None, envs: int, vae_batch: int | None) -> int:
     """The world model's working set for `envs` envs, `vae_batch` of them per VAE call."""
     if cost is None or envs <= 0:
         return 0
-    return max(cost.decode * min(envs, vae_batch or envs), cost.denoise * envs)
+    at_once = min(envs, vae_batch or envs)
+    return max(cost.decode * at_once + cost.held * (envs - at_once), cost.denoise * envs)
 
 
 @dataclass(frozen=True)

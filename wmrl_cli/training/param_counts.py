@@ -209,6 +209,19 @@ def world_model_geometry(path: Path, frames: tuple[int, int] | None = None) -> t
     return ("opensora" if layout == RLINF_OPENSORA else "wan"), height, width
 
 
+def world_model_context_frames(path: Path, configured: int) -> int:
+    """The context frames a world model imagines after: a wmrl model's own (its config.json),
+    a published one's as the run configures them (`world_model.context_frames`)."""
+    from wmrl_cli.world_models.factory import saved_world_model
+    from wmrl_cli.world_models.published import published_layout
+
+    if published_layout(path) is not None:
+        return configured
+    directory, _ = saved_world_model(path)
+    config = json.loads((directory / "config.json").read_text())
+    return int(config.get("num_context_frames", configured))
+
+
 def _numel(tensors: dict[str, torch.Tensor]) -> int:
     return sum(t.numel() for t in tensors.values())
 

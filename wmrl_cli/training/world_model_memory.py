@@ -16,8 +16,10 @@ adds its gradient buckets (S). Three peaks:
 
 The activations per window are counted at full size on fake tensors by
 benchmarks/wm_train_memory.py (the forward-and-backward peak over the weights, gradients,
-moments and EMA, at one rank; docs/benchmarks.md) and scale with the frame's pixels: what the
-forward and backward hold beyond the gradients, whose filling overlaps the activations' freeing.
+moments and EMA, at one rank; docs/benchmarks.md): what the forward and backward hold beyond the
+gradients, whose filling overlaps the activations' freeing. They grow with the window's latent
+frames (a line, counted for 4 to 16 context frames and chunks of 4 to 16) and with the frame's
+pixels (scaled, only 256 x 256 was counted).
 Sharded, the gradients are 1/N and no longer hide the activations: their bound, the one-rank
 figure plus the gradients the one rank held beyond 1/N (S - S/N), is planned.
 """
@@ -28,24 +30,42 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from wmrl_cli.errors import ConfigError
+from wmrl_cli.training.memory_plan import window_latent_frames
 
 GIB = 2**30
-# Bytes per training window at 256 x 256 frames (4 context frames, chunks of 8, bf16 autocast),
-# by (backend, gradient checkpointing): benchmarks/wm_train_memory.py at full size, 4 windows,
-# 2026-11-28 (forward-and-backward peak minus weights, gradients, moments and EMA, over 4).
+
+
+@dataclass(frozen=True)
+class WindowActivations:
+    """GiB one training window holds at 256 x 256 frames beyond the gradients, affine in the
+    window's latent frames: the offset is what the gradients' filling hides of the activations'
+    freeing (never below zero)."""
+
+    per_latent_frame: float
+    offset: float
+
+    def at(self, latent_frames: int) -> float:
+        return max(0.0, self.per_latent_frame * latent_frames + self.offset)
+
+
+# By (backend, gradient checkpointing), bf16 autocast: benchmarks/wm_train_memory.py at full size,
+# 4 windows, --frames 4,4 4,8 8,4 8,8 4,16 12,8 16,8, 2026-11-29 (forward-and-backward peak
+# minus weights, gradients, moments and EMA, over 4; a least-squares line over the latent
+# frames, within 2% of every count above 0.01 GiB). The seeds' presets: 4 context frames and
+# chunks of 8 (Wan 4 latent frames, OpenSora 12).
 ACTIVATIONS_256 = {
-    ("wan", True): int(0.025 * GIB),
-    ("wan", False): int(0.325 * GIB),
-    ("opensora", True): int(0.45 * GIB),
-    ("opensora", False): int(11.525 * GIB),
+    ("wan", True): WindowActivations(0.0256, -0.0956),
+    ("wan", False): WindowActivations(0.6605, -2.328),
+    ("opensora", True): WindowActivations(0.0718, -0.422),
+    ("opensora", False): WindowActivations(0.9946, -0.423),
 }
 SHARD_COUNTS = (2, 4, 8, 16, 32, 64)
 
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """What a world model's training step holds depends on: the backend, frames, windows per
-    step (all ranks), ranks, sharding and gradient checkpointing."""
+    """What a world model's training step holds depends on: the backend, frame size, windows
+    per step (all ranks), ranks, sharding, gradient checkpointing and the window's frames."""
 
     backend: str
     height: int
@@ -54,6 +74,8 @@ class TrainingSettings:
     ranks: int = 1
     sharded: bool = False  # world_model.sharding fsdp over the ranks
     checkpointing: bool = False
+    context_frames: int = 4
+    chunk: int = 8  # frames predicted per window (simulator.chunk_size)
 
 
 @dataclass(frozen=True)
@@ -94,7 +116,9 @@ def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings)
     state = 5 * weights / shards + (weights if s.ranks > 1 and not s.sharded else 0)
     windows = -(-s.batch // s.ranks)  # this rank's share
     pixels = s.height * s.width / (256 * 256)
-    activations = ACTIVATIONS_256[(s.backend, s.checkpointing)] * windows * pixels
+    latent_frames = sum(window_latent_frames(s.backend, s.context_frames, s.chunk))
+    per_window = ACTIVATIONS_256[(s.backend, s.checkpointing)].at(latent_frames) * GIB
+    activations = per_window * windows * pixels
     if shards > 1:  # the activations' bound: what the gradients held at one rank may have hidden
         activations += weights - weights / shards
     # sharded validation: the rank's gradients freed, the whole denoiser gathered
@@ -218,5 +242,7 @@ def check_world_model_training(
         ranks=ranks,
         sharded=wm.sharding == "fsdp",
         checkpointing=wm.gradient_checkpointing,
+        context_frames=wm.context_frames,
+        chunk=cfg.simulator.chunk_size,
     )
     return check_training_memory(denoiser, frozen, settings, budget, where)
