@@ -172,7 +172,7 @@ def train_wm_command(
 
 def check_ranks(cfg: RunConfig, world: int, trains_autoencoder: bool) -> None:
     """Each rank trains on an equal share of every batch: the batch sizes must split."""
-    from wmrl_cli.training.world_model_trainer import check_batch_split
+    from wmrl_cli.training.world_model_batches import check_batch_split
 
     if world > 1 and cfg.output_dir is None:
         raise ConfigError("--num-processes needs --out so that every rank writes one run")

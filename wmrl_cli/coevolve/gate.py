@@ -35,7 +35,7 @@ def check_world_model(
     imagination of them, out/videos/open_loop_truth_vs_model.mp4)."""
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.evaluation import checks
-    from wmrl_cli.training.world_model_trainer import split_episodes
+    from wmrl_cli.training.world_model_batches import split_episodes
 
     store = EpisodeStore.open(data)
     _, val_ids = split_episodes(store, cfg)

@@ -81,8 +81,8 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
     from wmrl_cli.sims.backends import resolve_simulator, simulator_class
     from wmrl_cli.training.launch import check_local_gpus
     from wmrl_cli.training.memory_budget import check_rl_memory
+    from wmrl_cli.training.world_model_batches import check_batch_split
     from wmrl_cli.training.world_model_memory import check_world_model_training
-    from wmrl_cli.training.world_model_trainer import check_batch_split
 
     cfg.simulator = resolve_simulator(cfg.simulator)
     ce = cfg.coevolve
