@@ -125,9 +125,11 @@ def world_model(
     device: torch.device,
     dtype: torch.dtype,
     frames: tuple[int, int] = (4, 8),
+    image: int | None = None,
 ):
     """A random-weight world model of the backend's full (or tiny) config, built on `device`,
-    for windows of `frames` (context frames, chunk: LIBERO's presets' 4 and 8)."""
+    for windows of `frames` (context frames, chunk: LIBERO's presets' 4 and 8) of `image` x
+    `image` frames (default: the size's)."""
     if backend == "wan":
         from wmrl_cli.world_models.wan import WanWorldModel as model_cls
         from wmrl_cli.world_models.wan import WanWorldModelConfig as config_cls
@@ -136,7 +138,7 @@ def world_model(
         from wmrl_cli.world_models.opensora import OpenSoraWorldModelConfig as config_cls
     config = config_cls.full() if size == "full" else config_cls.tiny()
     config.transformer.action_dim = 7
-    config.height = config.width = SIZES[size].image
+    config.height = config.width = image or SIZES[size].image
     config.num_inference_steps = steps
     config.num_context_frames, config.num_target_frames = frames
     with torch.device(device):

@@ -349,25 +349,28 @@ IMAGINE_RUNS = {
     "full": ((1, None), (8, None), (64, None), (64, 4), (64, 16)),
     "tiny": ((1, None), (2, 1)),
 }
-# other windows (context frames, chunk), at the decode's row and the denoiser's
+# other windows (context frames, chunk) and frame sizes, at the decode's row and the denoiser's
 OTHER_FRAMES = {
     "full": ((4, 4), (8, 4), (4, 16), (8, 8), (12, 8), (16, 8)),
     "tiny": ((8, 4),),
 }
-OTHER_FRAMES_RUNS = {"full": ((1, None), (64, 4)), "tiny": ((1, None), (2, 1))}
+OTHER_IMAGES = {"full": (128, 512), "tiny": (16,)}
+OTHER_RUNS = {"full": ((1, None), (64, 4)), "tiny": ((1, None), (2, 1))}
 
 
 def imagination_section(size: str, counted: Counted) -> list[dict]:
-    """Per backend, window and env count: the weights, and the peak of one reset and predicted
-    chunk beyond them (in bf16 with `--size full` as on a GPU; the tiny size in float32, as a
-    CPU runs it)."""
+    """Per backend, window, frame size and env count: the weights, and the peak of one reset
+    and predicted chunk beyond them (in bf16 with `--size full` as on a GPU; the tiny size in
+    float32, as a CPU runs it)."""
     s, rows = fullsize.SIZES[size], []
     dtype = torch.bfloat16 if size == "full" else torch.float32
-    windows = [((4, 8), IMAGINE_RUNS[size])]
-    windows += [(frames, OTHER_FRAMES_RUNS[size]) for frames in OTHER_FRAMES[size]]
+    variants = [((4, 8), s.image, IMAGINE_RUNS[size])]
+    variants += [(frames, s.image, OTHER_RUNS[size]) for frames in OTHER_FRAMES[size]]
+    variants += [((4, 8), image, OTHER_RUNS[size]) for image in OTHER_IMAGES[size]]
     for backend, steps in (("wan", s.wan_steps), ("opensora", s.opensora_steps)):
-        for frames, window_runs in windows:
-            model = fullsize.world_model(backend, size, steps, counted.build_device, dtype, frames)
+        for frames, image, window_runs in variants:
+            build = counted.build_device
+            model = fullsize.world_model(backend, size, steps, build, dtype, frames, image)
             counted.place(model)
             for envs, vae_batch in window_runs:
                 row = imagined_chunk_row(model, counted, backend, frames, envs, vae_batch)
@@ -395,9 +398,13 @@ def imagined_chunk_row(
             fullsize.imagine_chunk(model, envs, image, chunk=chunk)
     working = _gib(tracker.peak) - weights
     cost = imagination_cost(backend, image, image, context, chunk)
-    print(f"{backend} {context}+{chunk} x{envs} ({vae_batch}): {weights:.2f} + {working:.2f} GiB")
+    print(
+        f"{backend} {context}+{chunk} at {image}: x{envs} ({vae_batch}): {weights:.2f} + "
+        f"{working:.2f} GiB"
+    )
     return {
         "backend": backend,
+        "image": image,
         "context_frames": context,
         "chunk": chunk,
         "envs": envs,
@@ -432,13 +439,15 @@ def markdown(result: dict) -> str:
         )
     lines += [
         "",
-        "| world model | steps | envs | VAE batch | weights GiB | working set GiB (plan) "
-        "| per env GiB |",
-        "|---|---|---|---|---|---|---|",
+        "| world model | steps | window | frames | envs | VAE batch | weights GiB "
+        "| working set GiB (plan) | per env GiB |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["imagination"]:
+        window, image = f"{r['context_frames']}+{r['chunk']}", f"{r['image']}x{r['image']}"
         lines.append(
-            f"| {r['backend']} | {r['steps']} | {r['envs']} | {r['vae_batch'] or 'all'} | "
+            f"| {r['backend']} | {r['steps']} | {window} | {image} | {r['envs']} | "
+            f"{r['vae_batch'] or 'all'} | "
             f"{r['weights_gib']:.2f} | "
             f"{r['working_set_gib']:.2f} ({r['plan_gib']:.2f}) | {r['per_env_gib']:.3f} |"
         )

@@ -1,7 +1,7 @@
 """What one world-model training step holds per GPU at full size, counted on a CPU.
 
     python benchmarks/wm_train_memory.py --out DIR [--size full|tiny] [--batch 4] [--gpu]
-        [--frames 4,8 [K,C ...]]
+        [--frames 4,8 [K,C ...]] [--image 256]
 
 The denoiser step of `train-wm` (and of co-evolve's refinement of a published world model) as
 `WorldModelTrainer` runs it on one GPU: float32 weights, the forward under bf16 autocast (the
@@ -127,13 +127,16 @@ def train_step_peaks(
     checkpointing: bool,
     counted: Any,
     frames: tuple[int, int] = PRESET_FRAMES,
+    image: int | None = None,
 ) -> dict[str, Any]:
     """The weights (and the EMA copy) held, and the peaks of two training steps' forward and
     backward and AdamW step, as `WorldModelTrainer.train_denoiser` runs them; beside them, the
     memory plan's figures for the same step. `counted`: a `counting.Counted` (fake or real CPU
     tensors, counted by a StorageTracker) or `OnGpu`."""
-    s = fullsize.SIZES[size]
-    model = fullsize.world_model(backend, size, 1, counted.build_device, torch.float32, frames)
+    image = image or fullsize.SIZES[size].image
+    model = fullsize.world_model(
+        backend, size, 1, counted.build_device, torch.float32, frames, image
+    )
     counted.place(model)
     # bf16 autocast where a GPU runs it; the tiny size in float32, as a CPU runs it
     model.autocast_dtype = torch.bfloat16 if size == "full" else None
@@ -142,7 +145,7 @@ def train_step_peaks(
     gen = torch.Generator().manual_seed(0)  # on the CPU, as the trainer draws its noise
     start = time.perf_counter()
     with counted.context():
-        inputs = window_batch(model, batch, s.image, gen, frames)
+        inputs = window_batch(model, batch, image, gen, frames)
         gpu = isinstance(counted, OnGpu)
         tracker = CudaMeter() if gpu else counting.StorageTracker()
         for tensor in [*model.parameters(), *model.buffers(), inputs["latents"]]:
@@ -173,8 +176,8 @@ def train_step_peaks(
     arithmetic = counting._gib(trained * 4 * 4)  # gradients, two moments, EMA (float32)
     settings = TrainingSettings(
         backend,
-        s.image,
-        s.image,
+        image,
+        image,
         batch,
         checkpointing=checkpointing,
         context_frames=frames[0],
@@ -185,6 +188,7 @@ def train_step_peaks(
         "backend": backend,
         "context_frames": frames[0],
         "chunk": frames[1],
+        "image": image,
         "batch": batch,
         "checkpointing": checkpointing,
         "trained_params": trained,
@@ -212,15 +216,15 @@ def markdown(rows: list[dict], where: str) -> str:
     lines = [
         f"measured on {where}",
         "",
-        "| world model | window | batch | checkpointing | weights | + EMA "
+        "| world model | window | frames | batch | checkpointing | weights | + EMA "
         "| forward+backward peak | AdamW step peak | peak | reserved peak "
         "| weights, gradients, moments, EMA | plan | activations per window (plan) | note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     gib = ("weights_gib", "with_ema_gib", "update_peak_gib", "step_peak_gib", "peak_gib")
     for r in rows:
-        window = f"{r['context_frames']}+{r['chunk']}"
-        cells = [r["backend"], window, r["batch"], "yes" if r["checkpointing"] else "no"]
+        window, image = f"{r['context_frames']}+{r['chunk']}", f"{r['image']}x{r['image']}"
+        cells = [r["backend"], window, image, r["batch"], "yes" if r["checkpointing"] else "no"]
         if "error" in r:
             cells += ["-"] * 9 + [r["error"]]
         else:
@@ -245,6 +249,9 @@ def main() -> None:
         nargs="+",
         default=[PRESET_FRAMES],
         help="windows K,C: K context frames, chunks of C (a multiple of 4); default 4,8",
+    )
+    parser.add_argument(
+        "--image", type=counting.positive, default=None, help="frame size (default: 256, tiny 32)"
     )
     args = parser.parse_args()
     if args.real and args.size == "full":
@@ -271,10 +278,17 @@ def measured_row(
     backend: str, frames: tuple[int, int], checkpointing: bool, args: Any, counted: Any
 ) -> dict[str, Any]:
     try:
-        return train_step_peaks(backend, args.size, args.batch, checkpointing, counted, frames)
+        return train_step_peaks(
+            backend, args.size, args.batch, checkpointing, counted, frames, args.image
+        )
     except torch.OutOfMemoryError:
         row = {"backend": backend, "batch": args.batch, "checkpointing": checkpointing}
-        return {**row, "context_frames": frames[0], "chunk": frames[1], "error": "out of memory"}
+        row.update(
+            context_frames=frames[0],
+            chunk=frames[1],
+            image=args.image or fullsize.SIZES[args.size].image,
+        )
+        return {**row, "error": "out of memory"}
     finally:
         if args.gpu:  # a failed row's tensors (held by its traceback until here) freed
             gc.collect()

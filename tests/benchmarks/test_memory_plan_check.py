@@ -42,12 +42,13 @@ def test_fake_tensors_count_the_bytes_real_ones_allocate(check, monkeypatch) -> 
     assert _bytes(fake) == _bytes(real)
     assert real["kept_for_backward_gib"] > 0 and real["moments_gib"] > 0
     monkeypatch.setitem(check.IMAGINE_RUNS, "tiny", ((2, None), (2, 1)))
-    monkeypatch.setitem(check.OTHER_FRAMES_RUNS, "tiny", ((2, None), (2, 1)))
+    monkeypatch.setitem(check.OTHER_RUNS, "tiny", ((2, None), (2, 1)))
     real_wm = check.imagination_section("tiny", check.Counted(real=True))
     fake_wm = check.imagination_section("tiny", check.Counted(real=False))
     assert [_bytes(r) for r in fake_wm] == [_bytes(r) for r in real_wm]
     assert all(r["working_set_gib"] > 0 for r in real_wm)
-    assert [(r["context_frames"], r["chunk"]) for r in real_wm[:4]] == [(4, 8)] * 2 + [(8, 4)] * 2
+    windows = [(r["context_frames"], r["chunk"], r["image"]) for r in real_wm[:6]]
+    assert windows == [(4, 8, 32)] * 2 + [(8, 4, 32)] * 2 + [(4, 8, 16)] * 2
     for whole, batched in zip(real_wm[::2], real_wm[1::2]):  # one env per VAE call holds less
         assert batched["working_set_gib"] < whole["working_set_gib"]
 

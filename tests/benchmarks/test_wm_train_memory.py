@@ -41,7 +41,7 @@ def test_the_count_and_the_plan_are_set_side_by_side(script, tmp_path) -> None:
     assert (row["context_frames"], row["chunk"]) == (8, 4)
     table = script.markdown([row, {**row, "error": "out of memory"}], "fake tensors (counted)")
     assert table.startswith("measured on fake tensors (counted)")
-    assert "| wan | 8+4 | 2 |" in table and "out of memory" in table.splitlines()[-1]
+    assert "| wan | 8+4 | 32x32 | 2 |" in table and "out of memory" in table.splitlines()[-1]
 
 
 def test_a_window_is_two_counts_with_a_chunk_the_vae_takes(script) -> None:

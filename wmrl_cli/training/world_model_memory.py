@@ -18,8 +18,8 @@ The activations per window are counted at full size on fake tensors by
 benchmarks/wm_train_memory.py (the forward-and-backward peak over the weights, gradients,
 moments and EMA, at one rank; docs/benchmarks.md): what the forward and backward hold beyond the
 gradients, whose filling overlaps the activations' freeing. They grow with the window's latent
-frames (a line, counted for 4 to 16 context frames and chunks of 4 to 16) and with the frame's
-pixels (scaled, only 256 x 256 was counted).
+frames and the frame's pixels, less what the gradients hide, which is the same at every frame
+size (counted for 4 to 16 context frames, chunks of 4 to 16, and 128 to 512 pixels square).
 Sharded, the gradients are 1/N and no longer hide the activations: their bound, the one-rank
 figure plus the gradients the one rank held beyond 1/N (S - S/N), is planned.
 """
@@ -37,22 +37,25 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class WindowActivations:
-    """GiB one training window holds at 256 x 256 frames beyond the gradients, affine in the
-    window's latent frames: the offset is what the gradients' filling hides of the activations'
-    freeing (never below zero)."""
+    """GiB one training window holds beyond the gradients: activations that grow with the
+    window's latent frames and with the frame's pixels (`per_latent_frame` at 256 x 256), less
+    what the gradients' filling hides of their freeing (`offset`, the same at every frame size:
+    it is the gradients'); never below zero."""
 
     per_latent_frame: float
     offset: float
 
-    def at(self, latent_frames: int) -> float:
-        return max(0.0, self.per_latent_frame * latent_frames + self.offset)
+    def at(self, latent_frames: int, pixel_scale: float = 1.0) -> float:
+        """`pixel_scale`: the frame's pixels over 256 x 256's."""
+        return max(0.0, self.per_latent_frame * latent_frames * pixel_scale + self.offset)
 
 
 # By (backend, gradient checkpointing), bf16 autocast: benchmarks/wm_train_memory.py at full size,
 # 4 windows, --frames 4,4 4,8 8,4 8,8 4,16 12,8 16,8, 2026-11-29 (forward-and-backward peak
 # minus weights, gradients, moments and EMA, over 4; a least-squares line over the latent
-# frames, within 2% of every count above 0.01 GiB). The seeds' presets: 4 context frames and
-# chunks of 8 (Wan 4 latent frames, OpenSora 12).
+# frames, within 2% of every count above 0.01 GiB); --image 128 and 512 check the pixels'
+# scaling (docs/benchmarks.md). The seeds' presets: 4 context frames and chunks of 8 (Wan 4
+# latent frames, OpenSora 12) at 256 x 256.
 ACTIVATIONS_256 = {
     ("wan", True): WindowActivations(0.0256, -0.0956),
     ("wan", False): WindowActivations(0.6605, -2.328),
@@ -117,8 +120,8 @@ def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings)
     windows = -(-s.batch // s.ranks)  # this rank's share
     pixels = s.height * s.width / (256 * 256)
     latent_frames = sum(window_latent_frames(s.backend, s.context_frames, s.chunk))
-    per_window = ACTIVATIONS_256[(s.backend, s.checkpointing)].at(latent_frames) * GIB
-    activations = per_window * windows * pixels
+    per_window = ACTIVATIONS_256[(s.backend, s.checkpointing)].at(latent_frames, pixels) * GIB
+    activations = per_window * windows
     if shards > 1:  # the activations' bound: what the gradients held at one rank may have hidden
         activations += weights - weights / shards
     # sharded validation: the rank's gradients freed, the whole denoiser gathered
