@@ -6,6 +6,10 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+# a subprocess (a rank, a CLI run) that crashes in native code prints its Python stack, which
+# the test's failure message then shows: one train-wm run over 2 gloo ranks was seen to end in
+# SIGSEGV (exit 139) under a loaded suite on 2026-11-29, and did not again in 8 reruns
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 # pytest-xdist's workers start with COLUMNS=80 and LINES=24, which rich's consoles would fix as
 # their size when wmrl_cli.logging is imported; the output tests set $COLUMNS themselves.
 for _name in ("COLUMNS", "LINES"):
