@@ -42,6 +42,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))  # the builders and the
 import gpu_fullsize as fullsize  # noqa: E402
 import memory_plan_check as counting  # noqa: E402
 
+from wmrl_cli.errors import WmrlError  # noqa: E402
 from wmrl_cli.training.world_model_memory import TrainingSettings, plan_training  # noqa: E402
 
 PRESET_FRAMES, ACTION_DIM = (4, 8), 7  # LIBERO's, as the seeds' presets train
@@ -281,14 +282,12 @@ def measured_row(
         return train_step_peaks(
             backend, args.size, args.batch, checkpointing, counted, frames, args.image
         )
-    except torch.OutOfMemoryError:
+    except (torch.OutOfMemoryError, WmrlError) as exc:  # a row of its own; the others go on
         row = {"backend": backend, "batch": args.batch, "checkpointing": checkpointing}
-        row.update(
-            context_frames=frames[0],
-            chunk=frames[1],
-            image=args.image or fullsize.SIZES[args.size].image,
-        )
-        return {**row, "error": "out of memory"}
+        image = args.image or fullsize.SIZES[args.size].image
+        row.update(context_frames=frames[0], chunk=frames[1], image=image)
+        error = "out of memory" if isinstance(exc, torch.OutOfMemoryError) else str(exc)
+        return {**row, "error": error}
     finally:
         if args.gpu:  # a failed row's tensors (held by its traceback until here) freed
             gc.collect()
@@ -296,13 +295,14 @@ def measured_row(
 
 
 def window_frames(text: str) -> tuple[int, int]:
-    """An argparse type: K,C (context frames, chunk; C a multiple of 4, as the Wan VAE needs)."""
+    """An argparse type: K,C (context frames, chunk; both multiples of 4, as the Wan VAE needs:
+    both backends are counted)."""
     parts = text.split(",")
     if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise argparse.ArgumentTypeError(f"expected K,C (two positive numbers), got {text!r}")
     context, chunk = map(int, parts)
-    if chunk % 4:
-        raise argparse.ArgumentTypeError(f"the chunk must be a multiple of 4, got {chunk}")
+    if context % 4 or chunk % 4:
+        raise argparse.ArgumentTypeError(f"K and C must be multiples of 4, got {text!r}")
     return context, chunk
 
 

@@ -48,6 +48,16 @@ def test_a_window_is_two_counts_with_a_chunk_the_vae_takes(script) -> None:
     import argparse
 
     assert script.window_frames("16,8") == (16, 8)
-    for bad in ("4", "4,6", "0,8", "a,8", "4,8,2"):
+    for bad in ("4", "4,6", "6,8", "0,8", "a,8", "4,8,2"):
         with pytest.raises(argparse.ArgumentTypeError):
             script.window_frames(bad)
+
+
+def test_a_frame_size_the_model_refuses_is_a_row_of_its_own(script) -> None:
+    """The run goes on to its other rows (as after an out-of-memory)."""
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(size="tiny", batch=2, image=20, gpu=False)
+    row = script.measured_row("wan", (4, 8), True, args, script.counting.Counted(False))
+    assert row["image"] == 20 and "multiples of 8" in row["error"]
+    assert script.markdown([row], "x").splitlines()[-1].endswith("multiples of 8x8 |")

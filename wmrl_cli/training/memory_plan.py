@@ -112,7 +112,7 @@ def _opensora_256(context_frames: int, chunk: int) -> tuple[float, float, int]:
 # the denoiser's share and the frames it decodes. Counted by benchmarks/memory_plan_check.py on
 # fake tensors for the published configs, 4 to 16 context frames and chunks of 4 to 16
 # (docs/benchmarks.md). Other frame sizes scale by pixels (counted at 128x128 and 512x512:
-# within 2.5%). The decode and the denoiser hardly overlap: the peak is the larger of the two,
+# within 2.6%). The decode and the denoiser hardly overlap: the peak is the larger of the two,
 # the decode's with the frames of the envs decoded before it.
 IMAGINATION_256 = {"wan": _wan_256, "opensora": _opensora_256}
 

@@ -17,9 +17,10 @@ adds its gradient buckets (S). Three peaks:
 The activations per window are counted at full size on fake tensors by
 benchmarks/wm_train_memory.py (the forward-and-backward peak over the weights, gradients,
 moments and EMA, at one rank; docs/benchmarks.md): what the forward and backward hold beyond the
-gradients, whose filling overlaps the activations' freeing. They grow with the window's latent
-frames and the frame's pixels, less what the gradients hide, which is the same at every frame
-size (counted for 4 to 16 context frames, chunks of 4 to 16, and 128 to 512 pixels square).
+gradients, whose filling overlaps the activations' freeing. They grow with the windows, their
+latent frames and the frame's pixels, less what the gradients hide, which is the same whatever
+the windows and the frame size (counted for 4 to 16 context frames, chunks of 4 to 16, 128 to
+512 pixels square and 4 to 16 windows).
 Sharded, the gradients are 1/N and no longer hide the activations: their bound, the one-rank
 figure plus the gradients the one rank held beyond 1/N (S - S/N), is planned.
 """
@@ -36,31 +37,33 @@ GIB = 2**30
 
 
 @dataclass(frozen=True)
-class WindowActivations:
-    """GiB one training window holds beyond the gradients: activations that grow with the
-    window's latent frames and with the frame's pixels (`per_latent_frame` at 256 x 256), less
-    what the gradients' filling hides of their freeing (`offset`, the same at every frame size:
-    it is the gradients'); never below zero."""
+class StepActivations:
+    """GiB a training step holds beyond the gradients: activations that grow with the rank's
+    windows, their latent frames and the frame's pixels (`per_latent_frame`: one window's, at
+    256 x 256), less what the gradients' filling hides of their freeing (`hidden`: the
+    gradients', so one step's, whatever the windows and the frame size); never below zero."""
 
     per_latent_frame: float
-    offset: float
+    hidden: float
 
-    def at(self, latent_frames: int, pixel_scale: float = 1.0) -> float:
+    def at(self, windows: int, latent_frames: int, pixel_scale: float = 1.0) -> float:
         """`pixel_scale`: the frame's pixels over 256 x 256's."""
-        return max(0.0, self.per_latent_frame * latent_frames * pixel_scale + self.offset)
+        grown = self.per_latent_frame * latent_frames * pixel_scale * windows
+        return max(0.0, grown - self.hidden)
 
 
 # By (backend, gradient checkpointing), bf16 autocast: benchmarks/wm_train_memory.py at full size,
 # 4 windows, --frames 4,4 4,8 8,4 8,8 4,16 12,8 16,8, 2026-11-29 (forward-and-backward peak
-# minus weights, gradients, moments and EMA, over 4; a least-squares line over the latent
-# frames, within 2% of every count above 0.01 GiB); --image 128 and 512 check the pixels'
-# scaling (docs/benchmarks.md). The seeds' presets: 4 context frames and chunks of 8 (Wan 4
-# latent frames, OpenSora 12) at 256 x 256.
+# minus weights, gradients, moments and EMA: a least-squares line over the latent frames, within
+# 2% of every count above 0.01 GiB; its offset over the 4 windows is `hidden`); --image 128 and
+# 512 and --batch 8 and 16 check the pixels' and the windows' scaling (docs/benchmarks.md). The
+# seeds' presets: 4 context frames and chunks of 8 (Wan 4 latent frames, OpenSora 12) at
+# 256 x 256.
 ACTIVATIONS_256 = {
-    ("wan", True): WindowActivations(0.0256, -0.0956),
-    ("wan", False): WindowActivations(0.6605, -2.328),
-    ("opensora", True): WindowActivations(0.0718, -0.422),
-    ("opensora", False): WindowActivations(0.9946, -0.423),
+    ("wan", True): StepActivations(0.0256, 0.382),
+    ("wan", False): StepActivations(0.6605, 9.312),
+    ("opensora", True): StepActivations(0.0718, 1.688),
+    ("opensora", False): StepActivations(0.9946, 1.692),
 }
 SHARD_COUNTS = (2, 4, 8, 16, 32, 64)
 
@@ -120,8 +123,8 @@ def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings)
     windows = -(-s.batch // s.ranks)  # this rank's share
     pixels = s.height * s.width / (256 * 256)
     latent_frames = sum(window_latent_frames(s.backend, s.context_frames, s.chunk))
-    per_window = ACTIVATIONS_256[(s.backend, s.checkpointing)].at(latent_frames, pixels) * GIB
-    activations = per_window * windows
+    activations = ACTIVATIONS_256[(s.backend, s.checkpointing)].at(windows, latent_frames, pixels)
+    activations *= GIB
     if shards > 1:  # the activations' bound: what the gradients held at one rank may have hidden
         activations += weights - weights / shards
     # sharded validation: the rank's gradients freed, the whole denoiser gathered
