@@ -1,7 +1,7 @@
 """What one world-model training step holds per GPU at full size, counted on a CPU.
 
     python benchmarks/wm_train_memory.py --out DIR [--size full|tiny] [--batch 4] [--gpu]
-        [--frames 4,8 [K,C ...]] [--image 256]
+        [--frames 4,8 [K,C ...]] [--image 256] [--ranks 1 [N ...]]
 
 The denoiser step of `train-wm` (and of co-evolve's refinement of a published world model) as
 `WorldModelTrainer` runs it on one GPU: float32 weights, the forward under bf16 autocast (the
@@ -33,6 +33,7 @@ import gc
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -43,6 +44,7 @@ import gpu_fullsize as fullsize  # noqa: E402
 import memory_plan_check as counting  # noqa: E402
 
 from wmrl_cli.errors import WmrlError  # noqa: E402
+from wmrl_cli.training.denoiser_sharding import shard_denoiser  # noqa: E402
 from wmrl_cli.training.world_model_memory import TrainingSettings, plan_training  # noqa: E402
 
 PRESET_FRAMES, ACTION_DIM = (4, 8), 7  # LIBERO's, as the seeds' presets train
@@ -129,11 +131,28 @@ def train_step_peaks(
     counted: Any,
     frames: tuple[int, int] = PRESET_FRAMES,
     image: int | None = None,
+    ranks: int = 1,
 ) -> dict[str, Any]:
     """The weights (and the EMA copy) held, and the peaks of two training steps' forward and
     backward and AdamW step, as `WorldModelTrainer.train_denoiser` runs them; beside them, the
     memory plan's figures for the same step. `counted`: a `counting.Counted` (fake or real CPU
-    tensors, counted by a StorageTracker) or `OnGpu`."""
+    tensors, counted by a StorageTracker) or `OnGpu`. `ranks` > 1: rank 0 of that many, the
+    denoiser sharded as `world_model.sharding=fsdp` shards it (a fake process group, whose
+    collectives move nothing), `batch` windows on each rank."""
+    with counting.fake_ranks(ranks):
+        return _train_step_peaks(backend, size, batch, checkpointing, counted, frames, image, ranks)
+
+
+def _train_step_peaks(
+    backend: str,
+    size: str,
+    batch: int,
+    checkpointing: bool,
+    counted: Any,
+    frames: tuple[int, int],
+    image: int | None,
+    ranks: int,
+) -> dict[str, Any]:
     image = image or fullsize.SIZES[size].image
     model = fullsize.world_model(
         backend, size, 1, counted.build_device, torch.float32, frames, image
@@ -143,6 +162,9 @@ def train_step_peaks(
     model.autocast_dtype = torch.bfloat16 if size == "full" else None
     model.transformer.gradient_checkpointing = checkpointing
     model.vae.requires_grad_(False)
+    if ranks > 1:  # outside the fake mode, as the trainer does before its optimizer and EMA
+        rank = SimpleNamespace(device=torch.device("cpu"), num_processes=ranks)
+        shard_denoiser(model.transformer, rank)
     gen = torch.Generator().manual_seed(0)  # on the CPU, as the trainer draws its noise
     start = time.perf_counter()
     with counted.context():
@@ -174,12 +196,15 @@ def train_step_peaks(
                 step.append(counting._gib(tracker.peak))
     trained = sum(p.numel() for p in params)
     frozen = sum(p.numel() for p in model.parameters()) - trained
-    arithmetic = counting._gib(trained * 4 * 4)  # gradients, two moments, EMA (float32)
+    # this rank's gradients, two moments and EMA (float32; a DTensor counts its whole shape)
+    arithmetic = counting._gib(trained * 4 * 4 / ranks)
     settings = TrainingSettings(
         backend,
         image,
         image,
-        batch,
+        batch * ranks,
+        ranks=ranks,
+        sharded=ranks > 1,
         checkpointing=checkpointing,
         context_frames=frames[0],
         chunk=frames[1],
@@ -191,6 +216,7 @@ def train_step_peaks(
         "chunk": frames[1],
         "image": image,
         "batch": batch,
+        "ranks": ranks,
         "checkpointing": checkpointing,
         "trained_params": trained,
         "weights_gib": weights,
@@ -217,15 +243,16 @@ def markdown(rows: list[dict], where: str) -> str:
     lines = [
         f"measured on {where}",
         "",
-        "| world model | window | frames | batch | checkpointing | weights | + EMA "
+        "| world model | window | frames | batch | ranks | checkpointing | weights | + EMA "
         "| forward+backward peak | AdamW step peak | peak | reserved peak "
         "| weights, gradients, moments, EMA | plan | activations per window (plan) | note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     gib = ("weights_gib", "with_ema_gib", "update_peak_gib", "step_peak_gib", "peak_gib")
     for r in rows:
         window, image = f"{r['context_frames']}+{r['chunk']}", f"{r['image']}x{r['image']}"
-        cells = [r["backend"], window, image, r["batch"], "yes" if r["checkpointing"] else "no"]
+        cells = [r["backend"], window, image, r["batch"], r.get("ranks", 1)]
+        cells.append("yes" if r["checkpointing"] else "no")
         if "error" in r:
             cells += ["-"] * 9 + [r["error"]]
         else:
@@ -254,7 +281,16 @@ def main() -> None:
     parser.add_argument(
         "--image", type=counting.positive, default=None, help="frame size (default: 256, tiny 32)"
     )
+    parser.add_argument(
+        "--ranks",
+        type=counting.positive,
+        nargs="+",
+        default=[1],
+        help="rank 0 of N, the denoiser sharded (world_model.sharding=fsdp), --batch windows each",
+    )
     args = parser.parse_args()
+    if args.gpu and args.ranks != [1]:
+        sys.exit("wm_train_memory: --gpu counts one GPU; --ranks needs the fake process group")
     if args.real and args.size == "full":
         sys.exit("wm_train_memory: --real at full size needs over 100 GB of memory")
     if args.gpu and not torch.cuda.is_available():
@@ -265,25 +301,33 @@ def main() -> None:
     # OpenSora first: the smaller model measures even where time runs out on Wan
     for backend in ("opensora", "wan"):
         for frames in args.frames:
-            for checkpointing in (True, False):
-                row = measured_row(backend, frames, checkpointing, args, counted)
-                rows.append(row)
-                peak = "out of memory" if "error" in row else f"peak {row['peak_gib']:.2f} GiB"
-                window = f"{frames[0]}+{frames[1]}"
-                print(f"{backend} {window} checkpointing={checkpointing}: {peak}", flush=True)
-                # after each row, so that a run cut short keeps what it measured
-                counting.write_results(args.out, "wm_train_memory", rows, markdown(rows, where))
+            for ranks in args.ranks:
+                for checkpointing in (True, False):
+                    row = measured_row(backend, frames, checkpointing, args, counted, ranks)
+                    rows.append(row)
+                    peak = "out of memory" if "error" in row else f"peak {row['peak_gib']:.2f} GiB"
+                    window = f"{frames[0]}+{frames[1]}, {ranks} rank(s)"
+                    print(f"{backend} {window} checkpointing={checkpointing}: {peak}", flush=True)
+                    # after each row, so that a run cut short keeps what it measured
+                    table = markdown(rows, where)
+                    counting.write_results(args.out, "wm_train_memory", rows, table)
 
 
 def measured_row(
-    backend: str, frames: tuple[int, int], checkpointing: bool, args: Any, counted: Any
+    backend: str,
+    frames: tuple[int, int],
+    checkpointing: bool,
+    args: Any,
+    counted: Any,
+    ranks: int = 1,
 ) -> dict[str, Any]:
     try:
         return train_step_peaks(
-            backend, args.size, args.batch, checkpointing, counted, frames, args.image
+            backend, args.size, args.batch, checkpointing, counted, frames, args.image, ranks
         )
     except (torch.OutOfMemoryError, WmrlError) as exc:  # a row of its own; the others go on
         row = {"backend": backend, "batch": args.batch, "checkpointing": checkpointing}
+        row["ranks"] = ranks
         image = args.image or fullsize.SIZES[args.size].image
         row.update(context_frames=frames[0], chunk=frames[1], image=image)
         error = "out of memory" if isinstance(exc, torch.OutOfMemoryError) else str(exc)

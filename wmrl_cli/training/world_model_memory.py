@@ -21,8 +21,10 @@ gradients, whose filling overlaps the activations' freeing. They grow with the w
 latent frames and the frame's pixels, less what the gradients hide, which is the same whatever
 the windows and the frame size (counted for 4 to 16 context frames, chunks of 4 to 16, 128 to
 512 pixels square and 4 to 16 windows).
-Sharded, the gradients are 1/N and no longer hide the activations: their bound, the one-rank
-figure plus the gradients the one rank held beyond 1/N (S - S/N), is planned.
+Sharded, the gradients are 1/N and no longer hide the activations: the backward's peak holds
+them whole, the state but the gradients still to fill (4S/N), and FSDP's working set (the
+gathered blocks and autocast's bf16 copies of their weights, about S/2), counted on rank 0 of
+fake process groups of 2 to 16 ranks.
 """
 
 from __future__ import annotations
@@ -46,10 +48,12 @@ class StepActivations:
     per_latent_frame: float
     hidden: float
 
+    def grown(self, windows: int, latent_frames: int, pixel_scale: float = 1.0) -> float:
+        """The activations themselves; `pixel_scale`: the frame's pixels over 256 x 256's."""
+        return self.per_latent_frame * latent_frames * pixel_scale * windows
+
     def at(self, windows: int, latent_frames: int, pixel_scale: float = 1.0) -> float:
-        """`pixel_scale`: the frame's pixels over 256 x 256's."""
-        grown = self.per_latent_frame * latent_frames * pixel_scale * windows
-        return max(0.0, grown - self.hidden)
+        return max(0.0, self.grown(windows, latent_frames, pixel_scale) - self.hidden)
 
 
 # By (backend, gradient checkpointing), bf16 autocast: benchmarks/wm_train_memory.py at full size,
@@ -65,6 +69,12 @@ ACTIVATIONS_256 = {
     ("opensora", True): StepActivations(0.0718, 1.688),
     ("opensora", False): StepActivations(0.9946, 1.692),
 }
+# Sharded (FSDP2 over N ranks), the backward's peak holds the activations whole (the rank's
+# gradients are 1/N: nothing hides them), 4/N of the state, and what FSDP works in: the blocks
+# gathered and autocast's bf16 copies of their weights, a fraction of the float32 denoiser
+# weights, the same from 2 to 16 ranks: wm_train_memory.py --ranks 2 4 8 16 on rank 0 of fake
+# process groups, 2026-11-29 (docs/benchmarks.md).
+SHARDED_WORKING = {"wan": 0.590, "opensora": 0.550}
 SHARD_COUNTS = (2, 4, 8, 16, 32, 64)
 
 
@@ -123,10 +133,12 @@ def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings)
     windows = -(-s.batch // s.ranks)  # this rank's share
     pixels = s.height * s.width / (256 * 256)
     latent_frames = sum(window_latent_frames(s.backend, s.context_frames, s.chunk))
-    activations = ACTIVATIONS_256[(s.backend, s.checkpointing)].at(windows, latent_frames, pixels)
-    activations *= GIB
-    if shards > 1:  # the activations' bound: what the gradients held at one rank may have hidden
-        activations += weights - weights / shards
+    law = ACTIVATIONS_256[(s.backend, s.checkpointing)]
+    if shards > 1:  # the state's 1/N of gradients still to fill counts as FSDP's working set
+        working = SHARDED_WORKING[s.backend] * weights - weights / shards
+        activations = law.grown(windows, latent_frames, pixels) * GIB + working
+    else:
+        activations = law.at(windows, latent_frames, pixels) * GIB
     # sharded validation: the rank's gradients freed, the whole denoiser gathered
     validation = weights - weights / shards if shards > 1 else 0.0
     return TrainingPlan(
