@@ -61,3 +61,18 @@ def test_a_frame_size_the_model_refuses_is_a_row_of_its_own(script) -> None:
     row = script.measured_row("wan", (4, 8), True, args, script.counting.Counted(False))
     assert row["image"] == 20 and "multiples of 8" in row["error"]
     assert script.markdown([row], "x").splitlines()[-1].endswith("multiples of 8x8 |")
+
+
+def test_rank_zero_of_sharded_ranks_holds_its_share(script) -> None:
+    """--ranks: the denoiser sharded over a fake process group (collectives move nothing):
+    rank 0 holds about half the trained weights of one rank, and the group is gone after."""
+    import torch.distributed as dist
+
+    counted = script.counting.Counted(False)
+    one = script.train_step_peaks("opensora", "tiny", 2, True, counted)
+    two = script.train_step_peaks("opensora", "tiny", 2, True, counted, ranks=2)
+    assert (one["ranks"], two["ranks"]) == (1, 2)
+    assert one["trained_params"] == two["trained_params"]  # the whole denoiser's count
+    shard = (one["with_ema_gib"] - one["weights_gib"]) / 2  # the EMA copy: one rank's weights
+    assert two["with_ema_gib"] - two["weights_gib"] == pytest.approx(shard, rel=0.1)
+    assert not dist.is_initialized()
