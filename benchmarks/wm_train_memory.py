@@ -194,6 +194,7 @@ def _train_step_peaks(
                     for name, p in model.transformer.named_parameters():
                         ema[name].lerp_(p.detach(), 0.01)
                 step.append(counting._gib(tracker.peak))
+            validation = sharded_validation_peak(model, tracker, image) if ranks > 1 else None
     trained = sum(p.numel() for p in params)
     frozen = sum(p.numel() for p in model.parameters()) - trained
     # this rank's gradients, two moments and EMA (float32; a DTensor counts its whole shape)
@@ -226,6 +227,8 @@ def _train_step_peaks(
         "peak_gib": max(*update, *step),
         "arithmetic_gib": weights + arithmetic,  # everything but activations and temporaries
         "plan_gib": plan.peak,
+        "validation_peak_gib": validation,  # sharded only
+        "plan_validation_gib": plan.frozen + plan.state + plan.validation,
         # per window: what the forward and backward hold beyond the gradients (the plan's term)
         "activations_gib": (max(update) - weights - arithmetic) / batch,
         "plan_activations_gib": plan.activations / batch,
@@ -237,6 +240,21 @@ def _train_step_peaks(
     if gpu:
         torch.cuda.empty_cache()
     return row
+
+
+def sharded_validation_peak(model, tracker: Any, image: int) -> float:
+    """The peak of the trainer's sharded validation after the steps (the gradients freed, the
+    EMA weights swapped in place): the whole denoiser gathered on the rank (`gathered_units`)
+    and one chunk of an open-loop rollout's batch of episodes, under no_grad."""
+    from wmrl_cli.training.sharding import gathered_units
+    from wmrl_cli.training.world_model_memory import VALIDATION_BATCH
+
+    model.eval()
+    tracker.reset_peak()
+    sampling = counting.real_sampling_schedule()
+    with tracker, torch.no_grad(), sampling, gathered_units(model.transformer):
+        fullsize.imagine_chunk(model, VALIDATION_BATCH, image)
+    return counting._gib(tracker.peak)
 
 
 def markdown(rows: list[dict], where: str) -> str:
@@ -259,7 +277,10 @@ def markdown(rows: list[dict], where: str) -> str:
             cells += [f"{r[key]:.1f}" for key in gib]
             cells.append(f"{r['reserved_peak_gib']:.1f}" if "reserved_peak_gib" in r else "-")
             cells += [f"{r['arithmetic_gib']:.1f}", f"{r['plan_gib']:.1f}"]
-            cells += [f"{r['activations_gib']:.3f} ({r['plan_activations_gib']:.3f})", ""]
+            note = ""
+            if r.get("validation_peak_gib") is not None:  # sharded
+                note = f"validation {r['validation_peak_gib']:.1f} ({r['plan_validation_gib']:.1f})"
+            cells += [f"{r['activations_gib']:.3f} ({r['plan_activations_gib']:.3f})", note]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n"
 

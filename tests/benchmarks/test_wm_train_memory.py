@@ -75,4 +75,9 @@ def test_rank_zero_of_sharded_ranks_holds_its_share(script) -> None:
     assert one["trained_params"] == two["trained_params"]  # the whole denoiser's count
     shard = (one["with_ema_gib"] - one["weights_gib"]) / 2  # the EMA copy: one rank's weights
     assert two["with_ema_gib"] - two["weights_gib"] == pytest.approx(shard, rel=0.1)
+    # sharded validation gathers the whole denoiser beside the shard: above the steps' weights
+    assert two["validation_peak_gib"] > two["with_ema_gib"] and one["validation_peak_gib"] is None
+    assert "| 2 | yes |" in script.markdown([two], "x") and "validation" in script.markdown(
+        [two], "x"
+    )
     assert not dist.is_initialized()

@@ -10,7 +10,8 @@ adds its gradient buckets (S). Three peaks:
     forward and backward: frozen + 5S/N (+ S, DDP) + activations of the rank's windows
     AdamW's step:         frozen + 6S/N (+ S, DDP): its multi-tensor step's temporary is one
                           moment's size
-    validation, sharded:  frozen + 4S/N + S: the whole EMA denoiser gathered on every rank (the
+    validation, sharded:  frozen + 4S/N + 1.5S + episodes: the whole EMA denoiser gathered on
+                          every rank beside its shards, with autocast's bf16 copy (the
                           gradients freed; replicated, the weights are whole already and
                           validation holds less than the step)
 
@@ -75,6 +76,12 @@ ACTIVATIONS_256 = {
 # weights, the same from 2 to 16 ranks: wm_train_memory.py --ranks 2 4 8 16 on rank 0 of fake
 # process groups, 2026-11-29 (docs/benchmarks.md).
 SHARDED_WORKING = {"wan": 0.590, "opensora": 0.550}
+# Sharded validation (an open-loop rollout of up to 8 episodes at once, under no_grad) gathers
+# the whole denoiser beside the rank's shards, autocast keeps a bf16 copy of every gathered
+# weight for the call (half the float32 weights), and each episode adds GiB at 256 x 256: rank 0
+# of 2 and 8 fake ranks, one predicted chunk of 1 and 8 episodes, 2026-11-29 (docs/benchmarks.md).
+VALIDATION_PER_EPISODE = {"wan": 0.05, "opensora": 0.55}
+VALIDATION_BATCH = 8  # evaluation/world_model_eval.py open_loop_eval's batch_size
 SHARD_COUNTS = (2, 4, 8, 16, 32, 64)
 
 
@@ -92,6 +99,7 @@ class TrainingSettings:
     checkpointing: bool = False
     context_frames: int = 4
     chunk: int = 8  # frames predicted per window (simulator.chunk_size)
+    val_episodes: int = VALIDATION_BATCH  # world_model.val_episodes
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,7 @@ class TrainingPlan:
         how = f"{s.ranks} rank(s)" + (", sharded" if s.sharded and s.ranks > 1 else "")
         gathered = ""
         if self.validation:
-            gathered = f", validation's gathered denoiser {self.validation:.1f}"
+            gathered = f", validation's gathered denoiser and its bf16 copy {self.validation:.1f}"
         return (
             f"world-model training memory plan: {self.peak:.1f} GiB per GPU on {how} (frozen "
             f"{self.frozen:.1f}, weights + gradients + moments + EMA {self.state:.1f}, "
@@ -139,8 +147,13 @@ def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings)
         activations = law.grown(windows, latent_frames, pixels) * GIB + working
     else:
         activations = law.at(windows, latent_frames, pixels) * GIB
-    # sharded validation: the rank's gradients freed, the whole denoiser gathered
-    validation = weights - weights / shards if shards > 1 else 0.0
+    # sharded validation: the rank's gradients freed, the whole denoiser gathered with its bf16
+    # copies, and the episodes' working set
+    validation = 0.0
+    if shards > 1:
+        episodes = min(s.val_episodes, VALIDATION_BATCH)
+        working = VALIDATION_PER_EPISODE[s.backend] * episodes * pixels * GIB
+        validation = 1.5 * weights - weights / shards + working
     return TrainingPlan(
         settings=s,
         frozen=4 * frozen_params / GIB,
@@ -262,5 +275,6 @@ def check_world_model_training(
         checkpointing=wm.gradient_checkpointing,
         context_frames=wm.context_frames,
         chunk=cfg.simulator.chunk_size,
+        val_episodes=wm.val_episodes,
     )
     return check_training_memory(denoiser, frozen, settings, budget, where)
