@@ -347,12 +347,16 @@ def measured_row(
             backend, args.size, args.batch, checkpointing, counted, frames, args.image, ranks
         )
     except (torch.OutOfMemoryError, WmrlError) as exc:  # a row of its own; the others go on
-        row = {"backend": backend, "batch": args.batch, "checkpointing": checkpointing}
-        row["ranks"] = ranks
-        image = args.image or fullsize.SIZES[args.size].image
-        row.update(context_frames=frames[0], chunk=frames[1], image=image)
-        error = "out of memory" if isinstance(exc, torch.OutOfMemoryError) else str(exc)
-        return {**row, "error": error}
+        return {
+            "backend": backend,
+            "context_frames": frames[0],
+            "chunk": frames[1],
+            "image": args.image or fullsize.SIZES[args.size].image,
+            "batch": args.batch,
+            "ranks": ranks,
+            "checkpointing": checkpointing,
+            "error": "out of memory" if isinstance(exc, torch.OutOfMemoryError) else str(exc),
+        }
     finally:
         if args.gpu:  # a failed row's tensors (held by its traceback until here) freed
             gc.collect()

@@ -197,13 +197,11 @@ def world_model_geometry(path: Path, frames: tuple[int, int] | None = None) -> t
     """(backend, height, width) a world model imagines at: a wmrl model's config.json; a
     published model, which imagines at its reset set's size, at `frames` (256 x 256, RLinf's,
     where unknown)."""
-    from wmrl_cli.world_models.factory import saved_world_model
     from wmrl_cli.world_models.published import RLINF_OPENSORA, published_layout
 
     layout = published_layout(path)
     if layout is None:
-        directory, backend = saved_world_model(path)
-        config = json.loads((directory / "config.json").read_text())
+        backend, config = _saved_config(path)
         return backend, int(config.get("height", 256)), int(config.get("width", 256))
     height, width = frames or (256, 256)
     return ("opensora" if layout == RLINF_OPENSORA else "wan"), height, width
@@ -212,14 +210,19 @@ def world_model_geometry(path: Path, frames: tuple[int, int] | None = None) -> t
 def world_model_context_frames(path: Path, configured: int) -> int:
     """The context frames a world model imagines after: a wmrl model's own (its config.json),
     a published one's as the run configures them (`world_model.context_frames`)."""
-    from wmrl_cli.world_models.factory import saved_world_model
     from wmrl_cli.world_models.published import published_layout
 
     if published_layout(path) is not None:
         return configured
-    directory, _ = saved_world_model(path)
-    config = json.loads((directory / "config.json").read_text())
-    return int(config.get("num_context_frames", configured))
+    return int(_saved_config(path)[1].get("num_context_frames", configured))
+
+
+def _saved_config(path: Path) -> tuple[str, dict]:
+    """(backend, config.json) of a wmrl world model (a run or model folder)."""
+    from wmrl_cli.world_models.factory import saved_world_model
+
+    directory, backend = saved_world_model(path)
+    return backend, json.loads((directory / "config.json").read_text())
 
 
 def _numel(tensors: dict[str, torch.Tensor]) -> int:

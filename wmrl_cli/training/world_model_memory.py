@@ -142,18 +142,16 @@ def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings)
     pixels = s.height * s.width / (256 * 256)
     latent_frames = sum(window_latent_frames(s.backend, s.context_frames, s.chunk))
     law = ACTIVATIONS_256[(s.backend, s.checkpointing)]
-    if shards > 1:  # the state's 1/N of gradients still to fill counts as FSDP's working set
-        working = SHARDED_WORKING[s.backend] * weights - weights / shards
-        activations = law.grown(windows, latent_frames, pixels) * GIB + working
-    else:
-        activations = law.at(windows, latent_frames, pixels) * GIB
-    # sharded validation: the rank's gradients freed, the whole denoiser gathered with its bf16
-    # copies, and the episodes' working set
-    validation = 0.0
+    activations, validation = law.at(windows, latent_frames, pixels) * GIB, 0.0
     if shards > 1:
+        # the state's 1/N of gradients still to fill counts as FSDP's working set
+        fsdp = SHARDED_WORKING[s.backend] * weights - weights / shards
+        activations = law.grown(windows, latent_frames, pixels) * GIB + fsdp
+        # validation: the rank's gradients freed, the whole denoiser gathered beside its shard
+        # with its bf16 copy, and the episodes' working set
         episodes = min(s.val_episodes, VALIDATION_BATCH)
-        working = VALIDATION_PER_EPISODE[s.backend] * episodes * pixels * GIB
-        validation = 1.5 * weights - weights / shards + working
+        rollout = VALIDATION_PER_EPISODE[s.backend] * episodes * pixels * GIB
+        validation = 1.5 * weights - weights / shards + rollout
     return TrainingPlan(
         settings=s,
         frozen=4 * frozen_params / GIB,
