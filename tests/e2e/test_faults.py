@@ -17,6 +17,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.helpers.output import one_error_line
 from wmrl_cli.cli.app import app
 from wmrl_cli.files import WriteError, atomic_dir, atomic_write_text
 
@@ -30,20 +31,6 @@ TINY_SFT = [
 ]  # fmt: skip
 ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 EIO = OSError(errno.EIO, os.strerror(errno.EIO))
-
-
-def one_error_line(result, code: int | None, *fragments: str) -> str:
-    """The command failed (with `code` when given) and printed one line, an error, no
-    traceback, holding every fragment."""
-    assert result.exit_code != 0, result.output
-    if code is not None:
-        assert result.exit_code == code, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    assert lines[0].startswith("error:") and "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def sft(out: Path, store: Path, steps: int, *extra: str):

@@ -42,6 +42,30 @@ class NoSuccessfulFrames(WmrlError):
     calibrate a success classifier on."""
 
 
+def check_split_has_successes(
+    store: EpisodeStore, train_ids: list[int], val_ids: list[int]
+) -> None:
+    """Both sides of the split hold a successful episode, or `NoSuccessfulFrames` says what is
+    missing: a success at all, or a second success of some task (the split, stratified by task
+    and outcome, holds out a task's successes only where it has two; the first always
+    trains)."""
+    succeeded = {int(m["id"]) for m in store.index if m["success"]}
+    if not succeeded:
+        raise NoSuccessfulFrames(
+            f"{store.root}: no successful frame in any of the {len(store.index)} episodes; "
+            "collect rollouts that succeed (e.g. with the expert policy)"
+        )
+    if succeeded.intersection(train_ids) and succeeded.intersection(val_ids):
+        return
+    tasks = {int(m["task_id"]) for m in store.index if m["success"]}
+    raise NoSuccessfulFrames(
+        f"{store.root}: no successful frame is left for the {len(val_ids)} held-out "
+        f"episodes: each of the {len(tasks)} task(s) with a success has only 1 successful "
+        "episode, and a task's successes are held out only from 2 on; collect at least 2 "
+        "successful episodes per task (e.g. wmrl rollout --policy expert -n 2)"
+    )
+
+
 def random_shift(images: torch.Tensor, pad: int, rng: np.random.Generator) -> torch.Tensor:
     """Each image [N,C,H,W] translated by an integer offset in [-pad, pad] per axis, its edges
     replicated (DrQ, Kostrikov et al. 2020): the label of a success frame does not depend on
@@ -74,13 +98,7 @@ def train_reward_model(
     train_ids, val_ids = store.split(
         rc.val_fraction, seed=cfg.simulator.seed, stratify=("task_id", "success")
     )
-    succeeded = {int(m["id"]) for m in store.index if m["success"]}
-    for name, ids in (("training", train_ids), ("held-out", val_ids)):
-        if not succeeded.intersection(ids):
-            raise NoSuccessfulFrames(
-                f"{store.root}: the {len(ids)} {name} episodes hold no successful frame; "
-                "collect rollouts that succeed (e.g. with the expert policy)"
-            )
+    check_split_has_successes(store, train_ids, val_ids)
     train, val = labelled_frames(store, train_ids), labelled_frames(store, val_ids)
     torch.manual_seed(cfg.simulator.seed)
     model = init or build_resnet_reward_model(
