@@ -116,16 +116,24 @@ def resolve_precision(setting: str, device: str = "cpu") -> Any:
     return None
 
 
-def fresh_accelerator(**kwargs: Any) -> Any:
+def fresh_accelerator(dist_timeout_minutes: float, **kwargs: Any) -> Any:
     """An Accelerator with exactly these settings, whatever one made before it in this process
     had: Accelerate keeps one process-wide state that a later Accelerator must match, and
     co-evolve runs stages with bf16 autocast (RL) and without (world-model training) one after
-    another, in either order when it resumes. The process group (PartialState) is kept."""
+    another, in either order when it resumes. The process group (PartialState) is kept: the
+    first Accelerator of a process of several ranks makes it, with `dist_timeout_minutes`
+    (`training.dist_timeout_minutes`) as the time a collective waits for the other ranks
+    before the group stops (NCCL's own default is 10 minutes, gloo's 30; Accelerate's
+    `InitProcessGroupKwargs`)."""
+    from datetime import timedelta
+
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
+    from accelerate.utils import InitProcessGroupKwargs
 
     AcceleratorState._reset_state(reset_partial_state=False)  # Accelerate's own tests do this
-    return Accelerator(**kwargs)
+    timeout = InitProcessGroupKwargs(timeout=timedelta(minutes=dist_timeout_minutes))
+    return Accelerator(kwargs_handlers=[timeout], **kwargs)
 
 
 def release_memory() -> None:

@@ -22,7 +22,7 @@ def _fresh_state():
 @pytest.mark.parametrize("first", ["rl", "world model"])
 def test_each_stage_gets_its_own_mixed_precision_in_either_order(first: str) -> None:
     cfg = resolve_config("mw-coevolve", overrides=["training.bf16=true"])
-    stages = {"rl": lambda: rl_accelerator(cfg), "world model": wm_accelerator}
+    stages = {"rl": lambda: rl_accelerator(cfg), "world model": lambda: wm_accelerator(cfg)}
     expected = {"rl": "bf16", "world model": "no"}
     order = [first, *(name for name in stages if name != first)] * 2
     for name in order:

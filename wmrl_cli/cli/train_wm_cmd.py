@@ -131,7 +131,7 @@ def train_wm_command(
         if num_processes > 1:
             claim_run_dir(cfg.model_copy(deep=True), "train-wm", **claim, write=False)
             relaunch_ranks(num_processes)
-    accelerator = make_accelerator()
+    accelerator = make_accelerator(cfg)
     if accelerator.num_processes > 1 and cfg.output_dir is None:
         raise WmrlError("several ranks need --out so that every rank writes to the same run")
     # every rank applies the run-directory rule (with --resume, each adopts the recorded

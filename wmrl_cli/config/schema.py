@@ -357,6 +357,14 @@ class TrainingConfig(Section):
         "loading, naming what to change (default: the GPU's memory; not checked on a CPU)",
     )
 
+    dist_timeout_minutes: float = Field(
+        30.0,
+        gt=0.0,
+        le=10_080.0,
+        description="minutes a rank waits in a collective for the other ranks before the "
+        "process group stops the run (NCCL's own default is 10)",
+    )
+
     @model_validator(mode="after")
     def _offload_needs_fsdp(self) -> TrainingConfig:
         if self.cpu_offload and self.sharding != "fsdp":

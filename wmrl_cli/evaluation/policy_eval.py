@@ -176,6 +176,14 @@ def eval_init_ids(num_tasks: int, trials: int) -> list[int]:
     return list(range(trials * num_tasks))
 
 
+def rank_share(init_ids: list[int], batch: int, rank: int, world: int) -> list[int]:
+    """The init ids rank `rank` of `world` evaluates: whole batches of `batch` (the env's
+    num_envs), dealt round robin, so that each batch is the one a single rank would run (the
+    same episodes, seeds and sampling: `LearnedPolicy.start_episodes`)."""
+    starts = range(rank * batch, len(init_ids), world * batch)
+    return [i for start in starts for i in init_ids[start : start + batch]]
+
+
 def evaluate_policy(
     env: Env,
     policy: Policy,
@@ -189,9 +197,14 @@ def evaluate_policy(
     video_dir: Path | None = None,
     fps: int = 20,
     progress: bool = True,
+    shard: tuple[int, int] = (0, 1),
+    gather: Callable[[list[EpisodeResult]], list[EpisodeResult]] | None = None,
 ) -> EvalReport:
+    """Every task x `trials` episodes of `policy` in `env`. `shard` (rank, ranks): this rank
+    runs its share of the batches (`rank_share`) and `gather` returns every rank's results,
+    so that the report is the one a single rank would make."""
     tasks = env.task_names
-    init_ids = eval_init_ids(len(tasks), trials)
+    init_ids = rank_share(eval_init_ids(len(tasks), trials), env.num_envs, *shard)
     results: list[EpisodeResult] = []
     videos: dict[str, list[np.ndarray]] = {name: [] for name in tasks}
 
@@ -230,6 +243,8 @@ def evaluate_policy(
             suite=suite,
         ):
             record(episode)
+    if gather is not None:
+        results = gather(results)
     if video_dir is not None:
         for name, clips in videos.items():
             if clips:
@@ -255,9 +270,12 @@ def evaluate_with_config(
     cfg: RunConfig,
     trials: int,
     video_dir: Path | None = None,
+    shard: tuple[int, int] = (0, 1),
+    gather: Callable[[list[EpisodeResult]], list[EpisodeResult]] | None = None,
 ) -> EvalReport:
     """`evaluate_policy` as every command runs it: the suite, chunk size and seeds of the
-    resolved `sim_cfg`, the sampling of `cfg.policy`, videos at `cfg.eval.video_fps`."""
+    resolved `sim_cfg`, the sampling of `cfg.policy`, videos at `cfg.eval.video_fps`; on
+    several ranks (`shard`, `gather`), progress on the first."""
     return evaluate_policy(
         env,
         policy,
@@ -269,7 +287,9 @@ def evaluate_with_config(
         temperature=cfg.policy.temperature,
         video_dir=video_dir,
         fps=cfg.eval.video_fps,
-        progress=cfg.logging.progress,
+        progress=cfg.logging.progress and shard[0] == 0,
+        shard=shard,
+        gather=gather,
     )
 
 

@@ -38,7 +38,14 @@ class LearnedPolicy:
         self.name = str(getattr(model, "name", "openvla-oft"))
         self.chunk_size = int(model.chunk_size)
         self.top_k = top_k
+        self.seed = seed
         self.generator = torch.Generator(device=model.device).manual_seed(seed)
+
+    def start_episodes(self, init_ids: list[int]) -> None:
+        """A batch's sampling seeded by the run's seed and its first episode: its actions do
+        not depend on which batches ran before it (an evaluation spread over ranks makes the
+        episodes one rank makes)."""
+        self.generator.manual_seed(self.seed * 1_000_003 + int(init_ids[0]))
 
     @torch.no_grad()
     def act(self, obs: Obs, sample: bool = True, temperature: float = 1.6) -> PolicyOutput:

@@ -261,9 +261,13 @@ def world_model_actions(cfg: RunConfig) -> Callable[[np.ndarray], np.ndarray] | 
     return None
 
 
-def real_eval_callback(cfg: RunConfig, run_dir: Path):
+def real_eval_callback(cfg: RunConfig, run_dir: Path, rank: int = 0, ranks: int = 1):
     """Evaluate in the real simulator (`simulator.name`): success_once overall and per task
-    (eval/*); None when algorithm.eval_trials is 0."""
+    (eval/*); None when algorithm.eval_trials is 0. Called on every one of `ranks` ranks at
+    once: each runs its share of the episodes and every rank gets the whole report (the one a
+    single rank would make), which the first writes. No rank waits alone for another's
+    evaluation (NCCL's watchdog stops a rank that waits longer than
+    `training.dist_timeout_minutes`)."""
     from wmrl_cli.evaluation.policy_eval import evaluate_with_config
     from wmrl_cli.files import atomic_write_text
     from wmrl_cli.policies.registry import LearnedPolicy
@@ -272,13 +276,20 @@ def real_eval_callback(cfg: RunConfig, run_dir: Path):
         return None
     sim_cfg = resolve_simulator(cfg.simulator)
     simulator = evaluation_simulator(cfg)
+    gather = None
+    if ranks > 1:
+        from accelerate.utils import gather_object as gather
 
     def evaluate(model, step: int) -> dict[str, float]:
         policy = LearnedPolicy(model, top_k=cfg.policy.top_k, seed=sim_cfg.seed)
+        trials = cfg.algorithm.eval_trials
         with simulator(sim_cfg, render_every_step=False) as sim:
-            report = evaluate_with_config(sim, policy, sim_cfg, cfg, cfg.algorithm.eval_trials)
+            report = evaluate_with_config(
+                sim, policy, sim_cfg, cfg, trials, shard=(rank, ranks), gather=gather
+            )
         model.train()
-        atomic_write_text(run_dir / "eval" / f"step_{step:06d}.json", report.to_json())
+        if rank == 0:
+            atomic_write_text(run_dir / "eval" / f"step_{step:06d}.json", report.to_json())
         out = {"eval/success_once": report.overall}
         out.update({f"eval/success_once/{k}": v for k, v in report.per_task.items()})
         return out

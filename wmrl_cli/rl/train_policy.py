@@ -35,7 +35,9 @@ def make_accelerator(cfg: RunConfig) -> Any:
     from wmrl_cli.runtime import fresh_accelerator
 
     return fresh_accelerator(
-        cpu=not torch.cuda.is_available(), mixed_precision="bf16" if cfg.training.bf16 else "no"
+        cfg.training.dist_timeout_minutes,
+        cpu=not torch.cuda.is_available(),
+        mixed_precision="bf16" if cfg.training.bf16 else "no",
     )
 
 
@@ -49,7 +51,7 @@ def train_policy(
     real_steps: int = 0,
 ) -> TrainedPolicy:
     """RL of `inputs.policy` as `cfg` says, into `run_dir`. `evaluate`: the periodic evaluation
-    in the real simulator (`algorithm.eval_every`, on the main process); `real_steps`: where
+    in the real simulator (`algorithm.eval_every`, spread over the ranks); `real_steps`: where
     `env/real_steps` starts (the real steps spent before this run, e.g. co-evolve's data)."""
     from wmrl_cli.rl.trainer import PolicyTrainer
     from wmrl_cli.training.memory_budget import check_rl_memory
@@ -62,8 +64,9 @@ def train_policy(
         console.print(line, markup=False)  # who judges this run
     try:
         callback = None
-        if evaluate and accelerator.is_main_process:
-            callback = real_eval_callback(cfg, run_dir)
+        if evaluate:  # on every rank, each its share of the episodes
+            rank, ranks = accelerator.process_index, accelerator.num_processes
+            callback = real_eval_callback(cfg, run_dir, rank, ranks)
         # the base policy loads inside, where and only if it is needed (not held here: a
         # resumed run trains its checkpoint's policy, and the base would stay beside it)
         trainer = PolicyTrainer(

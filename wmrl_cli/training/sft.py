@@ -133,7 +133,9 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
 
     s = cfg.sft
     accelerator = fresh_accelerator(
-        cpu=not torch.cuda.is_available(), mixed_precision="bf16" if cfg.training.bf16 else "no"
+        cfg.training.dist_timeout_minutes,
+        cpu=not torch.cuda.is_available(),
+        mixed_precision="bf16" if cfg.training.bf16 else "no",
     )
     data = build_bc_dataset(store, cfg.simulator.chunk_size)
     stats = {
@@ -207,7 +209,7 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
                 model=wrapped,
             )
             accelerator.backward(out.loss)
-            grad_norm = accelerator.clip_grad_norm_(wrapped.parameters(), s.grad_clip)
+            grad_norm = sharding.clip_gradients(wrapped.parameters(), s.grad_clip)  # global
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -216,7 +218,7 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
                     "train/sft/loss": out.loss.detach(),
                     "train/sft/token_accuracy": out.token_accuracy.detach(),
                     "train/sft/l1": out.l1.detach(),
-                    "train/sft/grad_norm": float(grad_norm),  # a DTensor under fsdp
+                    "train/sft/grad_norm": grad_norm,  # the whole gradient's, on every rank
                 }
                 reduced = {
                     k: accelerator.reduce(

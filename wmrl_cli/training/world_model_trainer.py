@@ -97,7 +97,7 @@ def calibrate_latents(model: WorldModel, clips: torch.Tensor) -> None:
             model.set_latent_scaling(1.0 / max(raw.std().item(), 1e-4), raw.mean().item())
 
 
-def make_accelerator() -> Any:
+def make_accelerator(cfg: RunConfig) -> Any:
     """The GPU where there is one (several processes: one GPU each, NCCL), else the CPU (gloo
     between processes). Until 2026-11-28 one process trained on the CPU even beside a GPU, so
     co-evolve's refinement of a published world model ran there. Mixed precision stays the
@@ -106,7 +106,9 @@ def make_accelerator() -> Any:
 
     from wmrl_cli.runtime import fresh_accelerator
 
-    return fresh_accelerator(cpu=not torch.cuda.is_available(), mixed_precision="no")
+    return fresh_accelerator(
+        cfg.training.dist_timeout_minutes, cpu=not torch.cuda.is_available(), mixed_precision="no"
+    )
 
 
 def average_gradients(params: list[torch.nn.Parameter], accelerator: Any) -> None:
@@ -294,7 +296,7 @@ class WorldModelTrainer:
 
     def run(self, resume: bool = True, init: str | Path | None = None) -> Path:
         self.t_run = self.clock()  # `time_limit_min` counts the whole run, autoencoder included
-        acc = self.accelerator = self.accelerator or make_accelerator()
+        acc = self.accelerator = self.accelerator or make_accelerator(self.cfg)
         autocast_dtype = resolve_precision(self.cfg.precision, acc.device.type)
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
         if self.main:  # shards of a checkpoint a kill left unfinished (tens of GiB at full size)
