@@ -58,7 +58,7 @@ from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_ba
 from wmrl_cli.run_dirs import write_rank_summary
 from wmrl_cli.training.checkpoints import latest_checkpoint, save_checkpoint
 from wmrl_cli.training.memory_budget import env_memory_plan
-from wmrl_cli.training.sharding import PolicySharding, frozen_models, offloaded
+from wmrl_cli.training.sharding import PolicySharding, frozen_models, global_value, offloaded
 
 POLICY_DIR = "policy"
 # verified imagination's calls, one episode store per RL step (envs/verified.py)
@@ -336,12 +336,12 @@ class PolicyTrainer:
                         acc.backward(loss * self.loss_rule.share(mb_mask, step_mask[batch]))
                         for k, v in mb_stats.items():
                             stats.setdefault(k, []).append(float(v))
-                    # the whole gradient's norm, wherever its shards live
-                    grad_norm = self.sharding.clip_gradients(
+                    grad_norm = acc.clip_grad_norm_(
                         self.wrapped.parameters(), self.cfg.training.grad_clip
                     )
                     self.optimizer.step()
-                    grad_norm = float(grad_norm)
+                    # the whole gradient's norm (under FSDP each rank's is partial)
+                    grad_norm = float(global_value(grad_norm))
                     stats.setdefault("train/actor/grad_norm", []).append(grad_norm)
             self.optimizer.zero_grad(set_to_none=True)  # no gradients held in the rollout
         timings["time/update"] = time.time() - t1
