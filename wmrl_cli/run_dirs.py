@@ -13,7 +13,7 @@ from typing import Any
 
 from wmrl_cli.config import RunConfig, dump_config
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.files import atomic_write_text
+from wmrl_cli.files import atomic_write_text, keep_when_replaced
 
 # Run directories this process created, removed again if the command fails on a user error
 # before it wrote anything but config.yaml (`discard_unused_run_dirs`).
@@ -249,9 +249,29 @@ def _adopt(config: RunConfig, recorded: dict) -> None:
             setattr(config, field, getattr(kept, field))
 
 
+def _how_to_resume(run_dir: Path, differ: list[str]) -> str:
+    """The advice for a run whose record differs: what resumes it as it was made (its recorded
+    settings, the files it was made from), else --resume."""
+    changed = [phrase for phrase in differ if phrase.endswith(" changed)")]
+    steps = []
+    if len(changed) < len(differ):
+        steps.append(f"run it with the settings it recorded ({run_dir / 'config.yaml'})")
+    if changed:
+        steps.append("restore the files it was made from")
+    on_now = " on the files as they are now" if changed else ""
+    return (
+        f"to resume it, {' and '.join(steps)}; or pass --resume to continue it with its recorded "
+        f"configuration{on_now}"
+    )
+
+
 def default_run_dir(command: str, preset: str | None = None) -> Path:
-    """runs/<command>[-<preset>]: the same command run again finds its run and resumes it."""
-    name = command if not preset else f"{command}-{Path(preset).stem}"
+    """runs/<command>[-<preset>]: the same command run again finds its run and resumes it. A
+    run's own config.yaml as the preset names the run by its folder (runs/train-policy-stage1)."""
+    stem = None if not preset else Path(preset).stem
+    if stem == "config":
+        stem = Path(preset).resolve().parent.name or stem
+    name = command if not stem else f"{command}-{stem}"
     return Path("runs") / name
 
 
@@ -307,9 +327,9 @@ def claim_run_dir(
                 else ""
             )
             raise ConfigError(
-                f"--out {run_dir} holds a run with another configuration ({shown}); run the same "
-                "command to resume it, pass --resume to continue it with its recorded "
-                f"configuration or --overwrite to start over{also}, or choose another --out"
+                f"--out {run_dir} holds a run made otherwise ({shown}); "
+                f"{_how_to_resume(run_dir, differ)}, --overwrite to start over{also}, or "
+                "choose another --out"
             )
         elif overwrite:
             wipe = True
@@ -323,30 +343,57 @@ def claim_run_dir(
 
 # -- what a run owns ----------------------------------------------------------------------------
 #
-# A run directory owns only what wmrl wrote into it. Its record keeps the top-level names the
-# run created (`files`) and the ones it found there and leaves alone (`foreign`); `active` is
-# true while a command writes. --overwrite removes the run's own names and nothing else. A name
-# that appeared while no command ran is the user's; one that appeared while a command was
-# killed (active still true) is the run's.
+# A run directory owns only what wmrl wrote into it, at every depth. Its record keeps the paths
+# the run created (`files`: its files and empty folders, relative to the run) and the ones it
+# found there and leaves alone (`foreign`); a path covers what lies under it (a record written
+# before paths were kept at every depth names top-level folders whole). `active` is true while a
+# command writes. --overwrite removes the run's own paths and then the folders they leave
+# empty, nothing else; a folder wmrl replaces whole (policy/, a checkpoint) carries the user's
+# files into its new copy (files.keep_when_replaced). A path that appeared while no command ran
+# is the user's; one that appeared while a command was killed (active still true) is the run's.
 
 _TRANSIENT = (".tmp-", ".old-", ".write-test-")
 _OPEN: list[Path] = []  # run directories this process writes; closed by `close_run_dirs`
 
 
+def _transient(name: str) -> bool:
+    return name.startswith(_TRANSIENT) or name.endswith(".tmp")
+
+
 def _entries(run_dir: Path) -> set[str]:
+    """The top-level names in `run_dir`, a write in progress left out."""
     if not run_dir.is_dir():
         return set()
-    return {
-        p.name
-        for p in run_dir.iterdir()
-        if not p.name.startswith(_TRANSIENT) and not p.name.endswith(".tmp")
-    }
+    return {p.name for p in run_dir.iterdir() if not _transient(p.name)}
 
 
-def _protected(run_dir: Path) -> str | None:
-    """Why `run_dir` can never be a run directory wmrl creates, or None."""
+def _leaves(run_dir: Path) -> set[str]:
+    """Every file and empty folder under `run_dir`, as a relative posix path; a write in
+    progress left out, links not followed."""
+    out: set[str] = set()
+    if not run_dir.is_dir():
+        return out
+    for folder, dirs, files in os.walk(run_dir):
+        dirs[:] = [d for d in dirs if not _transient(d)]
+        here = Path(folder).relative_to(run_dir)
+        names = [f for f in files if not _transient(f)]
+        out.update((here / name).as_posix() for name in names)
+        if not names and not dirs and here != Path("."):
+            out.add(here.as_posix())
+    return out
+
+
+def _covered(path: str, by: set[str]) -> bool:
+    """Whether `path` is one of `by` or lies under one of them."""
+    parts = path.split("/")
+    return any("/".join(parts[:i]) in by for i in range(1, len(parts) + 1))
+
+
+def _protected(run_dir: Path, present: set[str]) -> str | None:
+    """Why `run_dir` can never be a run directory wmrl creates, or None; the current directory
+    may be one while it is empty (`--out .` in a new folder)."""
     where = run_dir.resolve()
-    if where == Path.cwd().resolve():
+    if where == Path.cwd().resolve() and present:
         return "is the current directory"
     if where == Path.home().resolve():
         return "is your home directory"
@@ -368,7 +415,7 @@ def own_run_dir(
     old = _read_record(run_dir) if run_dir.is_dir() else None
     present = _entries(run_dir)
     if old is None:
-        why = _protected(run_dir) if run_dir.is_dir() else None
+        why = _protected(run_dir, present) if run_dir.is_dir() else None
         if why or present:
             shown = ", ".join(sorted(present)[:3]) + (", ..." if len(present) > 3 else "")
             reason = why or f"holds files wmrl did not write ({shown})"
@@ -381,10 +428,13 @@ def own_run_dir(
             f"--out {run_dir} holds a {old['command']} run; choose another --out for this "
             f"{command} (nothing there is replaced)"
         )
-    files, foreign = _ownership(old, present)
+    files, foreign = _ownership(old, _leaves(run_dir))
+    if not check_only:
+        keep_when_replaced(run_dir / path for path in foreign)
     if overwrite and not check_only:
-        for name in sorted(files):
-            _remove(run_dir / name)
+        for path in sorted(files):
+            _remove(run_dir / path)
+        _remove_empty_folders(run_dir, keep=foreign)
         files = set()
     return {"files": sorted(files), "foreign": sorted(foreign), "active": True}
 
@@ -395,17 +445,20 @@ def _family(command: str) -> str:
 
 
 def _ownership(old: dict, present: set[str]) -> tuple[set[str], set[str]]:
-    """The run's names and the user's, from its record and what the directory holds now. A run
-    recorded before ownership existed owns everything but what the user put there since."""
+    """The run's paths and the user's, from its record and the paths the directory holds now
+    (`_leaves`). A run recorded before ownership existed owns everything."""
     if "files" not in old:
         return set(present), set()
     files, foreign = set(old["files"]), set(old.get("foreign", []))
-    unknown = present - files - foreign
-    if old.get("active"):
-        files |= unknown  # written by a command that was killed before it closed the record
-    else:
-        foreign |= unknown
-    return files & present | {"config.yaml", RUN_RECORD} & present, foreign & present
+    theirs, ours = set(), set()
+    for path in present:
+        if _covered(path, foreign):
+            theirs.add(path)
+        elif _covered(path, files) or old.get("active"):
+            ours.add(path)  # an unknown path: written by a command killed before it closed
+        else:
+            theirs.add(path)
+    return ours, theirs
 
 
 def _remove(path: Path) -> None:
@@ -413,6 +466,16 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
+
+
+def _remove_empty_folders(run_dir: Path, keep: set[str]) -> None:
+    """After the run's files are removed: the folders they leave empty, deepest first (an
+    empty folder the user made, recorded in `keep`, stays)."""
+    for folder, _dirs, _files in sorted(os.walk(run_dir), key=lambda w: -len(w[0])):
+        path = Path(folder)
+        relative = path.relative_to(run_dir).as_posix()
+        if path != run_dir and not any(path.iterdir()) and relative not in keep:
+            path.rmdir()
 
 
 def close_run_dirs() -> None:
@@ -425,8 +488,9 @@ def close_run_dirs() -> None:
         record = _read_record(run_dir)
         if record is None or "files" not in record:
             continue
-        present = _entries(run_dir)
-        foreign = set(record.get("foreign", [])) & present
+        present = _leaves(run_dir)
+        kept = set(record.get("foreign", []))
+        foreign = {path for path in present if _covered(path, kept)}
         record.update(files=sorted(present - foreign), foreign=sorted(foreign), active=False)
         # On failure the record stays active: its names are still the run's on the next start.
         with contextlib.suppress(WmrlError):

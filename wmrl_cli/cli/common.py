@@ -111,7 +111,17 @@ GreedyOpt = Annotated[
 
 def build_config(preset: str | None, overrides: list[str] | None, **options: Any) -> RunConfig:
     """options: dotted config keys (e.g. 'simulator.seed') -> value or None (not given)."""
-    return resolve_config(preset, {k.replace("__", "."): v for k, v in options.items()}, overrides)
+    notices: list[str] = []
+    cfg = resolve_config(
+        preset, {k.replace("__", "."): v for k, v in options.items()}, overrides, notices
+    )
+    given = options.get("output_dir") is not None or any(
+        text.strip().startswith("output_dir=") for text in overrides or []
+    )
+    if not given and os.environ.get("RANK", "0") == "0":  # once, on a multi-rank run too
+        for line in notices:
+            err_console.print(line, style="yellow", soft_wrap=True, markup=False)
+    return cfg
 
 
 def handle_errors(func: F) -> F:

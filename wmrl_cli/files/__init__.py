@@ -7,6 +7,11 @@ from wmrl_cli.files.atomic import (
     atomic_write_bytes,
     atomic_write_text,
     environment_error,
+    keep_when_replaced,
+    save_tensors,
+    share,
+    temp_file_beside,
+    umask,
     write_failed,
 )
 from wmrl_cli.files.safe_npy import load_npy
@@ -17,6 +22,11 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "environment_error",
+    "keep_when_replaced",
     "load_npy",
+    "save_tensors",
+    "share",
+    "temp_file_beside",
+    "umask",
     "write_failed",
 ]

@@ -11,10 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.files import atomic_dir
 from wmrl_cli.policies.config import OpenVLAOFTConfig
 from wmrl_cli.policies.normalization import (
     STATISTICS_FILE,
@@ -59,27 +56,7 @@ except ImportError:  # pragma: no cover - older transformers
     no_init_weights = contextlib.nullcontext  # type: ignore[assignment]
 
 
-# --- writing ----------------------------------------------------------------------------
-@contextlib.contextmanager
-def atomic_directory(target: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling directory; on success it replaces `target` by renames."""
-    target = Path(target).resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        yield tmp
-        old = None
-        if target.exists():
-            old = target.parent / f".{target.name}.old-{os.getpid()}"
-            os.replace(target, old)
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
+# --- writing ---------------------------------------------------------------------------
 def canonical_state_dict(model: OpenVLAOFT) -> dict[str, torch.Tensor]:
     """Base weights under plain module names (peft wrappers and LoRA weights removed)."""
     out: dict[str, torch.Tensor] = {}
@@ -96,7 +73,7 @@ def save_pretrained(model: OpenVLAOFT, directory: str | Path) -> Path:
     """Write a complete, self-describing checkpoint directory (atomically)."""
     from wmrl_cli.policies.lora import lora_active, save_lora_adapter
 
-    with atomic_directory(directory) as tmp:
+    with atomic_dir(directory) as tmp:
         meta = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,

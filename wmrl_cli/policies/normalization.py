@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.files import temp_file_beside
 
 EPS = 1e-8
 STATISTICS_FILE = "dataset_statistics.json"
@@ -181,7 +181,7 @@ def write_statistics(path: str | Path, stats: Mapping[str, Any]) -> Path:
     if p.is_dir():
         p = p / STATISTICS_FILE
     keyed = as_keyed(stats)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    fd, tmp = temp_file_beside(p)
     try:
         with os.fdopen(fd, "w") as fh:
             json.dump(_jsonable(keyed), fh, indent=2)

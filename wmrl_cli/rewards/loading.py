@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
 from wmrl_cli.errors import UnsafeFileError, WmrlError
+from wmrl_cli.files import save_tensors
 from wmrl_cli.rewards.resnet import (
     ResnetRewConfig,
     ResnetRewModel,
@@ -255,7 +256,7 @@ def save_reward_model(model: AnyRewardModel, directory: str | Path) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous() for k, v in _weights_module(model).state_dict().items()}
-    save_file(state, directory / WEIGHTS_NAME)
+    save_tensors(state, directory / WEIGHTS_NAME)
     config = {"kind": model.kind, **model.config.to_dict()}
     (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
     return directory

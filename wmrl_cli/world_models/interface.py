@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import tempfile
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -33,6 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.files import atomic_dir
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -344,25 +342,13 @@ class WorldModel(nn.Module, ABC):
         to write, this model's state dict by default (a sharded trainer passes the gathered
         one)."""
         directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-        try:
+        with atomic_dir(directory) as tmp:
             (tmp / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
             tensors = self.state_dict() if state is None else state
             tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
             save_file(
                 tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt", "wmrl": self.backend}
             )
-            if directory.exists():
-                old = directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}")
-                directory.rename(old)
-                tmp.rename(directory)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return directory
 
     @classmethod

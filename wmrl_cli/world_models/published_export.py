@@ -29,9 +29,10 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.files import save_tensors
 from wmrl_cli.world_models.interface import WorldModel
 from wmrl_cli.world_models.published import RLINF_WAN, published_layout, weights_checkpoint
 from wmrl_cli.world_models.state_dicts import WRAPPER_PREFIXES
@@ -134,7 +135,7 @@ def export_published_world_model(model: WorldModel, source: str | Path, target: 
             for key in keys:
                 if key[len(prefix) :] in tensors:
                     state[key] = tensors[key[len(prefix) :]]
-            save_file(state, str(tmp / name), metadata=metadata)
+            save_tensors(state, tmp / name, metadata=metadata)
             total_size += sum(t.numel() * t.element_size() for t in state.values())
             del state
         written = set(files)
