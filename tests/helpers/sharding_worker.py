@@ -1,13 +1,18 @@
 """One update of the tiny policy through `training/sharding.py`, for tests/test_sharding.py.
 
-    python -m tests.helpers.sharding_worker OUT [lora]                 one process (replicated)
-    python -m torch.distributed.run --nproc_per_node 2 -m tests.helpers.sharding_worker OUT [lora]
+    python -m tests.helpers.sharding_worker OUT VARIANT...              one process (replicated)
+    python -m torch.distributed.run --nproc_per_node 2 -m tests.helpers.sharding_worker OUT ...
 
-The same seed builds the same policy; a fixed batch of 4 samples is split evenly over the
-ranks, each rank's loss is the mean over its samples (so the mean over ranks is the loss of
-the whole batch), one AdamW step follows. Writes OUT/result_<world>.pt: the loss, the updated
-weights (gathered) and the actions each rank decodes afterwards, rank 0 making three policy
-calls and the others one (the rollout pattern: no collective may run per call).
+VARIANT: full (float32), bf16 (float32 weights, bf16 compute: autocast on one process, FSDP's
+mixed precision on two) or lora (adapters over a bf16 base, bf16 compute, activation
+checkpointing, float32 moments). The same seed builds the same policy; a fixed batch of 4
+samples is split evenly over the ranks, each rank's loss is the mean over its samples (so the
+mean over ranks is the loss of the whole batch), one AdamW step follows. Writes
+OUT/result_<world>_<variant>.pt: the loss, the KL reference's log-probs against the policy's
+(before the step), the clipped gradient's global norm and the whole gradients, the updated
+weights (gathered), the parameters' dtypes and the actions each rank decodes afterwards, rank
+0 making three policy calls and the others one (the rollout pattern: no collective may run
+per call).
 """
 
 from __future__ import annotations
@@ -49,23 +54,29 @@ def batch(model) -> tuple[np.ndarray, list[str], torch.Tensor]:
     return images, prompts, tokens
 
 
-def main(out: Path, lora: bool) -> None:
-    from accelerate import Accelerator
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    full = getattr(tensor, "full_tensor", None)
+    return (tensor if full is None else full()).detach().float().clone()
 
+
+def run(out: Path, variant: str, accelerator) -> None:
     from wmrl_cli.training.sharding import PolicySharding
 
-    accelerator = Accelerator(cpu=True)
     rank, world = accelerator.process_index, accelerator.num_processes
+    lora = variant == "lora"
     training = SimpleNamespace(
         sharding="fsdp",
         param_dtype="float32",
-        optimizer_dtype="float32" if lora else "param",  # lora: MixedStateAdamW's path
+        optimizer_dtype="float32" if lora else "param",
         activation_checkpointing=lora,
         cpu_offload=False,
-        bf16=False,
+        bf16=variant != "full",
+        lora_rank=4 if lora else None,
     )
     sharding = PolicySharding(training, accelerator)
     model = sharding.prepare_model(tiny_policy(lora))
+    dtypes = {n: p.dtype for n, p in model.named_parameters()}
+    reference = sharding.cast_reference(tiny_policy(False).eval().requires_grad_(False))
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = sharding.optimizer([{"params": trained}], lr=1e-2, weight_decay=0.01)
     wrapped, optimizer = sharding.prepare(model, optimizer)
@@ -73,11 +84,14 @@ def main(out: Path, lora: bool) -> None:
     share = slice(rank * 4 // world, (rank + 1) * 4 // world)
     wrapped.train()
     out_fwd = wrapped(images[share], prompts[share], tokens[share])
+    ref = sharding.reference_forward(reference, images[share], prompts[share], tokens[share])
     loss = -out_fwd.log_probs.mean()
     accelerator.backward(loss)
-    accelerator.clip_grad_norm_(wrapped.parameters(), 1e9)
+    norm = sharding.clip_gradients(wrapped.parameters(), 1e9)
+    grads = {n: _whole(p.grad) for n, p in model.named_parameters() if p.grad is not None}
     optimizer.step()
     losses = accelerator.gather(loss.detach().reshape(1)).tolist()
+    kl_gap = (out_fwd.log_probs.detach() - ref.log_probs).abs().max().reshape(1)
     wrapped.eval()
     with sharding.gathered(wrapped):
         calls = 3 if rank == 0 else 1
@@ -87,12 +101,31 @@ def main(out: Path, lora: bool) -> None:
             )
     full = sharding.full_policy(wrapped) if sharding.fsdp else wrapped
     gathered_tokens = accelerator.gather(torch.from_numpy(chunk.tokens)).tolist()
+    kl_gaps = accelerator.gather(kl_gap).tolist()
     if accelerator.is_main_process:
-        weights = {k: v.detach().clone() for k, v in full.state_dict().items()}
-        result = {"losses": losses, "weights": weights, "tokens": gathered_tokens}
-        torch.save(result, out / f"result_{world}.pt")
+        result = {
+            "losses": losses,
+            "kl_gaps": kl_gaps,
+            "grad_norm": float(norm),
+            "norm_device": str(norm.device),
+            "grads": grads,
+            "weights": {k: v.detach().float().clone() for k, v in full.state_dict().items()},
+            "dtypes": dtypes,
+            "tokens": gathered_tokens,
+        }
+        torch.save(result, out / f"result_{world}_{variant}.pt")
     accelerator.wait_for_everyone()
 
 
+def main(out: Path, variants: list[str]) -> None:
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    for variant in variants:  # one process start for all: a start costs more than a variant
+        AcceleratorState._reset_state(reset_partial_state=False)
+        mixed = "no" if variant == "full" else "bf16"
+        run(out, variant, Accelerator(cpu=True, mixed_precision=mixed))
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), len(sys.argv) > 2 and sys.argv[2] == "lora")
+    main(Path(sys.argv[1]), sys.argv[2:] or ["full"])

@@ -144,6 +144,10 @@ class OpenVLAOFT(nn.Module):
         self.tokenizer = tokenizer
         self.norm_stats = as_keyed(dataset_statistics) if dataset_statistics else None
         self._prompt_cache: dict[str, list[int]] = {}
+        # Where forward passes run, when not where the parameters are kept: a sharded policy
+        # with CPU offload keeps its shards in CPU memory and computes on its GPU
+        # (`PolicySharding.prepare_model` sets it)
+        self.compute_device: torch.device | None = None
 
     # --- small accessors ---------------------------------------------------------------
     @property
@@ -152,7 +156,8 @@ class OpenVLAOFT(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return next(self.parameters()).device
+        """Where inputs, targets and outputs go: the compute device, else the parameters'."""
+        return self.compute_device or next(self.parameters()).device
 
     @property
     def dtype(self) -> torch.dtype:

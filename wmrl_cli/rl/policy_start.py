@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 LoadBase = Callable[[str, str], Any]  # (device, dtype) -> the base policy
 
 
@@ -26,7 +28,7 @@ def starting_policies(
     training_device = str(sharding.accelerator.device)
 
     def frozen(policy: Any) -> Any:
-        policy = sharding.cast(policy.eval().requires_grad_(False))
+        policy = sharding.cast_reference(policy.eval().requires_grad_(False))
         return policy.to(training_device)
 
     # Resumed, or under fsdp, the anchor loads by itself onto the device, before the base: under
@@ -34,7 +36,8 @@ def starting_policies(
     # on every rank.
     reference = None
     if kl and (checkpoint is not None or sharding.fsdp):
-        reference = frozen(load_base(training_device, dtype))
+        bf16 = sharding.reference_dtype == torch.bfloat16  # loaded in it, not cast after
+        reference = frozen(load_base(training_device, "bfloat16" if bf16 else dtype))
     if checkpoint is None:
         model = load_base(device, dtype)
         if kl and reference is None:

@@ -58,7 +58,7 @@ from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_ba
 from wmrl_cli.run_dirs import write_rank_summary
 from wmrl_cli.training.checkpoints import latest_checkpoint, save_checkpoint
 from wmrl_cli.training.memory_budget import env_memory_plan
-from wmrl_cli.training.sharding import PolicySharding, frozen_models, global_value, offloaded
+from wmrl_cli.training.sharding import PolicySharding, frozen_models, offloaded
 
 POLICY_DIR = "policy"
 # verified imagination's calls, one episode store per RL step (envs/verified.py)
@@ -336,12 +336,12 @@ class PolicyTrainer:
                         acc.backward(loss * self.loss_rule.share(mb_mask, step_mask[batch]))
                         for k, v in mb_stats.items():
                             stats.setdefault(k, []).append(float(v))
-                    grad_norm = acc.clip_grad_norm_(
+                    # the whole gradient's norm, wherever its shards live
+                    grad_norm = self.sharding.clip_gradients(
                         self.wrapped.parameters(), self.cfg.training.grad_clip
                     )
                     self.optimizer.step()
-                    # the whole gradient's norm (under FSDP each rank's is partial)
-                    grad_norm = float(global_value(grad_norm))
+                    grad_norm = float(grad_norm)
                     stats.setdefault("train/actor/grad_norm", []).append(grad_norm)
             self.optimizer.zero_grad(set_to_none=True)  # no gradients held in the rollout
         timings["time/update"] = time.time() - t1
@@ -397,10 +397,10 @@ class PolicyTrainer:
         ent_loss = entropy_loss(ent, tok_mask, self.loss_rule)
         total = loss - alg.entropy_coef * ent_loss
         if self.reference is not None:
-            with torch.no_grad():
-                ref = self.reference(
-                    images, prompts, tokens, self.cfg.policy.temperature, self.cfg.policy.top_k
-                )
+            policy = self.cfg.policy  # the reference runs in the policy's precision
+            ref = self.sharding.reference_forward(
+                self.reference, images, prompts, tokens, policy.temperature, policy.top_k
+            )
             ref_logp = torch.zeros(shape).index_put((sel[:, 0], sel[:, 1]), ref.log_probs.cpu())
             kl = kl_loss(logp, ref_logp, tok_mask, self.loss_rule)
             total = total + alg.kl_coef * kl

@@ -209,7 +209,7 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
                 model=wrapped,
             )
             accelerator.backward(out.loss)
-            grad_norm = accelerator.clip_grad_norm_(wrapped.parameters(), s.grad_clip)
+            grad_norm = sharding.clip_gradients(wrapped.parameters(), s.grad_clip)  # global
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -218,7 +218,7 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
                     "train/sft/loss": out.loss.detach(),
                     "train/sft/token_accuracy": out.token_accuracy.detach(),
                     "train/sft/l1": out.l1.detach(),
-                    "train/sft/grad_norm": float(grad_norm),  # a DTensor under fsdp
+                    "train/sft/grad_norm": grad_norm,  # the whole gradient's, on every rank
                 }
                 reduced = {
                     k: accelerator.reduce(

@@ -139,6 +139,48 @@ def global_value(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if full is None else full()
 
 
+def _sharded(grad: torch.Tensor) -> bool:
+    """Whether a gradient is split over the ranks (FSDP's Shard placement): each rank holds a
+    disjoint part, and the parts' squares add up over ranks."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    return isinstance(grad, DTensor) and any(isinstance(p, Shard) for p in grad.placements)
+
+
+def global_grad_norm(grads: list[torch.Tensor], device: torch.device | str) -> torch.Tensor:
+    """The L2 norm of all `grads` together, a float32 scalar on `device` (the compute device),
+    equal on every rank. Each local part's sum of squares moves to `device` before any
+    collective: under FSDP2's CPU offload the gradient shards sit in CPU memory, and an
+    all-reduce of a CPU tensor on an NCCL group fails (pytorch#148532, the fault of torch's
+    `clip_grad_norm_` there). Sharded gradients are summed over ranks; whole ones (replicated
+    data parallel: already averaged) count once."""
+    import torch.distributed as dist
+
+    parts = {True: torch.zeros((), device=device), False: torch.zeros((), device=device)}
+    group = None
+    for grad in grads:
+        sharded = _sharded(grad)
+        square = torch.linalg.vector_norm(local_tensor(grad), dtype=torch.float32).square()
+        parts[sharded] += square.to(device)
+        group = grad.device_mesh.get_group() if sharded else group
+    if group is not None:
+        dist.all_reduce(parts[True], group=group)
+    return (parts[True] + parts[False]).sqrt()
+
+
+@torch.no_grad()
+def clip_gradients(parameters: Any, max_norm: float, device: torch.device | str) -> torch.Tensor:
+    """`parameters`' gradients scaled in place to a global norm of at most `max_norm` (each
+    rank scales its own part, where it lives); returns the norm before clipping, on `device`
+    (`global_grad_norm`)."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = global_grad_norm(grads, device)
+    scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for grad in grads:
+        local_tensor(grad).mul_(scale.to(grad.device))
+    return norm
+
+
 # -- sharded checkpoints (the policy's, a world model's denoiser's) ------------------------------
 
 
@@ -282,13 +324,48 @@ class PolicySharding:
         bf16 checkpoint loads in it, not in float32 to be cast afterwards."""
         return "bfloat16" if self.param_dtype == torch.bfloat16 else "float32"
 
+    @property
+    def frozen_dtype(self) -> torch.dtype:
+        """The dtype of weights that do not train (LoRA's base, frozen vision towers): the
+        compute dtype, bf16 with `training.bf16` (they need no float32 master copy; RLinf and
+        OpenVLA-OFT's LoRA recipe keep the base in bf16), else the weights' dtype."""
+        return torch.bfloat16 if self.training.bf16 else self.param_dtype
+
+    @property
+    def reference_dtype(self) -> torch.dtype:
+        """The KL reference's weights, in the dtype the trained policy computes with them: bf16
+        under fsdp with bf16 compute (FSDP's mixed precision gathers every weight in bf16) and
+        under LoRA (its frozen base; the trained projector's bf16 autocast copy rounds alike),
+        else the weights' dtype (autocast casts per op, as for the policy)."""
+        if self.fsdp and self.training.bf16:
+            return torch.bfloat16
+        return self.frozen_dtype if self.training.lora_rank else self.param_dtype
+
     def cast(self, model: nn.Module) -> nn.Module:
-        """The policy (or a frozen copy of it) with its parameters in the weights' dtype;
-        buffers keep theirs (the rotary frequencies and pixel statistics stay float32)."""
+        """The trained policy with its trained parameters in the weights' dtype and its frozen
+        ones in `frozen_dtype`; buffers keep theirs (the rotary frequencies and pixel
+        statistics stay float32)."""
         for param in model.parameters():
-            param.data = param.data.to(self.param_dtype)
+            dtype = self.param_dtype if param.requires_grad else self.frozen_dtype
+            param.data = param.data.to(dtype)
         model.config.dtype = self.load_dtype
         return model
+
+    def cast_reference(self, model: nn.Module) -> nn.Module:
+        """A frozen copy of the policy (the KL reference) in `reference_dtype`: at
+        initialisation it computes exactly what the policy does (`reference_forward`)."""
+        for param in model.parameters():
+            param.data = param.data.to(self.reference_dtype)
+        return model
+
+    def reference_forward(self, reference: nn.Module, *args: Any) -> Any:
+        """The KL reference's forward as the policy's runs: under the bf16 autocast Accelerate
+        wraps a replicated policy in (`training.bf16`); under fsdp without it, FSDP's mixed
+        precision having cast the weights (`reference_dtype`). The KL is zero at
+        initialisation."""
+        autocast = contextlib.nullcontext() if self.fsdp else self.accelerator.autocast()
+        with torch.no_grad(), autocast:
+            return reference(*args)
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
         """Cast, checkpointing and (fsdp) `fully_shard`, in place; before the optimizer is
@@ -307,6 +384,7 @@ class PolicySharding:
         )
 
         device = self.accelerator.device
+        model.compute_device = device  # the shards may stay in CPU memory (cpu_offload)
         mesh = init_device_mesh(device.type, (self.accelerator.num_processes,))
         compute = torch.bfloat16 if self.training.bf16 else None
         kwargs: dict[str, Any] = dict(
@@ -342,6 +420,12 @@ class PolicySharding:
         if not self.fsdp:
             return self.accelerator.prepare(model, optimizer)
         return model, self.accelerator.prepare_optimizer(optimizer)
+
+    def clip_gradients(self, parameters: Any, max_norm: float) -> torch.Tensor:
+        """The whole gradient's norm before clipping it to `max_norm`, on the compute device
+        (`clip_gradients`: sharded and CPU-offloaded gradients alike)."""
+        self.accelerator.unscale_gradients()  # fp16's loss scale (nothing under bf16)
+        return clip_gradients(parameters, max_norm, self.accelerator.device)
 
     def unwrap(self, wrapped: nn.Module) -> nn.Module:
         return wrapped if self.fsdp else self.accelerator.unwrap_model(wrapped)
