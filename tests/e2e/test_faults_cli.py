@@ -87,3 +87,67 @@ def test_the_changed_data_refusal_says_what_resumes_the_run(tmp_path) -> None:
     assert "same command" not in line and "--resume" in line
     line = one_error_line(train_reward(data, tmp_path / "R", "--width", "8"), 2)
     assert f"settings it recorded ({tmp_path / 'R' / 'config.yaml'})" in line
+
+
+def test_rollout_overwrite_replaces_the_store_keeping_the_users_files(tmp_path) -> None:
+    """`rollout` had no --overwrite: a store could only be appended to or moved away."""
+    args = ["rollout", "--policy", "random", "--suite", "mw2", "--num-envs", "2"]
+    args += ["--num-workers", "0", "--image-size", "32", "--set", "simulator.max_steps=8"]
+    out = tmp_path / "store"
+    assert runner.invoke(app, [*args, "-n", "2", "--out", str(out)]).exit_code == 0
+    (out / "notes.txt").write_text("mine")
+    one_error_line(runner.invoke(app, [*args, "-n", "1", "--out", str(out)]), 2, "--overwrite")
+    both = [*args, "-n", "1", "--out", str(out), "--overwrite", "--append"]
+    one_error_line(runner.invoke(app, both), 2, "exclude each other")
+    result = runner.invoke(app, [*args, "-n", "1", "--out", str(out), "--overwrite"])
+    assert result.exit_code == 0, result.output
+    store = EpisodeStore.open(out)
+    assert len(store) == 2 and sorted(m["init_id"] for m in store.index) == [0, 1]
+    assert len(list((out / "episodes").iterdir())) == 2
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_eval_takes_the_assets_dir_of_the_asset_it_names(tmp_path) -> None:
+    assets = tmp_path / "assets"
+    args = ["eval", "--policy", "openvla-oft-libero-spatial-traj1", "--assets-dir", str(assets)]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "E")])
+    one_error_line(result, 1, f"not downloaded in {assets}", f"--dir {assets}")
+
+
+def completions(words: str) -> list[str]:
+    """What `wmrl`'s bash completion offers for the last of `words`."""
+    env = {"_WMRL_COMPLETE": "complete_bash", "COMP_WORDS": words}
+    env["COMP_CWORD"] = str(len(words.split()) - 1)
+    result = runner.invoke(app, [], prog_name="wmrl", env=env)
+    return result.output.split()
+
+
+def test_shell_completion_offers_presets_profiles_and_asset_names() -> None:
+    assert completions("wmrl sft --preset mw-coevolve-s") == ["mw-coevolve-smoke"]
+    assert completions("wmrl presets show mw-sim-p") == ["mw-sim-ppo"]
+    assert completions("wmrl co-evolve --profile l") == ["long"]
+    assert completions("wmrl eval --policy exp") == ["expert"]
+    assert "openvla-oft-libero-spatial-traj1" in completions("wmrl eval --policy openvla")
+    assert "wan-libero-spatial" in completions("wmrl download wan")
+    assert completions("wmrl train-reward --data D --init wan-libero-s") == ["wan-libero-spatial"]
+
+
+def test_version_short_flag_and_flags_shown_as_flags() -> None:
+    """`-V` beside `--version`; help showed `--save-video <bool>` (and every other flag so),
+    but `--save-video true` is an error: a flag shows no value, and --no-save-video exists."""
+    assert runner.invoke(app, ["-V"]).output == runner.invoke(app, ["--version"]).output
+    assert runner.invoke(app, ["-V"]).output.startswith("wmrl ")
+    text = runner.invoke(app, ["eval", "--help"], env={"COLUMNS": "200"}).output
+    assert "<bool>" not in text and "--no-save-video" in text
+    assert "<bool>" not in runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+
+
+def test_the_default_co_evolve_says_what_it_will_take(tmp_path, monkeypatch) -> None:
+    """The default profile ran about 3 hours on 2 cores without saying so when it started."""
+    import wmrl_cli.coevolve.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "prepare_co_evolve", lambda cfg, ranks: None)
+    monkeypatch.setattr(pipeline, "co_evolve", lambda cfg, run, ranks: {"success": {}})
+    result = runner.invoke(app, ["co-evolve", "--out", str(tmp_path / "C")])
+    assert result.exit_code == 0, result.output
+    assert "co-evolve --profile default: about 3 hours on a 2-core CPU" in result.output

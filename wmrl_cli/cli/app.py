@@ -8,6 +8,7 @@ import typer
 
 from wmrl_cli import __version__
 from wmrl_cli.cli.co_evolve_cmd import co_evolve_command
+from wmrl_cli.cli.completion import WmrlCommand, WmrlGroup
 from wmrl_cli.cli.download_cmd import download_command
 from wmrl_cli.cli.eval_cmd import eval_command
 from wmrl_cli.cli.presets_cmd import presets_app
@@ -19,6 +20,7 @@ from wmrl_cli.cli.train_wm_cmd import train_wm_command
 
 app = typer.Typer(
     name="wmrl",
+    cls=WmrlGroup,
     help="Post-train VLA policies with RL inside learned video world models.",
     no_args_is_help=True,
     rich_markup_mode="rich",
@@ -37,20 +39,22 @@ def _version(value: bool) -> None:
 def root(
     version: Annotated[
         bool | None,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+        typer.Option(
+            "--version", "-V", callback=_version, is_eager=True, help="Print the version."
+        ),
     ] = None,
 ) -> None:
     """wmrl: world-model RL for vision-language-action policies."""
 
 
-app.command("rollout")(rollout_command)
-app.command("eval")(eval_command)
-app.command("download")(download_command)
-app.command("sft")(sft_command)
-app.command("train-wm")(train_wm_command)
-app.command("train-reward")(train_reward_command)
-app.command("train-policy")(train_policy_command)
-app.command("co-evolve")(co_evolve_command)
+app.command("rollout", cls=WmrlCommand)(rollout_command)
+app.command("eval", cls=WmrlCommand)(eval_command)
+app.command("download", cls=WmrlCommand)(download_command)
+app.command("sft", cls=WmrlCommand)(sft_command)
+app.command("train-wm", cls=WmrlCommand)(train_wm_command)
+app.command("train-reward", cls=WmrlCommand)(train_reward_command)
+app.command("train-policy", cls=WmrlCommand)(train_policy_command)
+app.command("co-evolve", cls=WmrlCommand)(co_evolve_command)
 app.add_typer(presets_app, name="presets")
 
 

@@ -21,6 +21,13 @@ from wmrl_cli.cli.common import (
 from wmrl_cli.logging import console
 
 PROFILES = {"default": "mw-coevolve", "smoke": "mw-coevolve-smoke", "long": "mw-coevolve-long"}
+# What a whole run of each profile takes, said when it starts (docs/results.md: the default
+# profile's 2.86 h on 2 cores, the simulator control included).
+PROFILE_TIMES = {
+    "default": "about 3 hours on a 2-core CPU",
+    "smoke": "about 2 minutes on a 2-core CPU",
+    "long": "hours per seed on a GPU, days on a 2-core CPU",
+}
 
 
 @handle_errors
@@ -29,7 +36,8 @@ def co_evolve_command(
         str,
         typer.Option(
             help="default (the embedded main job), smoke (minutes, for CI) or long (the research "
-            "profile: 25 RL steps per stage, evaluated every 5)."
+            "profile: 25 RL steps per stage, evaluated every 5).",
+            autocompletion=lambda incomplete: [p for p in PROFILES if p.startswith(incomplete)],
         ),
     ] = "default",
     seed: SeedOpt = None,
@@ -87,6 +95,11 @@ def co_evolve_command(
         overwrite=overwrite,
         update=update,
     )
+    if preset is None:
+        console.print(
+            f"co-evolve --profile {profile}: {PROFILE_TIMES[profile]} for the whole run; "
+            "interrupted, the same command resumes it"
+        )
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
     report = co_evolve(cfg, run_dir, num_processes)

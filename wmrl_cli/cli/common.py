@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.text import Text
 
+from wmrl_cli.cli.completion import complete_policies, complete_presets
 from wmrl_cli.config import RunConfig, resolve_config
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import environment_error
@@ -29,7 +30,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 PresetOpt = Annotated[
     str | None,
-    typer.Option("--preset", "-p", help="Preset name (see `wmrl presets list`) or a YAML path."),
+    typer.Option(
+        "--preset",
+        "-p",
+        help="Preset name (see `wmrl presets list`) or a YAML path.",
+        autocompletion=complete_presets,
+    ),
 ]
 SetOpt = Annotated[
     list[str] | None,
@@ -77,7 +83,8 @@ PolicyOpt = Annotated[
     str | None,
     typer.Option(
         help="Policy: expert (Meta-World's scripted policies), random, a policy checkpoint "
-        "directory or a policy asset name (wmrl download --list)."
+        "directory or a policy asset name (wmrl download --list).",
+        autocompletion=complete_policies,
     ),
 ]
 EpisodesOpt = Annotated[

@@ -14,6 +14,7 @@ from rich.text import Text
 from wmrl_cli.assets.layout import ASSETS_ENV, default_assets_dir
 from wmrl_cli.assets.registry import get_asset, list_assets
 from wmrl_cli.cli.common import handle_errors
+from wmrl_cli.cli.completion import complete_assets
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.logging import console
 
@@ -44,7 +45,9 @@ def download_command(
     names: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Asset names, e.g. wan-libero-spatial (see --list).", show_default=False
+            help="Asset names, e.g. wan-libero-spatial (see --list).",
+            show_default=False,
+            autocompletion=complete_assets,
         ),
     ] = None,
     dir: Annotated[  # noqa: A002 - the option is --dir

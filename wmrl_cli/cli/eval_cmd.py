@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from wmrl_cli.cli.common import (
+    AssetsDirOpt,
     EpisodesOpt,
     GreedyOpt,
     ImageSizeOpt,
@@ -117,8 +118,13 @@ def eval_command(
     suite: SuiteOpt = None,
     episodes_per_task: EpisodesOpt = None,
     save_video: Annotated[
-        bool, typer.Option("--save-video", help="Write one mp4 per episode and a grid per task.")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--save-video/--no-save-video",
+            help="Write one mp4 per episode and a grid per task (default: eval.save_video, off).",
+            show_default=False,
+        ),
+    ] = None,
     temperature: TemperatureOpt = None,
     greedy: GreedyOpt = False,
     noise_std: NoiseOpt = None,
@@ -135,6 +141,7 @@ def eval_command(
     horizon: HorizonOpt = None,
     overwrite: OverwriteOpt = False,
     baseline: BaselineOpt = None,
+    assets_dir: AssetsDirOpt = None,
     audit: AuditOpt = False,
 ) -> None:
     """Evaluate a policy on every task x trial of a suite with fixed seeds (success_once); with --world-model, evaluate a world model's reliability on stored episodes instead."""  # noqa: E501
@@ -165,7 +172,7 @@ def eval_command(
         policy__name=policy,
         simulator__suite=suite,
         eval__episodes_per_task=episodes_per_task,
-        eval__save_video=save_video or None,
+        eval__save_video=save_video,
         policy__temperature=temperature,
         policy__greedy=greedy or None,
         policy__noise_std=noise_std,
@@ -176,6 +183,7 @@ def eval_command(
         world_model__path=None if world_model is None else str(world_model),
         world_model__val_horizon=horizon,
         reward_model__path=None if reward_model is None else str(reward_model),
+        assets_dir=assets_dir,
         output_dir=out,
     )
     configure_threads(cfg.num_threads)

@@ -8,15 +8,16 @@ import typer
 from rich.table import Table
 
 from wmrl_cli.cli.common import handle_errors
+from wmrl_cli.cli.completion import WmrlCommand, WmrlGroup, complete_presets
 from wmrl_cli.config import dump_config, list_presets, resolve_config
 from wmrl_cli.logging import console
 
 presets_app = typer.Typer(
-    help="List the shipped presets or show one resolved.", no_args_is_help=True
+    cls=WmrlGroup, help="List the shipped presets or show one resolved.", no_args_is_help=True
 )
 
 
-@presets_app.command("list")
+@presets_app.command("list", cls=WmrlCommand)
 @handle_errors
 def list_command() -> None:
     """List presets with their descriptions."""
@@ -28,10 +29,12 @@ def list_command() -> None:
     console.print(table)
 
 
-@presets_app.command("show")
+@presets_app.command("show", cls=WmrlCommand)
 @handle_errors
 def show_command(
-    name: Annotated[str, typer.Argument(help="Preset name or YAML path.")],
+    name: Annotated[
+        str, typer.Argument(help="Preset name or YAML path.", autocompletion=complete_presets)
+    ],
 ) -> None:
     """Print the full configuration a preset resolves to (defaults filled in), as plain YAML that
     can be redirected to a file and used with --preset."""

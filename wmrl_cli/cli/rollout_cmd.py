@@ -61,6 +61,14 @@ def rollout_command(
     append: Annotated[
         bool, typer.Option("--append", help="Add to an existing store instead of refusing.")
     ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace the store in --out: its episodes and the files wmrl wrote go (yours "
+            "stay).",
+        ),
+    ] = False,
     temperature: TemperatureOpt = None,
     greedy: GreedyOpt = False,
     noise_std: Annotated[
@@ -151,7 +159,7 @@ def rollout_command(
             assets_dir=assets_dir,
             output_dir=out,
         )
-        _imagine_policy(cfg, append)
+        _imagine_policy(cfg, append, overwrite)
         return
     if world_model is not None or replay is not None:
         world_model, replay = _check_imagined_options(world_model, replay, given)
@@ -164,7 +172,7 @@ def rollout_command(
             assets_dir=assets_dir,
             output_dir=out,
         )
-        _imagine(cfg, world_model, replay, horizon, start_every or 0, append)
+        _imagine(cfg, world_model, replay, horizon, start_every or 0, append, overwrite)
         return
     if horizon is not None or start_every is not None:
         raise ConfigError("--horizon and --start-every apply only with --world-model and --replay")
@@ -190,7 +198,7 @@ def rollout_command(
         noisy = cfg.rollout.perturbation.kind != "none"
         key = "rollout__perturbation__std" if noisy else "policy__noise_std"
         cfg = build_config(preset, set_, **options, **{key: noise_std})
-    summary = collect_rollouts(cfg, append=append, write_rlinf=export_rlinf)
+    summary = collect_rollouts(cfg, append=append, write_rlinf=export_rlinf, overwrite=overwrite)
     console.print(summary.table())
 
 
@@ -245,7 +253,7 @@ def _check_policy_imagined_options(world_model: Path | None, policy: str | None,
     )
 
 
-def _imagine_policy(cfg: RunConfig, append: bool) -> None:
+def _imagine_policy(cfg: RunConfig, append: bool, overwrite: bool) -> None:
     """Checks the output and inputs (nothing is written before they pass), hands over."""
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.evaluation.rollouts import check_output_store, store_summary
@@ -254,10 +262,10 @@ def _imagine_policy(cfg: RunConfig, append: bool) -> None:
     from wmrl_cli.runtime import configure_threads
 
     out = Path(cfg.output_dir)
-    check_output_store(out, append, imagined=True)
+    check_output_store(out, append, imagined=True, overwrite=overwrite)
     inputs = resolve_labelling_inputs(cfg)
     configure_threads(cfg.num_threads)
-    prepare_run_dir(cfg, "rollout")  # the store's config.yaml
+    prepare_run_dir(cfg, "rollout", overwrite=overwrite)  # the store's config.yaml
     store = EpisodeStore(out)
     imagine_policy(cfg, store, cfg.rollout.episodes_per_task, inputs)
     names = {int(m["task_id"]): m["task_name"] for m in store.index}
@@ -267,7 +275,7 @@ def _imagine_policy(cfg: RunConfig, append: bool) -> None:
 
 def _imagine(
     cfg: RunConfig, world_model: Path, replay: Path, horizon: int | None, start_every: int,
-    append: bool,
+    append: bool, overwrite: bool,
 ) -> None:  # fmt: skip
     """Checks the inputs (nothing is written before they pass), loads, hands over."""
     import torch
@@ -282,7 +290,7 @@ def _imagine(
     source = EpisodeStore.open(replay)
     starts = imagined_starts(source, start_every, horizon)
     out = Path(cfg.output_dir)
-    check_output_store(out, append, imagined=True)
+    check_output_store(out, append, imagined=True, overwrite=overwrite)
     if not world_model.exists():
         raise ConfigError(
             f"--world-model {world_model}: no such world model (expected a train-wm run, a model "
@@ -291,7 +299,7 @@ def _imagine(
     configure_threads(cfg.num_threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_replay_world_model(cfg, world_model, source, starts, device)
-    prepare_run_dir(cfg, "rollout")  # the store's config.yaml
+    prepare_run_dir(cfg, "rollout", overwrite=overwrite)  # the store's config.yaml
     seed_everything(cfg.simulator.seed)
     store = EpisodeStore(out)
     imagine_replay(cfg, model, str(world_model), source, starts, store)

@@ -18,6 +18,7 @@ from wmrl_cli.cli.common import (
     build_config,
     handle_errors,
 )
+from wmrl_cli.cli.completion import complete_assets
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.logging import console
 
@@ -40,7 +41,8 @@ def train_reward_command(
         str | None,
         typer.Option(
             help="Fine-tune this reward model: a train-reward run or model directory, an RLinf "
-            "*rm.pth (or a folder holding one), or a published asset name."
+            "*rm.pth (or a folder holding one), or a published asset name.",
+            autocompletion=complete_assets,
         ),
     ] = None,
     export_rlinf: Annotated[

@@ -20,6 +20,7 @@ from wmrl_cli.cli.common import (
     handle_errors,
     relaunch_ranks,
 )
+from wmrl_cli.cli.completion import complete_assets
 from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.logging import console
@@ -35,7 +36,8 @@ def train_wm_command(
         str | None,
         typer.Option(
             help="Start from this world model (skips the autoencoder): a train-wm run or model "
-            "directory, RLinf's Wan or OpenSora folder, or a published asset name."
+            "directory, RLinf's Wan or OpenSora folder, or a published asset name.",
+            autocompletion=complete_assets,
         ),
     ] = None,
     export_rlinf: Annotated[

@@ -59,18 +59,26 @@ class RolloutSummary:
         return table
 
 
-def check_output_store(out: Path, append: bool, imagined: bool = False) -> None:
+def check_output_store(
+    out: Path, append: bool, imagined: bool = False, overwrite: bool = False
+) -> None:
     """One line for an --out that would be overwritten or is no store, or an --append that
-    would mix real and imagined episodes in one store."""
+    would mix real and imagined episodes in one store. `overwrite`: a store there is replaced
+    (`prepare_run_dir` removes the files it wrote)."""
+    if append and overwrite:
+        raise ConfigError("--append and --overwrite exclude each other: pass one")
     index = out / "index.json"
-    if index.exists() and not append:
-        raise ConfigError(f"--out {out} already holds an episode store; pass --append to add to it")
+    if index.exists() and not (append or overwrite):
+        raise ConfigError(
+            f"--out {out} already holds an episode store; pass --append to add to it or "
+            "--overwrite to replace it"
+        )
     if out.is_dir() and not index.exists() and any(out.iterdir()):
         raise ConfigError(
             f"--out {out} holds files wmrl did not write and is not an episode store; choose a "
             "new or empty directory"
         )
-    existing = EpisodeStore(out) if index.exists() else None
+    existing = EpisodeStore(out) if index.exists() and append else None
     if existing is not None and len(existing) and existing.imagined != imagined:
         held, given = ("imagined", "real") if existing.imagined else ("real", "imagined")
         raise WmrlError(f"{out} holds {held} episodes; write {given} ones to a store of their own")
@@ -91,12 +99,13 @@ def store_summary(store: EpisodeStore, task_names: list[str]) -> RolloutSummary:
 
 
 def collect_rollouts(
-    cfg: RunConfig, append: bool = False, write_rlinf: bool = False
+    cfg: RunConfig, append: bool = False, write_rlinf: bool = False, overwrite: bool = False
 ) -> RolloutSummary:
+    """`append`: add to the store in `cfg.output_dir`; `overwrite`: replace it."""
     out = Path(cfg.output_dir) if cfg.output_dir else None
     if out is None:
         raise WmrlError("rollout needs an output directory (--out DIR)")
-    check_output_store(out, append)
+    check_output_store(out, append, overwrite=overwrite)
     # The simulator (LIBERO: installed?) and the policy are checked before anything is written;
     # the store's config.yaml records the simulator as it ran (LIBERO's defaults filled in).
     cfg.simulator = sim_cfg = resolve_simulator(cfg.simulator)
@@ -104,9 +113,8 @@ def collect_rollouts(
     simulator = simulator_class(sim_cfg)
     suite = simulator_suite(sim_cfg)
     n_tasks = len(suite.task_names)
-    store = EpisodeStore(out)
     # Appending continues the init ids, so new episodes never repeat stored seeds.
-    used = [int(m["init_id"]) for m in store.index]
+    used = [] if overwrite else [int(m["init_id"]) for m in EpisodeStore(out).index]
     offset = (max(used) // n_tasks + 1) * n_tasks if used else 0
     init_ids = [offset + i for i in range(cfg.rollout.episodes_per_task * n_tasks)]
     policy = build_policy(
@@ -117,7 +125,8 @@ def collect_rollouts(
         seed=sim_cfg.seed + offset,
         assets_dir=cfg.assets_dir,
     )
-    prepare_run_dir(cfg, "rollout")
+    prepare_run_dir(cfg, "rollout", overwrite=overwrite)
+    store = EpisodeStore(out)
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
     with simulator(sim_cfg) as sim:
