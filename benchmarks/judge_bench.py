@@ -1,0 +1,349 @@
+"""The judge benchmark: a verdict's precision, recall and F1 per task, on a fixed set of policies'
+imagined episodes labelled by the simulator, the base policy's and the RL policies' apart.
+
+Verdicts are compared here, in minutes, before any RL run spends hours on one. The set is
+what RL in imagination judges: each policy rolled closed-loop in the world model from the reset
+set's starts, every chunk of its actions executed in the simulator from the same stored state
+(`wmrl rollout --world-model WM --policy P --reset-set STORE`, docs/cli.md). Build it once,
+seeded, so that it is rebuilt identically from a clone:
+
+    python benchmarks/judge_bench.py build --world-model WM --reset-set STORE \\
+        --policy base=RUN/sft/policy --policy rl05=EXACT/checkpoints/step_000005/model \\
+        [--policy ...] --out SET [-n 16] [--seed 0] [--preset PRESET]
+
+A policy labelled `base` is the base group; every other label is an RL policy. SET/manifest.json
+records the commands, the build time and the set's size. Then score any number of verdicts:
+
+    python benchmarks/judge_bench.py score --set SET --judge today=RM \\
+        [--judge strict=RM@0.95:k4 ...] [--preset PRESET] [--out RESULT.json]
+
+A verdict `NAME=RM[@THRESHOLD][:kFRAMES]` is a reward model that calls an episode's success at
+the first imagined frame ending FRAMES consecutive frames at THRESHOLD (the imagined env's rule,
+rewards/calibration.py: held_success); the defaults are what RL would use, from `--preset`'s
+`reward_model.success_threshold` / `success_frames` (the threshold: else the model's own). A
+call is true when the simulator's success held by the end of the called chunk (where RL's
+episode ends on the call). Per task and group:
+- precision: true calls / calls;
+- recall: real successes (episodes whose replay succeeds anywhere) with a true call / real
+  successes: what verified imagination pays, since a false call ends the episode unpaid;
+- F1 with a percentile-bootstrap interval over episodes, P and R with Wilson intervals.
+The target (docs/results.md, "The judge benchmark"): on the RL policies' episodes, precision
+>= 0.8 and recall >= 0.7 on every task with at least 10 real successes, and on at least 6 tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from wmrl_cli.errors import WmrlError
+
+TARGET_PRECISION, TARGET_RECALL, TARGET_MIN_SUCCESSES, TARGET_TASKS = 0.8, 0.7, 10, 6
+BASE = "base"
+_SPEC = re.compile(r"^(?P<name>[\w.-]+)=(?P<path>[^@]+?)(@(?P<thr>[0-9.]+))?(:k(?P<k>\d+))?$")
+
+
+# -- what a verdict reads and how it is scored: pure functions ------------------------------------
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One episode under one verdict: its task, group, whether the replay succeeded anywhere,
+    whether the verdict called success, and whether that call was true."""
+
+    task: str
+    group: str
+    real: bool
+    called: bool
+    true_call: bool
+
+
+def judge_episode(calls: np.ndarray, success: np.ndarray, chunk: int) -> tuple[bool, bool]:
+    """(called, true call) for one episode: `calls` [T] the verdict's per-frame calls on
+    imagined frames 1..T, `success` [T] the simulator's flag after each step, `chunk` the
+    actions per chunk. The call is the first called frame; frame t shows the state after step
+    t, and the episode ends at the end of its chunk, so the call is true when the simulator's
+    success held by then."""
+    if not calls.any():
+        return False, False
+    step = int(np.argmax(calls)) + 1
+    chunk_end = min(-(-step // chunk) * chunk, len(success))
+    return True, bool(success[:chunk_end].any())
+
+
+def rates(judged: list[Judged]) -> dict[str, float | int | None]:
+    """Counts and rates of a list of judged episodes (None where undefined)."""
+    calls = sum(j.called for j in judged)
+    true_calls = sum(j.true_call for j in judged)
+    real = sum(j.real for j in judged)
+    found = sum(j.real and j.true_call for j in judged)
+    precision = true_calls / calls if calls else None
+    recall = found / real if real else None
+    return {
+        "episodes": len(judged),
+        "real_successes": real,
+        "calls": calls,
+        "true_calls": true_calls,
+        "found": found,
+        "precision": precision,
+        "recall": recall,
+        "f1": f1_score(true_calls, calls, found, real),
+    }
+
+
+def f1_score(true_calls: int, calls: int, found: int, real: int) -> float | None:
+    """2PR / (P + R); None where neither is defined, 0 where one is 0 or undefined."""
+    if not calls and not real:
+        return None
+    precision = true_calls / calls if calls else 0.0
+    recall = found / real if real else 0.0
+    return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+
+
+def f1_interval(judged: list[Judged], draws: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap 95% interval of F1 over episodes (nan where undefined)."""
+    if not judged:
+        return float("nan"), float("nan")
+    arr = np.array([(j.called, j.true_call, j.real, j.real and j.true_call) for j in judged])
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(judged), size=(draws, len(judged)))
+    sums = arr[picks].sum(axis=1)  # [draws, 4]: calls, true calls, real, found
+    values = [f1_score(int(t), int(c), int(f), int(r)) for c, t, r, f in sums]
+    values = [v for v in values if v is not None]
+    if not values:
+        return float("nan"), float("nan")
+    return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
+
+
+def table(judged: list[Judged]) -> dict[str, dict[str, dict]]:
+    """{group: {task (and 'all'): rates with intervals}}, groups 'base' and 'rl'."""
+    from wmrl_cli.evaluation.stats import wilson_interval
+
+    out: dict[str, dict[str, dict]] = {}
+    for group in sorted({j.group for j in judged}):
+        rows = [j for j in judged if j.group == group]
+        out[group] = {}
+        for task in [*sorted({j.task for j in rows}), "all"]:
+            picked = [j for j in rows if task in ("all", j.task)]
+            row = rates(picked)
+            row["precision_ci"] = wilson_interval(row["true_calls"], row["calls"])
+            row["recall_ci"] = wilson_interval(row["found"], row["real_successes"])
+            row["f1_ci"] = f1_interval(picked)
+            out[group][task] = row
+    return out
+
+
+def meets_target(rows: dict[str, dict]) -> dict[str, object]:
+    """The benchmark's target on one group's per-task rows: the tasks with enough real
+    successes, those the verdict passes (precision and recall at the bar), and the verdict."""
+    eligible = [
+        task
+        for task, row in rows.items()
+        if task != "all" and row["real_successes"] >= TARGET_MIN_SUCCESSES
+    ]
+    passed = [
+        task
+        for task in eligible
+        if (rows[task]["precision"] or 0.0) >= TARGET_PRECISION
+        and (rows[task]["recall"] or 0.0) >= TARGET_RECALL
+    ]
+    met = len(eligible) >= TARGET_TASKS and len(passed) == len(eligible)
+    return {"eligible": eligible, "passed": passed, "met": met}
+
+
+def parse_judge(spec: str) -> tuple[str, Path, float | None, int | None]:
+    """`NAME=RM[@THRESHOLD][:kFRAMES]` -> (name, path, threshold, frames)."""
+    match = _SPEC.match(spec)
+    if not match:
+        raise WmrlError(f"bad --judge '{spec}': expected NAME=RM[@THRESHOLD][:kFRAMES]")
+    threshold = float(match["thr"]) if match["thr"] else None
+    frames = int(match["k"]) if match["k"] else None
+    if frames is not None and frames < 1:
+        raise WmrlError(f"bad --judge '{spec}': kFRAMES must be at least 1")
+    return match["name"], Path(match["path"]), threshold, frames
+
+
+# -- the set --------------------------------------------------------------------------------------
+
+
+def build(args: argparse.Namespace) -> None:
+    """One labelled imagined store per policy, with the command that made it."""
+    out = Path(args.out)
+    policies = [label_and_path(text) for text in args.policy]
+    if BASE not in {label for label, _ in policies}:
+        raise WmrlError(f"--policy {BASE}=PATH is required: the base group")
+    out.mkdir(parents=True, exist_ok=True)
+    manifest: dict = {"seed": args.seed, "per_task": args.n, "policies": {}}
+    started = time.monotonic()
+    for label, policy in policies:
+        command = [
+            "rollout", "--world-model", str(args.world_model), "--policy", str(policy),
+            "--reset-set", str(args.reset_set), "-n", str(args.n), "--seed", str(args.seed),
+            "--out", str(out / label),
+            *(["--preset", str(args.preset)] if args.preset else []),
+            *(arg for text in args.set or [] for arg in ("--set", text)),
+        ]  # fmt: skip
+        began = time.monotonic()
+        ended = subprocess.run([sys.executable, "-m", "wmrl_cli", *command], check=False)
+        typed = " ".join(["wmrl", *command])
+        if ended.returncode != 0:
+            raise WmrlError(f"building {label} failed (exit {ended.returncode}): {typed}")
+        manifest["policies"][label] = {
+            "path": str(policy),
+            "group": group_of(label),
+            "command": typed,
+            "seconds": round(time.monotonic() - began, 1),
+        }
+    manifest["seconds"] = round(time.monotonic() - started, 1)
+    manifest["bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"set: {out} ({manifest['bytes'] / 2**20:.1f} MiB, {manifest['seconds']:.0f} s)")
+
+
+def label_and_path(text: str) -> tuple[str, Path]:
+    label, sep, path = text.partition("=")
+    if not sep or not re.fullmatch(r"[\w.-]+", label) or not path:
+        raise WmrlError(f"bad --policy '{text}': expected LABEL=PATH (LABEL: base, rl05, ...)")
+    return label, Path(path)
+
+
+def group_of(label: str) -> str:
+    return BASE if label == BASE else "rl"
+
+
+def stores(set_dir: Path) -> list[tuple[str, Path]]:
+    """(group, store) per policy of a set: from its manifest, else its folders."""
+    manifest = set_dir / "manifest.json"
+    if manifest.is_file():
+        policies = json.loads(manifest.read_text())["policies"]
+        return [(info["group"], set_dir / label) for label, info in sorted(policies.items())]
+    found = [
+        (group_of(p.name), p) for p in sorted(set_dir.iterdir()) if (p / "index.json").is_file()
+    ]
+    if not found:
+        raise WmrlError(f"--set {set_dir}: no manifest.json and no episode store in it")
+    return found
+
+
+# -- scoring --------------------------------------------------------------------------------------
+
+
+def verdict_episodes(set_dir: Path, model, threshold: float, frames: int) -> list[Judged]:
+    """Every episode of the set under one reward model's verdict."""
+    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.rewards.calibration import held_success
+
+    judged = []
+    for group, path in stores(set_dir):
+        for episode in EpisodeStore.open(path):
+            ids = [episode.task_id] if model.kind == "taskemb_resnet" else None
+            scores = model.predict(episode.frames[None], ids)[0].float().cpu().numpy()[1:]
+            calls = held_success(scores[None], threshold, frames, np.zeros(1, np.int64))[0][0]
+            success = np.asarray(episode.success, bool)
+            called, true_call = judge_episode(calls, success, episode.chunk_size)
+            judged.append(Judged(episode.task_name, group, bool(success.any()), called, true_call))
+    return judged
+
+
+def score(args: argparse.Namespace) -> None:
+    import torch
+
+    from wmrl_cli.config import resolve_config
+    from wmrl_cli.rewards.calibration import judge_threshold
+    from wmrl_cli.rewards.loading import load_reward_model
+
+    torch.set_num_threads(args.threads)
+    cfg = resolve_config(args.preset) if args.preset else resolve_config()
+    results = {}
+    for spec in args.judge:
+        name, path, threshold, frames = parse_judge(spec)
+        directory = path / "reward_model" if (path / "reward_model").is_dir() else path
+        model = load_reward_model(directory)
+        if threshold is None:
+            threshold = judge_threshold(cfg.reward_model.success_threshold, model, directory)[0]
+        frames = frames or cfg.reward_model.success_frames
+        with torch.no_grad():
+            judged = verdict_episodes(Path(args.set), model, threshold, frames)
+        rows = table(judged)
+        results[name] = {
+            "model": str(directory),
+            "threshold": threshold,
+            "frames": frames,
+            "groups": rows,
+            "target_rl": meets_target(rows["rl"]) if "rl" in rows else None,
+        }
+        print(markdown(name, results[name]))
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1, default=float) + "\n")
+
+
+def _rate(value: float | None, interval: tuple[float, float]) -> str:
+    if value is None:
+        return "-"
+    low, high = interval
+    return f"{value:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def markdown(name: str, result: dict) -> str:
+    """One verdict's table: a row per group and task."""
+    lines = [
+        f"### {name}: threshold {result['threshold']:.3g}, {result['frames']} frame(s)",
+        "",
+        "| group | task | episodes | real successes | calls | precision | recall | F1 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for group, rows in result["groups"].items():
+        for task, row in rows.items():
+            lines.append(
+                f"| {group} | {task} | {row['episodes']} | {row['real_successes']} | "
+                f"{row['calls']} | {_rate(row['precision'], row['precision_ci'])} | "
+                f"{_rate(row['recall'], row['recall_ci'])} | {_rate(row['f1'], row['f1_ci'])} |"
+            )
+    target = result.get("target_rl")
+    if target is not None:
+        verdict = "met" if target["met"] else "not met"
+        lines += [
+            "",
+            f"Target on the RL policies' episodes: {verdict} (tasks with >= "
+            f"{TARGET_MIN_SUCCESSES} real successes: {len(target['eligible'])}, at precision >= "
+            f"{TARGET_PRECISION} and recall >= {TARGET_RECALL}: {len(target['passed'])}).",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    made = commands.add_parser("build", help="roll and label the set")
+    made.add_argument("--world-model", required=True)
+    made.add_argument("--reset-set", required=True)
+    made.add_argument("--policy", action="append", required=True, help="LABEL=PATH, repeated")
+    made.add_argument("--out", required=True)
+    made.add_argument("-n", type=int, default=16, help="starts per task and policy")
+    made.add_argument("--seed", type=int, default=0)
+    made.add_argument("--preset", default=None, help="the RL run's config (its simulator)")
+    made.add_argument("--set", action="append", help="section.key=value, as wmrl takes it")
+    scored = commands.add_parser("score", help="score verdicts on a set")
+    scored.add_argument("--set", required=True)
+    scored.add_argument("--judge", action="append", required=True, help="NAME=RM[@T][:kN]")
+    scored.add_argument("--preset", default=None, help="the RL run's config (its verdict)")
+    scored.add_argument("--out", default=None, help="results as JSON")
+    scored.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    (build if args.command == "build" else score)(args)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except WmrlError as exc:  # a bad path, spec or model: one line, as the CLI says it
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

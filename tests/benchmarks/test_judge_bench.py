@@ -1,0 +1,147 @@
+"""benchmarks/judge_bench.py: how one episode is judged, the per-task rates and the target, and
+the script end to end on a tiny set (a base and an "RL" policy rolled in an untrained world
+model, labelled by the simulator) scored with a tiny judge."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import judge_bench  # noqa: E402  (a script of benchmarks/, not a package)
+from judge_bench import Judged  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("calls", "success", "expected"),
+    [
+        ([0, 0, 0, 0], [0, 0, 1, 1], (False, False)),  # never called: a miss
+        ([0, 0, 1, 1], [0, 0, 1, 1], (True, True)),  # called when it succeeds
+        ([0, 1, 0, 0], [0, 0, 0, 1], (True, False)),  # called in the first chunk, true after it
+        ([1, 0, 0, 0], [0, 1, 0, 0], (True, True)),  # true within the called chunk
+        ([0, 0, 0, 1], [1, 0, 0, 0], (True, True)),  # a success that held and ended earlier
+    ],
+)
+def test_a_call_is_true_when_the_simulator_succeeded_by_the_end_of_its_chunk(
+    calls, success, expected
+) -> None:
+    assert judge_bench.judge_episode(np.array(calls, bool), np.array(success, bool), 2) == expected
+
+
+def test_recall_counts_only_the_real_successes_a_true_call_pays() -> None:
+    judged = [
+        Judged("a", "rl", real=True, called=True, true_call=True),
+        Judged("a", "rl", real=True, called=True, true_call=False),  # called too early: unpaid
+        Judged("a", "rl", real=True, called=False, true_call=False),
+        Judged("a", "rl", real=False, called=True, true_call=False),
+        Judged("a", "rl", real=False, called=False, true_call=False),
+    ]
+    row = judge_bench.rates(judged)
+    assert (row["calls"], row["true_calls"], row["real_successes"], row["found"]) == (3, 1, 3, 1)
+    assert row["precision"] == pytest.approx(1 / 3) and row["recall"] == pytest.approx(1 / 3)
+    assert row["f1"] == pytest.approx(1 / 3)
+    low, high = judge_bench.f1_interval(judged)
+    assert 0.0 <= low <= row["f1"] <= high <= 1.0
+    assert judge_bench.rates([])["f1"] is None
+
+
+def test_the_target_needs_every_eligible_task_and_six_of_them() -> None:
+    def row(real: int, precision: float, recall: float) -> dict:
+        return {"real_successes": real, "precision": precision, "recall": recall}
+
+    good = {f"t{i}": row(10, 0.9, 0.8) for i in range(6)}
+    assert judge_bench.meets_target({**good, "all": row(60, 0.9, 0.8)})["met"]
+    assert not judge_bench.meets_target({**good, "t0": row(10, 0.9, 0.5)})["met"]
+    few = {**good, "t0": row(9, 0.0, 0.0)}  # too few real successes: not judged, 5 tasks left
+    assert judge_bench.meets_target(few)["eligible"] == [f"t{i}" for i in range(1, 6)]
+    assert not judge_bench.meets_target(few)["met"]
+
+
+def test_a_bad_judge_spec_is_one_line() -> None:
+    assert judge_bench.parse_judge("today=runs/rm@0.9:k8")[1:] == (
+        Path("runs/rm"),
+        0.9,
+        8,
+    )
+    with pytest.raises(judge_bench.WmrlError, match="expected NAME=RM"):
+        judge_bench.parse_judge("runs/rm")
+
+
+def test_scores_verdicts_per_task_and_group(tmp_path, capsys) -> None:
+    """A set of hand-made stores; verdicts at thresholds no score passes (never calls) and every
+    score passes (calls every episode at its first frame, before any success)."""
+    from tests.helpers.episodes import visible_success_episode
+    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.rewards.loading import save_reward_model
+    from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
+
+    for label, offset in (("base", 0), ("rl05", 10)):
+        episodes = [visible_success_episode(offset + i, succeed=i % 2 == 0) for i in range(6)]
+        EpisodeStore(tmp_path / "set" / label).add(episodes)
+    save_reward_model(build_resnet_reward_model(ResnetRewConfig(width=4)), tmp_path / "rm")
+    rm, out = tmp_path / "rm", tmp_path / "result.json"
+    judges = ["--judge", f"never={rm}@1.5", "--judge", f"always={rm}@0:k1"]
+    judge_bench.main(["score", "--set", str(tmp_path / "set"), *judges, "--out", str(out)])
+    body = json.loads(out.read_text())
+    for group in ("base", "rl"):
+        never, always = (
+            body["never"]["groups"][group]["all"],
+            body["always"]["groups"][group]["all"],
+        )
+        assert (never["episodes"], never["real_successes"], never["calls"]) == (6, 3, 0)
+        assert never["precision"] is None and never["recall"] == 0.0
+        assert (always["calls"], always["true_calls"], always["found"]) == (6, 0, 0)
+        assert always["precision"] == 0.0 and always["f1"] == 0.0
+    assert "| rl | all | 6 | 3 | 6 | 0.00 [0.00, 0.39] |" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # about 2 minutes: an SFT policy, two labelled rollouts, two verdicts
+def test_builds_and_scores_a_tiny_set(assets, tmp_path) -> None:
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(
+        "simulator: {suite: mw3, image_size: 32, num_workers: 0, num_envs: 2}\n"
+        "algorithm: {max_episode_steps: 16}\n"
+        "world_model: {num_inference_steps: 1}\n"
+    )
+    out = tmp_path / "set"
+    build = [
+        sys.executable, "benchmarks/judge_bench.py", "build",
+        "--world-model", str(assets / "wm"), "--reset-set", str(assets / "demos"),
+        "--policy", f"base={assets / 'sft'}", "--policy", f"rl02={assets / 'sft'}",
+        "-n", "1", "--preset", str(preset), "--out", str(out),
+    ]  # fmt: skip
+    made = subprocess.run(build, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["policies"]["base"]["group"] == "base"
+    assert manifest["policies"]["rl02"]["group"] == "rl" and manifest["bytes"] > 0
+
+    result = tmp_path / "result.json"
+    score = [
+        sys.executable, "benchmarks/judge_bench.py", "score", "--set", str(out),
+        "--judge", f"tiny={assets / 'rm'}", "--judge", f"strict={assets / 'rm'}@0.99:k2",
+        "--preset", str(preset), "--out", str(result), "--threads", "1",
+    ]  # fmt: skip
+    scored = subprocess.run(score, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert scored.returncode == 0, scored.stdout[-2000:] + scored.stderr[-3000:]
+    assert "| rl | all | 3 |" in scored.stdout
+    body = json.loads(result.read_text())
+    assert body["strict"]["threshold"] == 0.99 and body["strict"]["frames"] == 2
+    assert body["tiny"]["threshold"] == 0.5  # the model's own
+    for name in ("tiny", "strict"):
+        groups = body[name]["groups"]
+        assert set(groups) == {"base", "rl"}
+        assert groups["base"]["all"]["episodes"] == groups["rl"]["all"]["episodes"] == 3
+        assert body[name]["target_rl"]["met"] is False  # too few real successes to judge
+
+    bad = subprocess.run(
+        [*score[:5], "--judge", "no-equals-sign"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("error: bad --judge")
