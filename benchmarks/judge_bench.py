@@ -20,7 +20,9 @@ records the commands, the build time and the set's size. Then score any number o
 A verdict `NAME=RM[@THRESHOLD][:kFRAMES]` is a reward model that calls an episode's success at
 the first imagined frame ending FRAMES consecutive frames at THRESHOLD (the imagined env's rule,
 rewards/calibration.py: held_success); the defaults are what RL would use, from `--preset`'s
-`reward_model.success_threshold` / `success_frames` (the threshold: else the model's own). A
+`reward_model.success_threshold` / `success_frames` (the threshold: else the model's own).
+`@task`: a threshold per task at its best F1, each episode judged out of sample (the base group
+by 2-fold cross-validation, the RL group at the thresholds fitted on the base group). A
 call is true when the simulator's success held by the end of the called chunk (where RL's
 episode ends on the call). Per task and group:
 - precision: true calls / calls;
@@ -48,7 +50,8 @@ from wmrl_cli.errors import WmrlError
 
 TARGET_PRECISION, TARGET_RECALL, TARGET_MIN_SUCCESSES, TARGET_TASKS = 0.8, 0.7, 10, 6
 BASE = "base"
-_SPEC = re.compile(r"^(?P<name>[\w.-]+)=(?P<path>[^@]+?)(@(?P<thr>[0-9.]+))?(:k(?P<k>\d+))?$")
+_SPEC = re.compile(r"^(?P<name>[\w.-]+)=(?P<path>[^@]+?)(@(?P<thr>[0-9.]+|task))?(:k(?P<k>\d+))?$")
+PER_TASK = -1.0  # `@task`: a threshold per task, fitted out of sample (task_thresholds_judged)
 
 
 # -- what a verdict reads and how it is scored: pure functions ------------------------------------
@@ -160,11 +163,13 @@ def meets_target(rows: dict[str, dict]) -> dict[str, object]:
 
 
 def parse_judge(spec: str) -> tuple[str, Path, float | None, int | None]:
-    """`NAME=RM[@THRESHOLD][:kFRAMES]` -> (name, path, threshold, frames)."""
+    """`NAME=RM[@THRESHOLD|@task][:kFRAMES]` -> (name, path, threshold, frames); `@task`:
+    PER_TASK."""
     match = _SPEC.match(spec)
     if not match:
-        raise WmrlError(f"bad --judge '{spec}': expected NAME=RM[@THRESHOLD][:kFRAMES]")
-    threshold = float(match["thr"]) if match["thr"] else None
+        raise WmrlError(f"bad --judge '{spec}': expected NAME=RM[@THRESHOLD|@task][:kFRAMES]")
+    thr = match["thr"]
+    threshold = None if not thr else PER_TASK if thr == "task" else float(thr)
     frames = int(match["k"]) if match["k"] else None
     if frames is not None and frames < 1:
         raise WmrlError(f"bad --judge '{spec}': kFRAMES must be at least 1")
@@ -236,21 +241,91 @@ def stores(set_dir: Path) -> list[tuple[str, Path]]:
 # -- scoring --------------------------------------------------------------------------------------
 
 
-def verdict_episodes(set_dir: Path, model, threshold: float, frames: int) -> list[Judged]:
-    """Every episode of the set under one reward model's verdict."""
-    from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.rewards.calibration import held_success
+@dataclass(frozen=True)
+class Scored:
+    """One episode of the set as a judge reads it: the scores of imagined frames 1..T, the
+    simulator's success flags [T], the chunk size."""
 
-    judged = []
+    task: str
+    group: str
+    scores: np.ndarray
+    success: np.ndarray
+    chunk: int
+
+
+def scored_episodes(set_dir: Path, model) -> list[Scored]:
+    """Every episode of the set scored once by a reward model (the start frame, real, left
+    out as the imagined env leaves it)."""
+    from wmrl_cli.data.episodes import EpisodeStore
+
+    out = []
     for group, path in stores(set_dir):
         for episode in EpisodeStore.open(path):
             ids = [episode.task_id] if model.kind == "taskemb_resnet" else None
             scores = model.predict(episode.frames[None], ids)[0].float().cpu().numpy()[1:]
-            calls = held_success(scores[None], threshold, frames, np.zeros(1, np.int64))[0][0]
             success = np.asarray(episode.success, bool)
-            called, true_call = judge_episode(calls, success, episode.chunk_size)
-            judged.append(Judged(episode.task_name, group, bool(success.any()), called, true_call))
+            out.append(Scored(episode.task_name, group, scores, success, episode.chunk_size))
+    return out
+
+
+def judge(episodes: list[Scored], thresholds: dict[str, float], frames: int) -> list[Judged]:
+    """The episodes under the held verdict at each task's threshold (rewards/calibration.py:
+    held_success, the imagined env's rule)."""
+    from wmrl_cli.rewards.calibration import held_success
+
+    judged = []
+    for ep in episodes:
+        calls = held_success(ep.scores[None], thresholds[ep.task], frames, np.zeros(1, np.int64))
+        called, true_call = judge_episode(calls[0][0], ep.success, ep.chunk)
+        judged.append(Judged(ep.task, ep.group, bool(ep.success.any()), called, true_call))
     return judged
+
+
+def best_threshold(episodes: list[Scored], frames: int, default: float, grid: int = 64) -> float:
+    """The threshold of the best episode F1 (`rates`) on `episodes`, over a grid of their
+    scores' quantiles; the highest among ties (fewer false calls); `default` where they hold
+    no real success."""
+    if not any(ep.success.any() for ep in episodes):
+        return default
+    task = episodes[0].task
+    values = np.concatenate([ep.scores for ep in episodes])
+    candidates = np.unique(np.quantile(values, np.linspace(0.0, 1.0, grid)))[::-1]
+    best, best_f1 = default, -1.0
+    for threshold in candidates:
+        f1 = rates(judge(episodes, {task: float(threshold)}, frames))["f1"] or 0.0
+        if f1 > best_f1:
+            best, best_f1 = float(threshold), f1
+    return best
+
+
+def task_thresholds_judged(
+    episodes: list[Scored], frames: int, default: float, folds: int = 2, seed: int = 0
+) -> tuple[list[Judged], dict[str, float]]:
+    """A per-task threshold, each episode judged out of sample: the base group by
+    cross-validation over `folds` folds of its episodes (each fold at the thresholds fitted on
+    the others), the RL group at the thresholds fitted on every base episode, as a judge
+    refined on what the base data paid for would be. Returns the judged episodes and the
+    thresholds fitted on all base episodes."""
+    tasks = sorted({ep.task for ep in episodes})
+    base = [ep for ep in episodes if ep.group == BASE]
+
+    def fitted(on: list[Scored]) -> dict[str, float]:
+        return {
+            t: best_threshold([ep for ep in on if ep.task == t], frames, default)
+            if any(ep.task == t for ep in on)
+            else default
+            for t in tasks
+        }
+
+    fold_of = np.random.default_rng(seed).integers(0, folds, size=len(base))
+    judged = []
+    for k in range(folds):
+        train = [ep for ep, f in zip(base, fold_of, strict=True) if f != k]
+        test = [ep for ep, f in zip(base, fold_of, strict=True) if f == k]
+        judged += judge(test, fitted(train), frames)
+    on_base = fitted(base)
+    judged += judge([ep for ep in episodes if ep.group != BASE], on_base, frames)
+    return judged, on_base
 
 
 def score(args: argparse.Namespace) -> None:
@@ -263,19 +338,30 @@ def score(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     cfg = resolve_config(args.preset) if args.preset else resolve_config()
     results = {}
+    scored: dict[Path, list[Scored]] = {}  # a model's scores, shared by its verdicts
     for spec in args.judge:
         name, path, threshold, frames = parse_judge(spec)
         directory = path / "reward_model" if (path / "reward_model").is_dir() else path
         model = load_reward_model(directory)
-        if threshold is None:
-            threshold = judge_threshold(cfg.reward_model.success_threshold, model, directory)[0]
+        own = judge_threshold(cfg.reward_model.success_threshold, model, directory)[0]
         frames = frames or cfg.reward_model.success_frames
-        with torch.no_grad():
-            judged = verdict_episodes(Path(args.set), model, threshold, frames)
+        if directory not in scored:
+            with torch.no_grad():
+                scored[directory] = scored_episodes(Path(args.set), model)
+        episodes = scored[directory]
+        tasks = {ep.task for ep in episodes}
+        if threshold == PER_TASK:
+            judged, thresholds = task_thresholds_judged(episodes, frames, own)
+        else:
+            thresholds = dict.fromkeys(tasks, own if threshold is None else threshold)
+            judged = judge(episodes, thresholds, frames)
         rows = table(judged)
         results[name] = {
             "model": str(directory),
-            "threshold": threshold,
+            "threshold": "per task"
+            if threshold == PER_TASK
+            else (own if threshold is None else threshold),
+            "task_thresholds": thresholds if threshold == PER_TASK else None,
             "frames": frames,
             "groups": rows,
             "target_rl": meets_target(rows["rl"]) if "rl" in rows else None,
@@ -283,6 +369,10 @@ def score(args: argparse.Namespace) -> None:
         print(markdown(name, results[name]))
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1, default=float) + "\n")
+
+
+def _threshold(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value:.3g}"
 
 
 def _rate(value: float | None, interval: tuple[float, float]) -> str:
@@ -295,7 +385,7 @@ def _rate(value: float | None, interval: tuple[float, float]) -> str:
 def markdown(name: str, result: dict) -> str:
     """One verdict's table: a row per group and task."""
     lines = [
-        f"### {name}: threshold {result['threshold']:.3g}, {result['frames']} frame(s)",
+        f"### {name}: threshold {_threshold(result['threshold'])}, {result['frames']} frame(s)",
         "",
         "| group | task | episodes | real successes | calls | precision | recall | F1 |",
         "|---|---|---|---|---|---|---|---|",

@@ -65,6 +65,7 @@ def test_the_target_needs_every_eligible_task_and_six_of_them() -> None:
 
 
 def test_a_bad_judge_spec_is_one_line() -> None:
+    assert judge_bench.parse_judge("fit=runs/rm@task")[2] == judge_bench.PER_TASK
     assert judge_bench.parse_judge("today=runs/rm@0.9:k8")[1:] == (
         Path("runs/rm"),
         0.9,
@@ -88,6 +89,7 @@ def test_scores_verdicts_per_task_and_group(tmp_path, capsys) -> None:
     save_reward_model(build_resnet_reward_model(ResnetRewConfig(width=4)), tmp_path / "rm")
     rm, out = tmp_path / "rm", tmp_path / "result.json"
     judges = ["--judge", f"never={rm}@1.5", "--judge", f"always={rm}@0:k1"]
+    judges += ["--judge", f"fitted={rm}@task:k1"]
     judge_bench.main(["score", "--set", str(tmp_path / "set"), *judges, "--out", str(out)])
     body = json.loads(out.read_text())
     for group in ("base", "rl"):
@@ -100,6 +102,37 @@ def test_scores_verdicts_per_task_and_group(tmp_path, capsys) -> None:
         assert (always["calls"], always["true_calls"], always["found"]) == (6, 0, 0)
         assert always["precision"] == 0.0 and always["f1"] == 0.0
     assert "| rl | all | 6 | 3 | 6 | 0.00 [0.00, 0.39] |" in capsys.readouterr().out
+    fitted = body["fitted"]
+    assert fitted["threshold"] == "per task" and set(fitted["task_thresholds"]) == {"t0", "t1"}
+    assert fitted["groups"]["base"]["all"]["episodes"] == 6  # each judged out of sample
+
+
+def test_a_per_task_threshold_is_fitted_where_the_successes_score_high() -> None:
+    """Two tasks whose successes show at different score levels: one shared threshold misses
+    one task's successes; per task each is called, and the RL group is judged at the base's."""
+    from judge_bench import Scored, best_threshold, judge
+
+    def episode(task: str, group: str, level: float, success: bool) -> Scored:
+        scores = np.full(8, 0.1)
+        flags = np.zeros(8, bool)
+        if success:
+            scores[4:], flags[4:] = level, True
+        return Scored(task, group, scores, flags, 4)
+
+    episodes = [
+        episode(task, group, level, i % 2 == 0)
+        for task, level in (("high", 0.9), ("low", 0.3))
+        for group in ("base", "rl")
+        for i in range(8)
+    ]
+    shared = judge_bench.rates(judge(episodes, {"high": 0.5, "low": 0.5}, 1))
+    assert shared["recall"] == pytest.approx(0.5)
+    base_low = [ep for ep in episodes if ep.task == "low" and ep.group == "base"]
+    assert 0.1 < best_threshold(base_low, 1, default=0.5) <= 0.3
+    judged, fitted = judge_bench.task_thresholds_judged(episodes, 1, default=0.5)
+    rl = judge_bench.rates([j for j in judged if j.group == "rl"])
+    assert rl["recall"] == 1.0 and rl["precision"] == 1.0
+    assert fitted["high"] > fitted["low"]
 
 
 @pytest.mark.slow  # about 2 minutes: an SFT policy, two labelled rollouts, two verdicts
