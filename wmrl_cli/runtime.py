@@ -116,6 +116,64 @@ def resolve_precision(setting: str, device: str = "cpu") -> Any:
     return None
 
 
+def physical_gpu(index: int) -> str:
+    """The GPU that CUDA's device `index` is, as nvidia-smi and NVML name it (they ignore
+    CUDA_VISIBLE_DEVICES): its entry there (an index or a UUID), else the index itself."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    visible = [v for v in visible if v]
+    return visible[index] if index < len(visible) else str(index)
+
+
+def gpu_memory_gib(index: int = 0) -> float:
+    """The total memory of CUDA device `index` in GiB, read without creating a CUDA context in
+    this process (a launcher that asked CUDA would hold about 0.5 GiB of GPU 0 beside rank 0):
+    NVML (pynvml) where installed, else `nvidia-smi --query-gpu=memory.total`, else CUDA's
+    device properties (CUDA initialised, still no context)."""
+    import subprocess
+
+    gpu = physical_gpu(index)
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = (
+                pynvml.nvmlDeviceGetHandleByUUID(gpu)
+                if gpu.startswith(("GPU-", "MIG-"))
+                else pynvml.nvmlDeviceGetHandleByIndex(int(gpu))
+            )
+            return pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no pynvml, no NVML library, or a device it cannot name
+        pass
+    query = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", gpu]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=True)
+        return float(out.stdout.split()[0]) / 1024  # MiB
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        import torch
+
+        return torch.cuda.get_device_properties(index).total_memory / 2**30
+
+
+def host_memory_available_gib() -> float | None:
+    """The host memory the kernel can give without swapping, in GiB: /proc/meminfo's
+    MemAvailable, else psutil's; None where neither says."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available / 2**30
+    except ImportError:
+        return None
+
+
 def fresh_accelerator(dist_timeout_minutes: float, **kwargs: Any) -> Any:
     """An Accelerator with exactly these settings, whatever one made before it in this process
     had: Accelerate keeps one process-wide state that a later Accelerator must match, and

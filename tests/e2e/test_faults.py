@@ -347,3 +347,32 @@ def test_rollout_on_a_full_disk(tmp_path, monkeypatch) -> None:
     args = ["rollout", "--policy", "expert", "--suite", "mw2", "--episodes-per-task", "1"]
     result = runner.invoke(app, [*args, "--out", str(tmp_path / "st"), *SIM])
     one_error_line(result, 1, "No space left on device")
+
+
+def test_sft_refuses_a_batch_the_host_memory_cannot_hold(tmp_path, monkeypatch) -> None:
+    """The audit's `sft --batch-size 100000` planned 558 GiB, went on and was killed by the
+    kernel; `--batch-size 1000000000` ended in a MemoryError traceback: both are one line
+    (exit 2) naming the batch that fits, before anything is collected or written."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("wmrl_cli.runtime.host_memory_available_gib", lambda: 16.0)
+    args = ["sft", "--suite", "mw2", "--steps", "1", "--num-workers", "0"]
+    for batch in ("100000", "1000000000"):
+        out = tmp_path / f"b{batch}"
+        result = runner.invoke(app, [*args, "--batch-size", batch, "--out", str(out)])
+        line = one_error_line(result, 2, "more than the 16.0 GiB of host memory available")
+        assert "--batch-size " in line.split("fits: ")[1], line
+        assert not out.exists()
+    usage = runner.invoke(app, [*args, "--batch-size", "1e9", "--out", str(tmp_path / "e")])
+    assert usage.exit_code == 2 and "--batch-size" in usage.output and "integer" in usage.output
+    assert not (tmp_path / "e").exists() and "Traceback" not in usage.output
+
+
+def test_sft_on_a_cpu_prints_no_table_of_zeros(tmp_path, expert_episodes) -> None:
+    """63.9: the per-GPU plan's table, all zeros at a tiny size, is not printed on a CPU."""
+    from wmrl_cli.data.episodes import EpisodeStore
+
+    store = tmp_path / "demos"
+    EpisodeStore(store).add(expert_episodes)
+    result = sft(tmp_path / "run", store, 1)
+    assert result.exit_code == 0, result.output
+    assert "memory plan" not in result.output and "0.00" not in result.output

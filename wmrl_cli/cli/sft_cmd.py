@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -19,8 +20,8 @@ from wmrl_cli.cli.common import (
     WorkersOpt,
     build_config,
     handle_errors,
+    say_done,
 )
-from wmrl_cli.logging import console
 
 
 @handle_errors
@@ -49,6 +50,7 @@ def sft_command(
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
     from wmrl_cli.runtime import check_not_single_rank_launch, configure_threads, seed_everything
+    from wmrl_cli.training.memory_budget import check_sft_memory
     from wmrl_cli.training.sft import collect_demos, train_bc
 
     check_not_single_rank_launch()
@@ -67,6 +69,7 @@ def sft_command(
         output_dir=out,
     )
     store = EpisodeStore.open(cfg.sft.data) if cfg.sft.data else None
+    check_sft_memory(cfg, int(os.environ.get("WORLD_SIZE", 1)))  # before anything is written
     run_dir = claim_run_dir(
         cfg,
         "sft",
@@ -82,4 +85,4 @@ def sft_command(
     if store is None:
         store = collect_demos(cfg, run_dir)
     policy_dir = train_bc(cfg, run_dir, store)
-    console.print(f"policy saved to {policy_dir}; evaluate it with `wmrl eval --policy {run_dir}`")
+    say_done("policy", policy_dir, f"evaluate it with `wmrl eval --policy {run_dir}`")

@@ -20,9 +20,9 @@ from wmrl_cli.cli.common import (
     build_config,
     handle_errors,
     relaunch_ranks,
+    say_done,
 )
 from wmrl_cli.errors import ConfigError, WmrlError
-from wmrl_cli.logging import console
 
 
 @handle_errors
@@ -136,7 +136,7 @@ def train_policy_command(
         from wmrl_cli.training.memory_budget import check_rl_memory
 
         launched = check_inputs(effective)
-        check_rl_memory(effective, launched, num_processes)  # fits, before any rank starts
+        check_rl_memory(effective, launched, num_processes, host=True)  # before any rank
         claim_run_dir(  # the rule, checked only: the ranks apply it
             cfg.model_copy(deep=True), "train-policy", **_claim(launched), write=False
         )
@@ -157,7 +157,8 @@ def train_policy_command(
     seed_everything(cfg.simulator.seed)
     trained = train_policy(cfg, Path(cfg.output_dir), inputs, accelerator)
     if accelerator.is_main_process:
-        console.print(f"policy saved to {trained.path}")
+        found = ""
         if trained.last_eval is not None:
             step, success = trained.last_eval
-            console.print(f"real success at step {step}: {100 * success:.1f}%")
+            found = f"real success at step {step}: {100 * success:.1f}%"
+        say_done("policy", trained.path, found)

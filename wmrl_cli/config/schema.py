@@ -353,8 +353,16 @@ class TrainingConfig(Section):
     memory_budget_gb: float | None = Field(
         None,
         gt=0.0,
-        description="GiB per device the memory plan must fit in, else the run stops before "
-        "loading, naming what to change (default: the GPU's memory; not checked on a CPU)",
+        description="GiB per GPU to plan for (default: the GPU's own memory): the memory plan "
+        "must fit in it less memory_reserve_gb, else the run stops before loading, naming "
+        "what to change (a CPU run is checked against the host memory available)",
+    )
+    memory_reserve_gb: float | None = Field(
+        None,
+        ge=0.0,
+        description="GiB of each GPU the plan leaves free for what it cannot see: the CUDA "
+        "context, NCCL's buffers, the allocator's fragmentation (default: 1 GiB + 5% of the "
+        "GPU, 5.0 of an 80 GB H100)",
     )
 
     dist_timeout_minutes: float = Field(

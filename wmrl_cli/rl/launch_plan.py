@@ -7,7 +7,7 @@ weight-file headers); a published asset not downloaded yet counts at its publish
 user can ask on a machine without a GPU which settings fit the GPUs they will run on:
 
     wmrl train-policy --preset wan-spatial-grpo --num-processes 8 --plan \\
-        --set training.memory_budget_gb=80
+        --set training.memory_budget_gb=79
 """
 
 from __future__ import annotations
@@ -17,7 +17,12 @@ import torch
 from wmrl_cli.config import RunConfig
 from wmrl_cli.logging import console
 from wmrl_cli.rl.inputs import resolve_inputs
-from wmrl_cli.training.memory_budget import CheckedPlan, OverBudget, check_rl_memory
+from wmrl_cli.training.memory_budget import (
+    CheckedPlan,
+    OverBudget,
+    check_rl_memory,
+    device_budget,
+)
 
 
 def launch_plan(cfg: RunConfig, world_size: int) -> tuple[CheckedPlan, list[str]]:
@@ -35,7 +40,8 @@ def launch_plan(cfg: RunConfig, world_size: int) -> tuple[CheckedPlan, list[str]
     try:
         return check_rl_memory(target, inputs, world_size), published
     except OverBudget as exc:
-        console.print(exc.plan.table(target.training.memory_budget_gb))
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+        console.print(exc.plan.table(device_budget(target, device)[0]))
         print_published(published)
         raise
 
@@ -49,12 +55,12 @@ def print_launch_plan(cfg: RunConfig, world_size: int) -> CheckedPlan:
     """The plan's table, then one line: whether it fits and with which settings the launch
     would turn on (`world_model.vae_batch`, `world_model.offload_during_update`)."""
     checked, published = launch_plan(cfg, world_size)
-    checked.print()
+    console.print(checked.plan.table(checked.budget))  # a GPU's plan, also on this CPU
     print_published(published)
     if checked.budget is None:
         console.print(
             f"nothing to check against on {checked.where} (no GPU): --set "
-            "training.memory_budget_gb=80 plans for a GPU of 80 GiB"
+            "training.memory_budget_gb=79 plans for a GPU of 79 GiB (an 80 GB H100)"
         )
         return checked
     turned_on = []

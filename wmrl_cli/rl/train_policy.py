@@ -58,7 +58,7 @@ def train_policy(
 
     device = str(accelerator.device)
     # the memory plan's refusal before anything large loads (the trainer prints the table)
-    check_rl_memory(cfg, inputs, accelerator.num_processes, device)
+    check_rl_memory(cfg, inputs, accelerator.num_processes, device, host=True)
     env = build_env(cfg, cfg.algorithm.num_envs // accelerator.num_processes, device, inputs)
     if accelerator.is_main_process and (line := verdict_line(env, inputs)):
         console.print(line, markup=False)  # who judges this run

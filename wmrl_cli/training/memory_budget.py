@@ -5,6 +5,13 @@ anything large loads; over budget, one line (a ConfigError, exit 2) naming the s
 that fit, else the ones that fit together, else more GPUs. Unset,
 `world_model.offload_during_update` and `world_model.vae_batch` turn on where the plan needs
 them.
+
+A GPU's budget is its memory (read without a CUDA context: `runtime.gpu_memory_gib`) or
+`training.memory_budget_gb`, less a reserve the plan cannot see: the CUDA context (about
+0.5 GiB), NCCL's buffers, the caching allocator's rounding and fragmentation
+(`training.memory_reserve_gb`; default `GPU_RESERVE_GIB` + `GPU_RESERVE_FRACTION` of the GPU).
+A run on a CPU is checked against the host memory available, shared by its ranks: more ranks
+do not help there.
 """
 
 from __future__ import annotations
@@ -14,7 +21,6 @@ from dataclasses import dataclass, replace
 
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.training.memory_plan import (
-    GIB,
     IMAGINATION_256,
     ImaginationCost,
     MemoryPlan,
@@ -26,6 +32,10 @@ from wmrl_cli.training.memory_plan import (
 
 SHARD_COUNTS = (2, 4, 8, 16, 32, 64)
 VAE_BATCH = 4  # the remedy's world_model.vae_batch
+GPU_RESERVE_GIB = 1.0  # the CUDA context (about 0.5 GiB) and NCCL's buffers
+GPU_RESERVE_FRACTION = 0.05  # the caching allocator's rounding and fragmentation
+HOST = "host memory"  # the start of a CPU budget's `where`
+PLANNED_VOCABULARY = 1000  # words of sft's instructions, planned before they are read
 
 
 @dataclass(frozen=True)
@@ -102,14 +112,20 @@ def over_budget_message(
     replan: Replan,
     has_world_model: bool,
     lora: bool = True,
+    extra: tuple[Remedy, ...] = (),
 ) -> str:
     """One line: the plan's peak against the budget, and the changes that bring it under
-    (each alone; else all but sharding together; else more GPUs)."""
+    (each alone, `extra` first; else all but sharding together; else more GPUs). On the host
+    (`where` starts with HOST) ranks share one memory: no sharding, no more GPUs."""
+    host = where.startswith(HOST)
+    per = ("per rank" if "ranks" in where else "") if host else "per GPU"
     head = (
-        f"the memory plan needs {plan.peak:.1f} GiB per GPU, more than the {budget:.1f} GiB "
-        f"of {where}"
+        f"the memory plan needs {plan.peak:.1f} GiB{' ' if per else ''}{per}, more than the "
+        f"{budget:.1f} GiB of {where}"
     )
-    options = remedies(plan.settings, has_world_model, lora)
+    options = [*extra, *remedies(plan.settings, has_world_model, lora)]
+    if host:
+        options = [r for r in options if not r.sharding and "cpu_offload" not in r.option]
     fits: list[Remedy] = []
     for remedy in options:
         if remedy.sharding and any(f.sharding for f in fits):
@@ -124,7 +140,8 @@ def over_budget_message(
         together = _merge(together, remedy.settings)
     if rest and replan(together, any(r.lora for r in rest)).peak <= budget:
         return f"{head}; it fits with these together: " + "; ".join(r.option for r in rest)
-    return f"{head}, even with {'; '.join(r.option for r in rest) or 'every saving'}: use more GPUs"
+    more = "a machine with more memory" if host else "use more GPUs"
+    return f"{head}, even with {'; '.join(r.option for r in rest) or 'every saving'}: {more}"
 
 
 class OverBudget(ConfigError):
@@ -143,27 +160,50 @@ def check_budget(
     replan: Replan,
     has_world_model: bool,
     lora: bool = True,
+    extra: tuple[Remedy, ...] = (),
 ) -> None:
     """OverBudget (a ConfigError, exit 2) naming what to change when the plan exceeds `budget`
     GiB."""
     if budget is not None and plan.peak > budget:
-        message = over_budget_message(plan, budget, where, replan, has_world_model, lora)
+        message = over_budget_message(plan, budget, where, replan, has_world_model, lora, extra)
         raise OverBudget(message, plan)
 
 
 # -- from a run's config --------------------------------------------------------------------------
 
 
-def device_budget(cfg, device: str) -> tuple[float | None, str]:
-    """(GiB the plan must fit in, what holds them): `training.memory_budget_gb`, else the
-    CUDA device's total memory; None on a CPU (nothing is checked there)."""
-    if cfg.training.memory_budget_gb is not None:
-        return cfg.training.memory_budget_gb, "training.memory_budget_gb"
-    if str(device).startswith("cuda"):
-        import torch
+def gpu_reserve(total: float, setting: float | None) -> float:
+    """GiB of a GPU of `total` GiB the plan leaves free: `training.memory_reserve_gb`, else
+    GPU_RESERVE_GIB and GPU_RESERVE_FRACTION of the GPU (5.0 of an 80 GB H100's 79.6)."""
+    return setting if setting is not None else GPU_RESERVE_GIB + GPU_RESERVE_FRACTION * total
 
-        return torch.cuda.mem_get_info(device)[1] / GIB, str(device)
-    return None, str(device)
+
+def device_budget(cfg, device: str, ranks: int = 1, host: bool = False) -> tuple[float | None, str]:
+    """(GiB the plan must fit in, what holds them): `training.memory_budget_gb`, else the
+    CUDA device's total memory, each less the reserve (`gpu_reserve`); on a CPU, with `host`
+    (a run about to start there), the host memory available shared by `ranks`, else None
+    (nothing is checked: `--plan` on a machine without a GPU)."""
+    t = cfg.training
+    if t.memory_budget_gb is not None:
+        total = t.memory_budget_gb
+        where = f"training.memory_budget_gb={total:g}"
+    elif str(device).startswith("cuda"):
+        from wmrl_cli.runtime import gpu_memory_gib
+
+        total = gpu_memory_gib(int(str(device).partition(":")[2] or 0))
+        where = f"{device}'s {total:.1f} GiB"
+    elif host:
+        from wmrl_cli.runtime import host_memory_available_gib
+
+        available = host_memory_available_gib()
+        if available is None:
+            return None, str(device)
+        shared = f" to each of {ranks} ranks ({available:.1f} GiB in all)" if ranks > 1 else ""
+        return available / ranks, f"{HOST} available{shared}"
+    else:
+        return None, str(device)
+    reserve = gpu_reserve(total, t.memory_reserve_gb)
+    return total - reserve, f"{where} less a {reserve:.1f} GiB reserve"
 
 
 def training_settings(cfg, world_size: int, sequences: int, **extra) -> PlanSettings:
@@ -195,6 +235,12 @@ class CheckedPlan:
     where: str
 
     @property
+    def shown(self) -> bool:
+        """Whether `print` shows the table: a GPU's plan (or one for `training.memory_budget_gb`),
+        never the per-GPU phases of a run on a CPU, which would read as zeros."""
+        return self.budget is not None and not self.where.startswith(HOST)
+
+    @property
     def offload_world_model(self) -> bool:
         return self.plan.settings.offload_world_model
 
@@ -205,7 +251,8 @@ class CheckedPlan:
     def print(self) -> None:
         from wmrl_cli.logging import console
 
-        console.print(self.plan.table(self.budget))
+        if self.shown:
+            console.print(self.plan.table(self.budget))
 
 
 def rl_memory_plan(
@@ -216,9 +263,11 @@ def rl_memory_plan(
     world_size: int,
     device: str,
     imagination: ImaginationCost | None = None,
+    host: bool = False,
 ) -> CheckedPlan:
-    """The plan of `train-policy` (and co-evolve's RL stages), checked against the device:
-    a ConfigError naming what to change when it does not fit. `world_model.offload_during_update`
+    """The plan of `train-policy` (and co-evolve's RL stages), checked against the device
+    (`host`: a CPU's available memory, `device_budget`): a ConfigError naming what to change
+    when it does not fit. `world_model.offload_during_update`
     unset (None) turns offloading on where the plan needs it, and `world_model.vae_batch` unset
     decodes `VAE_BATCH` envs at a time where that is what the plan needs. `imagination`: what
     one env adds while the world model imagines (`imagination_cost`)."""
@@ -246,9 +295,9 @@ def rl_memory_plan(
         sizes = PlanSizes(policy, world_model_params, reward_model_bytes, imagination)
         return plan_memory(sizes, s)
 
-    budget, where = device_budget(cfg, device)
+    budget, where = device_budget(cfg, device, world_size, host)
     plan = replan(settings)
-    auto = world_model_params and budget is not None
+    auto = world_model_params and budget is not None and not where.startswith(HOST)
     # each where its own phase is over: batching the decode lowers the rollout, offloading the
     # world model the update and the step
     if auto and wm.vae_batch is None and plan.rollout > budget and settings.envs > VAE_BATCH:
@@ -288,8 +337,11 @@ def env_memory_plan(cfg, policy_config, env, world_size: int, device: str) -> Ch
     return checked
 
 
-def sft_memory_plan(cfg, policy_config, world_size: int, device: str) -> CheckedPlan:
-    """The plan of `sft`: the policy alone, `sft.batch_size / ranks` sequences per step."""
+def sft_memory_plan(
+    cfg, policy_config, world_size: int, device: str, host: bool = False
+) -> CheckedPlan:
+    """The plan of `sft`: the policy alone, `sft.batch_size / ranks` sequences per step; over
+    budget, the largest `--batch-size` that fits is one of the changes named."""
     from wmrl_cli.training.param_counts import policy_size
 
     settings = training_settings(cfg, world_size, max(1, cfg.sft.batch_size // world_size))
@@ -298,18 +350,81 @@ def sft_memory_plan(cfg, policy_config, world_size: int, device: str) -> Checked
     def replan(s: PlanSettings, lora: bool = False) -> MemoryPlan:
         return plan_memory(PlanSizes(policy_size(policy_config, s.lora_rank)), s)
 
-    budget, where = device_budget(cfg, device)
+    budget, where = device_budget(cfg, device, world_size, host)
     plan = replan(settings)
-    check_budget(plan, budget, where, replan, False, lora=False)
+    extra: tuple[Remedy, ...] = ()
+    if budget is not None and plan.peak > budget:
+        fits = largest_fitting(lambda n: replan(replace(settings, sequences=n)).peak <= budget)
+        if fits and fits < settings.sequences:
+            smaller = replace(settings, sequences=fits)
+            extra = (Remedy(f"--batch-size {fits * world_size}", smaller),)
+    check_budget(plan, budget, where, replan, False, lora=False, extra=extra)
     return CheckedPlan(plan, budget, where)
 
 
-def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> CheckedPlan:
+def largest_fitting(fits: Callable[[int], bool], limit: int = 2**40) -> int:
+    """The largest n in [1, limit] with fits(n) (fits falls from true to false as n grows); 0
+    where not even 1 fits."""
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high < limit and fits(high):
+        low, high = high, 2 * high
+    high = min(high, limit)
+    if fits(high):
+        return high
+    while high - low > 1:  # fits(low), not fits(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def sft_policy_config(cfg, text_vocab_size: int, action_dim: int):
+    """The config of the policy `sft` trains from scratch (`sft.*`, the simulator's chunk and
+    frame size)."""
+    from wmrl_cli.policies.config import tiny_config
+
+    s = cfg.sft
+    return tiny_config(
+        text_vocab_size,
+        chunk_len=cfg.simulator.chunk_size,
+        action_dim=action_dim,
+        image_size=cfg.simulator.image_size,
+        patch_size=s.patch_size,
+        vision_hidden=s.vision_hidden,
+        vision_layers=s.vision_layers,
+        llm_hidden=s.llm_hidden,
+        llm_layers=s.llm_layers,
+        fused=s.fused_vision,
+    )
+
+
+def check_sft_memory(cfg, world_size: int = 1) -> CheckedPlan | None:
+    """`sft`'s plan before anything is written or collected (the policy's config from
+    `sft.*` and the simulator; its vocabulary at most `PLANNED_VOCABULARY` words), against this
+    machine's GPU or, on a CPU, its available host memory: one line, exit 2, where the batch
+    cannot fit. None for `sft.size=full`, which sft itself refuses."""
+    import torch
+
+    from wmrl_cli.sims.backends import resolve_simulator, simulator_action_dim
+
+    if cfg.sft.size == "full":
+        return None
+    action_dim = simulator_action_dim(resolve_simulator(cfg.simulator))
+    policy_config = sft_policy_config(cfg, PLANNED_VOCABULARY, action_dim)
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    return sft_memory_plan(cfg, policy_config, world_size, device, host=True)
+
+
+def check_rl_memory(
+    cfg, inputs, world_size: int, device: str | None = None, host: bool = False
+) -> CheckedPlan:
     """The RL plan from the inputs' files (`rl.inputs.Inputs`), before any of them loads:
     `train-policy` checks it before starting its ranks, `rl.train_policy` before loading the
     policy. A ConfigError (exit 2) naming what to change where it does not fit. A published
     asset not downloaded yet (`Inputs.not_downloaded`, only `train-policy --plan` resolves
-    one) counts at its published size: the full-size policy and world model, 256 x 256 frames."""
+    one) counts at its published size: the full-size policy and world model, 256 x 256 frames.
+    `host`: on a CPU, checked against the host memory available (a run that starts here)."""
     from wmrl_cli.assets.registry import ASSETS
     from wmrl_cli.data.reset_set import reset_frame_size
     from wmrl_cli.policies.config import full_config
@@ -354,4 +469,4 @@ def check_rl_memory(cfg, inputs, world_size: int, device: str | None = None) -> 
             geometry = world_model_geometry(inputs.world_model, frames)
             context = world_model_context_frames(inputs.world_model, context)
         cost = imagination_cost(*geometry, context, cfg.simulator.chunk_size)
-    return rl_memory_plan(cfg, policy, params, reward, world_size, device, cost)
+    return rl_memory_plan(cfg, policy, params, reward, world_size, device, cost, host)

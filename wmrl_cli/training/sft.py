@@ -20,7 +20,7 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.runtime import fresh_accelerator, seed_stage
 from wmrl_cli.training.checkpoints import latest_checkpoint, restore_rng, save_checkpoint
-from wmrl_cli.training.memory_budget import sft_memory_plan
+from wmrl_cli.training.memory_budget import sft_memory_plan, sft_policy_config
 from wmrl_cli.training.sharding import PolicySharding
 
 POLICY_DIR = "policy"
@@ -73,7 +73,6 @@ def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator) -> 
 
 
 def build_policy_model(cfg: RunConfig, instructions: list[str], action_dim: int, stats: dict):
-    from wmrl_cli.policies.config import tiny_config
     from wmrl_cli.policies.openvla_oft import OpenVLAOFT
     from wmrl_cli.policies.text_tokenizer import build_word_tokenizer
 
@@ -84,18 +83,7 @@ def build_policy_model(cfg: RunConfig, instructions: list[str], action_dim: int,
             "(wmrl download openvla-oft-...), not trained from scratch"
         )
     tokenizer = build_word_tokenizer(instructions)
-    model_cfg = tiny_config(
-        len(tokenizer),
-        chunk_len=cfg.simulator.chunk_size,
-        action_dim=action_dim,
-        image_size=cfg.simulator.image_size,
-        patch_size=s.patch_size,
-        vision_hidden=s.vision_hidden,
-        vision_layers=s.vision_layers,
-        llm_hidden=s.llm_hidden,
-        llm_layers=s.llm_layers,
-        fused=s.fused_vision,
-    )
+    model_cfg = sft_policy_config(cfg, len(tokenizer), action_dim)
     return OpenVLAOFT(model_cfg, tokenizer=tokenizer, dataset_statistics=stats)
 
 
