@@ -20,7 +20,7 @@ from wmrl_cli.cli.common import (
     WorkersOpt,
     build_config,
     handle_errors,
-    say_done,
+from wmrl_cli.logging import console
 )
 
 
@@ -85,4 +85,4 @@ def sft_command(
     if store is None:
         store = collect_demos(cfg, run_dir)
     policy_dir = train_bc(cfg, run_dir, store)
-    say_done("policy", policy_dir, f"evaluate it with `wmrl eval --policy {run_dir}`")
+    console.print(f"policy saved to {policy_dir}; evaluate it with `wmrl eval --policy {run_dir}`")

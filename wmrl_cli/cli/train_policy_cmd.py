@@ -20,9 +20,9 @@ from wmrl_cli.cli.common import (
     build_config,
     handle_errors,
     relaunch_ranks,
-    say_done,
 )
 from wmrl_cli.errors import ConfigError, WmrlError
+from wmrl_cli.logging import console
 
 
 @handle_errors
@@ -157,8 +157,7 @@ def train_policy_command(
     seed_everything(cfg.simulator.seed)
     trained = train_policy(cfg, Path(cfg.output_dir), inputs, accelerator)
     if accelerator.is_main_process:
-        found = ""
+        console.print(f"policy saved to {trained.path}")
         if trained.last_eval is not None:
             step, success = trained.last_eval
-            found = f"real success at step {step}: {100 * success:.1f}%"
-        say_done("policy", trained.path, found)
+            console.print(f"real success at step {step}: {100 * success:.1f}%")
