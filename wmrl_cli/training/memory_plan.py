@@ -15,7 +15,8 @@ Three phases, the largest one is the peak:
 Sizes come from parameter counts (`training/param_counts.py`, built on the meta device) and
 bytes per element: float32 4, bf16 2. Sharding (FSDP) divides weights, gradients and optimizer
 state by the ranks; CPU offload moves all three to CPU memory. With float32 weights and bf16
-compute, the float32 weights are the master copy; autocast's bf16 copy of a weight is kept for
+compute, the float32 weights are the master copy (of what trains: LoRA's frozen base is kept
+in bf16, used as it is); autocast's bf16 copy of a weight is kept for
 backward by the layer that used it (every block without checkpointing, one block with it), and
 a rollout's forward caches a copy of every trained weight until it leaves autocast (FSDP
 gathers the compute dtype itself, one block at a time in the update, two in flight).
@@ -237,20 +238,29 @@ def activation_bytes(
     return total
 
 
-def rollout_forward_bytes(policy: PolicySize, envs: int, b: int, w: int, sharding: str) -> int:
+def rollout_forward_bytes(
+    policy: PolicySize, envs: int, b: int, w: int, sharding: str, frozen: int | None = None
+) -> int:
     """The policy's forward for `envs` observations without gradients: one Llama block's working
     set at a time and, with float32 weights under bf16 autocast (unsharded), autocast's copies:
     a cached one of every trained weight until the forward leaves autocast, and the current
-    block's frozen weights (LoRA). It runs when the world model does not, so it and
-    imagination do not add."""
+    block's frozen weights (LoRA) where they are kept in `frozen` bytes wider than the compute
+    dtype. It runs when the world model does not, so it and imagination do not add."""
     if not envs:
         return 0
     llama = policy.stacks[0]
     copies = 0
     if b < w and sharding != "fsdp":
-        frozen_block = policy.largest_kept_block if policy.trainable < 0.99 * policy.params else 0
+        lora = policy.trainable < 0.99 * policy.params
+        frozen_block = policy.largest_kept_block if lora and (frozen or w) > b else 0
         copies = (policy.trainable + frozen_block) * b
     return envs * llama.tokens * block_bytes_per_token(llama, b) + copies
+
+
+def frozen_bytes(s: PlanSettings) -> int:
+    """Bytes per frozen weight (LoRA's base, its vision towers): the compute dtype's where it is
+    narrower than the weights' (they need no master copy: `PolicySharding.frozen_dtype`)."""
+    return min(BYTES[s.param_dtype], BYTES[s.compute_dtype])
 
 
 def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
@@ -259,7 +269,10 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
     wb, ob, cb = BYTES[s.param_dtype], BYTES[s.optimizer_dtype], BYTES[s.compute_dtype]
     on_gpu = 0 if s.cpu_offload and s.sharding == "fsdp" else 1
     shards = s.shards
-    weights = _gib(p.params * wb / shards) * on_gpu
+    lora = p.trainable < 0.99 * p.params
+    fb = frozen_bytes(s)
+    frozen = p.params - p.trainable
+    weights = _gib((p.trainable * wb + frozen * fb) / shards) * on_gpu
     grads = _gib(p.trainable * wb / shards) * on_gpu
     moments = _gib(2 * p.trainable * ob / shards) * on_gpu
     # torch's multi-tensor AdamW (the default on GPUs) makes one moment-sized temporary;
@@ -276,8 +289,12 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
     elif cb < wb:  # the bf16 copies of float32 weights that autograd keeps for backward
         copies = ("bf16 weight copies kept for backward (autocast)", 0.0)
         blocks = p.largest_kept_block if s.activation_checkpointing else p.kept_block_params
-        copies_update = _gib((blocks + p.projector_params) * cb)
-        residual = wb  # float32 embeddings: the residual stream stays float32
+        if lora and fb == cb:  # a bf16 base is used as it is: only what trains is copied
+            copies_update = _gib(p.trainable * cb)
+        else:
+            copies_update = _gib((blocks + p.projector_params) * cb)
+        # the embeddings' dtype: float32 (trained) keeps the residual stream float32
+        residual = fb if lora else wb
     else:
         copies, copies_update, residual = ("", 0.0), 0.0, wb
     acts = _gib(activation_bytes(p, s.sequences, cb, residual, s.activation_checkpointing))
@@ -286,8 +303,11 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
     rm = _gib(sizes.reward_model_bytes)
     kept = 0.0 if s.offload_world_model else 1.0
     weight_label = "float32 master" if wb == 4 and cb == 2 else s.param_dtype
-    if p.trainable < 0.99 * p.params:  # LoRA
+    if lora:
         weight_label += f", {p.trainable / 1e6:.0f} M trained"
+        weight_label += ", frozen base bf16" if fb < wb else ""
+    # the KL reference computes as the policy (`PolicySharding.reference_dtype`)
+    rb = cb if s.sharding == "fsdp" else fb if lora else wb
     rows = [
         (f"policy weights ({_params(p.params)}, {weight_label})", weights, weights, weights),
         (f"policy {copies[0]}", copies[1], copies_update, 0.0),
@@ -308,7 +328,7 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
         ),
         (
             "KL reference policy (frozen)",
-            *(3 * [_gib(p.params * wb)] if s.kl_reference else [0, 0, 0]),
+            *(3 * [_gib(p.params * rb)] if s.kl_reference else [0, 0, 0]),
         ),
         (
             f"world model + VAE ({_params(sizes.world_model)}, {s.world_model_dtype}"
@@ -321,7 +341,7 @@ def plan_memory(sizes: PlanSizes, s: PlanSettings) -> MemoryPlan:
             f"rollout working set ({s.envs} envs: the larger of imagination"
             + (f", VAE {s.vae_batch} at a time," if s.vae_batch else "")
             + " and the policy's forward with its weight copies)",
-            _gib(max(imagination, rollout_forward_bytes(p, s.envs, cb, wb, s.sharding))),
+            _gib(max(imagination, rollout_forward_bytes(p, s.envs, cb, wb, s.sharding, fb))),
             0.0,
             0.0,
         ),
