@@ -93,6 +93,14 @@ def test_lora_trains_only_the_adapters(full_policy) -> None:
     assert plan.row("gradients")[1] == pytest.approx(4 * lora.trainable / GIB)
     assert plan.row("AdamW moments")[1] == pytest.approx(8 * lora.trainable / GIB)
     assert plan.row("policy weights")[1] == pytest.approx(4 * lora.params / GIB)
+    # under bf16 compute the frozen base is bf16 (PolicySharding.frozen_dtype): 14.4 GiB, not
+    # 28.2 as until 2026-11-29; the KL reference as the policy computes, its base in bf16 too
+    bf16 = PlanSettings(lora_rank=32, sequences=32, compute_dtype="bf16", kl_reference=True)
+    plan = plan_memory(PlanSizes(lora), bf16)
+    frozen = lora.params - lora.trainable
+    weights = (4 * lora.trainable + 2 * frozen) / GIB
+    assert plan.row("policy weights")[1] == pytest.approx(weights) == pytest.approx(14.40, abs=0.01)
+    assert plan.row("KL reference")[1] == pytest.approx(2 * lora.params / GIB)
 
 
 def test_activations_estimate_and_checkpointing(full_policy) -> None:
