@@ -189,6 +189,7 @@ class MetricsLogger:
         self.real_steps = real_steps
         self.log_every = max(1, log_every)
         self.total = total
+        self._label = ""  # names the stage in plain lines where a run trains two in a row
         self._printed: tuple[int, float] | None = None  # (step, time) of the last plain line
         self._start = (resume_step or 0, time.time())
         self._writer = None
@@ -213,6 +214,13 @@ class MetricsLogger:
                     for key, value in row.items():
                         if key != "step" and isinstance(value, (int, float)):
                             self._writer.add_scalar(key, value, int(row["step"]))
+
+    def begin_stage(self, label: str, total: int) -> None:
+        """Plain lines from here on count a stage of its own (`label step N/total`), its steps
+        from 0: a run that trains two models in a row (train-wm: the autoencoder, then the
+        denoiser) says which one a line is about and how far it has to go."""
+        self._label, self.total = label, total
+        self._printed, self._start = None, (0, time.time())
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -253,7 +261,7 @@ class MetricsLogger:
         ):
             return
         now = time.time()
-        parts = [f"step {step}" + (f"/{self.total}" if self.total else "")]
+        parts = [f"{self._label} step {step}".lstrip() + (f"/{self.total}" if self.total else "")]
         for key, value in metrics.items():
             if key.count("/") <= 2 and key.rsplit("/", 1)[-1] in _HEADLINE:
                 parts.append(f"{key} {value:.4g}")

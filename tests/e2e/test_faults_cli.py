@@ -151,3 +151,71 @@ def test_the_default_co_evolve_says_what_it_will_take(tmp_path, monkeypatch) -> 
     result = runner.invoke(app, ["co-evolve", "--out", str(tmp_path / "C")])
     assert result.exit_code == 0, result.output
     assert "co-evolve --profile default: about 3 hours on a 2-core CPU" in result.output
+
+
+def last_line(result) -> str:
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def test_train_policy_warns_when_it_made_no_update(assets, tmp_path) -> None:
+    """Standalone train-policy said nothing after its steps at train/loss 0 (every group of the
+    untrained judge's verdicts alike: no gradient), where co-evolve's report warns; and it ends
+    on the closing line every command ends on."""
+    from tests.helpers.train_policy import args
+
+    result = runner.invoke(app, args(assets, tmp_path / "rl", 2, algo="grpo"))
+    assert result.exit_code == 0, result.output
+    assert "warning: train-policy made no update: in its 2 steps" in result.output
+    assert last_line(result).startswith(f"done: policy in {tmp_path / 'rl'}")
+
+
+def test_train_wm_lines_count_each_stage_to_its_total(expert_episodes, tmp_path) -> None:
+    """train-wm printed bare `step 5` lines, without the total or the model they were about."""
+    data = tmp_path / "eps"
+    EpisodeStore(data).add(expert_episodes)
+    args = ["train-wm", "--data", str(data), "--backend", "opensora", "--vae-steps", "2"]
+    args += ["--steps", "2", "--out", str(tmp_path / "wm"), "--set", "simulator.image_size=32"]
+    for key in ("batch_size=2", "val_every=2", "val_episodes=1", "val_horizon=8"):
+        args += ["--set", f"world_model.{key}"]
+    result = runner.invoke(app, [*args, "--set", "world_model.num_inference_steps=1"])
+    assert result.exit_code == 0, result.output
+    assert "autoencoder step 2/2  train/wm/autoencoder_loss" in result.output
+    assert "world model step 2/2  train/wm/loss" in result.output
+    assert last_line(result) == f"done: world model in {tmp_path / 'wm' / 'world_model'}"
+
+
+def test_every_command_ends_on_what_it_wrote_and_where(tmp_path, monkeypatch) -> None:
+    """Each command ended on a different kind of line (a table, `report: ...`, `policy saved
+    to ...`); now on one: `done: WHAT in WHERE`. The eval title named the policy by its folder
+    (`policy on mw2`): it names it as given."""
+    store = tmp_path / "store"
+    args = ["rollout", "--policy", "random", "--suite", "mw2", "--num-envs", "2", "-n", "1"]
+    args += ["--num-workers", "0", "--image-size", "32", "--set", "simulator.max_steps=8"]
+    rollout = runner.invoke(app, [*args, "--out", str(store)])
+    assert last_line(rollout) == f"done: 2 episodes in {store}"
+    ev = runner.invoke(app, ["eval", *args[1:], "--out", str(tmp_path / "E")])
+    assert last_line(ev) == f"done: report (report.md, report.json) in {tmp_path / 'E'}"
+    data = successes_store(tmp_path / "eps", per_task=2)
+    reward = train_reward(data, tmp_path / "R")
+    assert last_line(reward) == f"done: reward model in {tmp_path / 'R' / 'reward_model'}"
+    import wmrl_cli.coevolve.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "prepare_co_evolve", lambda cfg, ranks: None)
+    report = {"success": {"base": {"overall": 0.5}}}
+    monkeypatch.setattr(pipeline, "co_evolve", lambda cfg, run, ranks: report)
+    co = runner.invoke(app, ["co-evolve", "--profile", "smoke", "--out", str(tmp_path / "C")])
+    assert last_line(co) == (
+        f"done: report (report.md, report.json) in {tmp_path / 'C'}; real success: base 50.0%"
+    )
+
+
+def test_the_eval_title_names_the_policy_as_given(assets, tmp_path) -> None:
+    """`eval --policy RUN/policy` was titled `policy on mw3`: the folder's name, read as the
+    policy's."""
+    policy = assets / "sft" / "policy"
+    args = ["eval", "--policy", str(policy), "--suite", "mw3", "-n", "1", "--num-envs", "3"]
+    args += ["--num-workers", "0", "--image-size", "32", "--set", "simulator.max_steps=8"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "E")])
+    assert result.exit_code == 0, result.output
+    assert f"success_once: {policy} on mw3" in result.output

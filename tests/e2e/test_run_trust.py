@@ -349,7 +349,8 @@ def test_eval_world_model_opens_a_published_layout(models, demo_store, tmp_path,
 
 
 def test_co_evolve_report_flags_rl_without_updates_and_skips_empty_charts(tmp_path) -> None:
-    from wmrl_cli.coevolve.report import PLOT_FILE, rl_activity, write_report
+    from wmrl_cli.coevolve.report import PLOT_FILE, write_report
+    from wmrl_cli.rl.activity import rl_activity
 
     stage = tmp_path / "stage1"
     stage.mkdir()
@@ -384,7 +385,7 @@ def test_co_evolve_report_flags_rl_without_updates_and_skips_empty_charts(tmp_pa
 
 
 def test_rl_activity_reads_the_training_success_curve(tmp_path) -> None:
-    from wmrl_cli.coevolve.report import rl_activity
+    from wmrl_cli.rl.activity import rl_activity
 
     successes = [0.1] * 5 + [0.2] * 10 + [0.4] * 5  # 20 steps: first 5 at 10%, last 5 at 40%
     rows = [

@@ -17,6 +17,7 @@ from wmrl_cli.cli.common import (
     SetOpt,
     build_config,
     handle_errors,
+    say_done,
 )
 from wmrl_cli.logging import console
 
@@ -104,5 +105,4 @@ def co_evolve_command(
     seed_everything(cfg.simulator.seed)
     report = co_evolve(cfg, run_dir, num_processes)
     rows = ", ".join(f"{stage} {100 * r['overall']:.1f}%" for stage, r in report["success"].items())
-    console.print(f"real success: {rows}")
-    console.print(f"report: {run_dir / 'report.md'}")
+    say_done("report (report.md, report.json)", run_dir, f"real success: {rows}")

@@ -16,7 +16,7 @@ from wmrl_cli.cli.completion import complete_policies, complete_presets
 from wmrl_cli.config import RunConfig, resolve_config
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import environment_error
-from wmrl_cli.logging import err_console
+from wmrl_cli.logging import console, err_console
 from wmrl_cli.run_dirs import close_run_dirs, discard_unused_run_dirs
 from wmrl_cli.training.launch import (
     LAUNCHED_BY_WMRL,
@@ -129,6 +129,15 @@ def build_config(preset: str | None, overrides: list[str] | None, **options: Any
         for line in notices:
             err_console.print(line, style="yellow", soft_wrap=True, markup=False)
     return cfg
+
+
+def say_done(what: str, where: Path | str, then: str = "") -> None:
+    """Every command's last line, in one shape: what it wrote and where (`then`: what it found
+    or what to do next), e.g. `done: policy in runs/sft/policy; evaluate it with ...`."""
+    line = Text.assemble(
+        ("done", "bold green"), f": {what} in {where}", f"; {then}" if then else ""
+    )
+    console.print(line, soft_wrap=True)
 
 
 def handle_errors(func: F) -> F:

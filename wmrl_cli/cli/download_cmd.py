@@ -13,7 +13,7 @@ from rich.text import Text
 
 from wmrl_cli.assets.layout import ASSETS_ENV, default_assets_dir
 from wmrl_cli.assets.registry import get_asset, list_assets
-from wmrl_cli.cli.common import handle_errors
+from wmrl_cli.cli.common import handle_errors, say_done
 from wmrl_cli.cli.completion import complete_assets
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.logging import console
@@ -116,3 +116,4 @@ def download_command(
             fetched,
         )
     console.print(summary)
+    say_done(f"{len(assets)} asset(s), one folder each,", root)

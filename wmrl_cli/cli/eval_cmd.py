@@ -26,6 +26,7 @@ from wmrl_cli.cli.common import (
     WorkersOpt,
     build_config,
     handle_errors,
+    say_done,
 )
 from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError, WmrlError
@@ -209,7 +210,7 @@ def eval_command(
     console.print(report.table())
     if baseline is not None:
         console.print(baseline_table(report.baseline))
-    console.print(f"report: {Path(cfg.output_dir) / 'report.json'}")
+    say_done("report (report.md, report.json)", cfg.output_dir)
 
 
 def _claim(cfg: RunConfig, command: str, seed: bool = True) -> Path:
@@ -232,4 +233,4 @@ def _audit_policy(cfg: RunConfig) -> None:
     run_dir = _claim(cfg, "eval")
     tally = audit_policy(cfg, cfg.eval.episodes_per_task, inputs, out=run_dir)
     console.print(tally.table("the judge on the policy's imagined episodes (simulator replay)"))
-    console.print(f"audit: {run_dir / 'judge_audit.json'}")
+    say_done("audit (judge_audit.json)", run_dir)

@@ -23,6 +23,7 @@ from wmrl_cli.cli.common import (
     WorkersOpt,
     build_config,
     handle_errors,
+    say_done,
 )
 from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError
@@ -200,6 +201,7 @@ def rollout_command(
         cfg = build_config(preset, set_, **options, **{key: noise_std})
     summary = collect_rollouts(cfg, append=append, write_rlinf=export_rlinf, overwrite=overwrite)
     console.print(summary.table())
+    say_done(f"{summary.episodes} episodes", summary.store)
 
 
 def _given(value: object) -> bool:
@@ -271,6 +273,7 @@ def _imagine_policy(cfg: RunConfig, append: bool, overwrite: bool) -> None:
     names = {int(m["task_id"]): m["task_name"] for m in store.index}
     summary = store_summary(store, [names[t] for t in sorted(names)])
     console.print(summary.table())
+    say_done(f"{summary.episodes} imagined episodes", summary.store)
 
 
 def _imagine(
@@ -306,3 +309,4 @@ def _imagine(
     names = {int(m["task_id"]): m["task_name"] for m in store.index}
     summary = store_summary(store, [names[t] for t in sorted(names)])
     console.print(summary.table())
+    say_done(f"{summary.episodes} imagined episodes", summary.store)

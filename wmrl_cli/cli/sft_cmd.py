@@ -20,7 +20,7 @@ from wmrl_cli.cli.common import (
     WorkersOpt,
     build_config,
     handle_errors,
-from wmrl_cli.logging import console
+    say_done,
 )
 
 
@@ -85,4 +85,4 @@ def sft_command(
     if store is None:
         store = collect_demos(cfg, run_dir)
     policy_dir = train_bc(cfg, run_dir, store)
-    console.print(f"policy saved to {policy_dir}; evaluate it with `wmrl eval --policy {run_dir}`")
+    say_done("policy", policy_dir, f"evaluate it with `wmrl eval --policy {run_dir}`")

@@ -20,9 +20,10 @@ from wmrl_cli.cli.common import (
     build_config,
     handle_errors,
     relaunch_ranks,
+    say_done,
 )
 from wmrl_cli.errors import ConfigError, WmrlError
-from wmrl_cli.logging import console
+from wmrl_cli.logging import err_console
 
 
 @handle_errors
@@ -157,7 +158,25 @@ def train_policy_command(
     seed_everything(cfg.simulator.seed)
     trained = train_policy(cfg, Path(cfg.output_dir), inputs, accelerator)
     if accelerator.is_main_process:
-        console.print(f"policy saved to {trained.path}")
+        warn_if_no_update(Path(cfg.output_dir))
+        found = ""
         if trained.last_eval is not None:
             step, success = trained.last_eval
-            console.print(f"real success at step {step}: {100 * success:.1f}%")
+            found = f"real success at step {step}: {100 * success:.1f}%"
+        say_done("policy", trained.path, found)
+
+
+def warn_if_no_update(run_dir: Path) -> None:
+    """A warning where the run's gradients were all zero: no step changed the policy (the rule
+    co-evolve's report applies to each RL stage)."""
+    from wmrl_cli.rl.activity import no_update_reason, rl_activity
+
+    activity = rl_activity(run_dir)
+    why = no_update_reason(activity) if activity is not None else None
+    if why:
+        err_console.print(
+            f"warning: train-policy made no update: {why}",
+            style="yellow",
+            soft_wrap=True,
+            markup=False,
+        )

@@ -17,6 +17,7 @@ from wmrl_cli.cli.common import (
     TrainSeedOpt,
     build_config,
     handle_errors,
+    say_done,
 )
 from wmrl_cli.cli.completion import complete_assets
 from wmrl_cli.errors import ConfigError
@@ -118,6 +119,7 @@ def train_reward_command(
         f"{metrics.f1:.3f}",
     )
     console.print(table)
+    say_done("reward model", model_dir)
 
 
 def data_inputs(data: list[Path]) -> dict[str, Path]:

@@ -19,6 +19,7 @@ from wmrl_cli.cli.common import (
     build_config,
     handle_errors,
     relaunch_ranks,
+    say_done,
 )
 from wmrl_cli.cli.completion import complete_assets
 from wmrl_cli.config import RunConfig
@@ -147,7 +148,6 @@ def train_wm_command(
     out_dir = trainer.run(resume=True, init=source)
     if not accelerator.is_main_process:
         return
-    console.print(f"world model saved to {out_dir}")
     if export_rlinf is not None and source is not None:
         exported = export_world_model(out_dir, source, export_rlinf)
         console.print(f"exported in the layout of {source} to {exported}")
@@ -170,6 +170,7 @@ def train_wm_command(
                     row.append(f"{data_['psnr'][step - 1] - other[step - 1]:+.2f}")
                 table.add_row(*row)
         console.print(table)
+    say_done("world model", out_dir)
 
 
 def check_ranks(cfg: RunConfig, world: int, trains_autoencoder: bool) -> None:

@@ -371,7 +371,8 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
     """The whole pipeline; returns the report (also written to report.json / report.md).
     `ranks`: the processes each RL and world-model stage trains on (ranks.py); the rest runs in
     this one."""
-    from wmrl_cli.coevolve.report import rl_activity, write_report
+    from wmrl_cli.coevolve.report import write_report
+    from wmrl_cli.rl.activity import rl_activity
 
     ce = cfg.coevolve
     run = CoevolveRun(cfg, run_dir, ranks)

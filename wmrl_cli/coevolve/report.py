@@ -19,6 +19,7 @@ from wmrl_cli.evaluation.stats import (
     paired_difference,
 )
 from wmrl_cli.files import atomic_write_bytes, atomic_write_text
+from wmrl_cli.rl.activity import SUCCESS_WINDOW, no_update_reason
 
 PLOT_FILE = "success_per_stage.png"
 # The stage that runs the same RL in the real simulator (`coevolve.simulator_control`): it
@@ -196,15 +197,9 @@ def write_report(
     ]
     lines += _real_steps_curve(run_dir, list(rl_activity))
     lines += _check_videos(run_dir, reliability)
-    idle = [name for name, act in rl_activity.items() if not act.get("updated", True)]
-    for name in idle:
-        act = rl_activity[name]
-        lines.append(
-            f"**Warning: RL stage `{name}` made no update**: in its {act['steps']} steps, "
-            f"kept groups {act['kept_groups_fraction']:.2f} on average and gradient norm "
-            f"{act['max_grad_norm']:.3g} at most (every group had the same outcome, so GRPO "
-            "had no signal); its policy moved only by AdamW's weight decay."
-        )
+    idle = {name: why for name, act in rl_activity.items() if (why := no_update_reason(act))}
+    for name, why in idle.items():
+        lines.append(f"**Warning: RL stage `{name}` made no update**: {why}.")
     lines += [""] if idle else []
     if rl_activity:
         lines += _rl_table(rl_activity)
@@ -451,37 +446,6 @@ def stage_differences(evals: dict[str, dict[str, Any]]) -> dict[str, dict[str, A
     return out
 
 
-def rl_activity(stage_dir: Path) -> dict[str, Any] | None:
-    """What an RL stage's metrics.jsonl says about its updates: steps, the mean fraction of
-    kept groups, the largest gradient norm, whether any step changed the policy, and the
-    success of its training rollouts as its environment judged them (imagination: the reward
-    model's verdict), averaged over the first and the last `window` steps (None without
-    metrics)."""
-    path = Path(stage_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    if not rows:
-        return None
-    kept = [float(r.get("rollout/kept_groups_fraction", 1.0)) for r in rows]
-    grad = [float(r.get("train/actor/grad_norm", 0.0)) for r in rows]
-    activity: dict[str, Any] = {
-        "steps": len(rows),
-        "kept_groups_fraction": float(np.mean(kept)),
-        "max_grad_norm": max(grad),
-        "updated": max(grad) > 0.0,
-    }
-    success = [float(r["env/success_once"]) for r in rows if "env/success_once" in r]
-    if success:
-        window = max(1, min(_SUCCESS_WINDOW, len(success) // 2))
-        activity["train_success_first"] = float(np.mean(success[:window]))
-        activity["train_success_last"] = float(np.mean(success[-window:]))
-    return activity
-
-
-_SUCCESS_WINDOW = 5  # RL steps averaged at each end of a stage's training-success curve
-
-
 def _rl_table(rl_activity: dict[str, dict[str, Any]]) -> list[str]:
     """Per RL stage: steps, kept groups and the training rollouts' judged success, first and
     last steps: the signal GRPO had, next to what the real evaluation says it learned."""
@@ -490,7 +454,7 @@ def _rl_table(rl_activity: dict[str, dict[str, Any]]) -> list[str]:
         "",
         "Training success: the stage's own rollouts as its environment judged them (in "
         "imagination, the reward model on imagined frames), mean of the first and the last "
-        f"{_SUCCESS_WINDOW} steps.",
+        f"{SUCCESS_WINDOW} steps.",
         "",
         "| stage | steps | kept groups | training success, first -> last | max gradient norm |",
         "|---|---|---|---|---|",

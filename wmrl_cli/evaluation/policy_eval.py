@@ -346,6 +346,7 @@ def evaluate_in_simulator(
         report = evaluate_with_config(
             sim, agent, sim_cfg, cfg, trials, video_dir=run_dir / "videos" if videos else None
         )
+    report.policy = cfg.policy.name  # as given (a run's folder is often named `policy`)
     if before is not None:
         report.baseline = compare_with_baseline(report, before)
     report.save(run_dir)

@@ -174,6 +174,8 @@ class WorldModelTrainer:
             resume_step=resume_step,
             keep_rows=None if resume_step == 0 else _autoencoder_row,
             enabled=self.main,
+            log_every=self.cfg.logging.log_every,
+            total=self.wm.steps,
         )
 
     # -- stage 1 ----------------------------------------------------------------------------
@@ -183,6 +185,7 @@ class WorldModelTrainer:
         optimizer = torch.optim.AdamW(params, lr=wm.vae_lr)
         model.vae.train()
         show = self.cfg.logging.progress and self.main
+        self.logger.begin_stage("autoencoder", wm.vae_steps)
         with progress_task("autoencoder", wm.vae_steps, show) as advance:
             for step in range(wm.vae_steps):
                 rng = np.random.default_rng([self.cfg.simulator.seed, 1, step])
@@ -198,6 +201,7 @@ class WorldModelTrainer:
                     loss = self.accelerator.reduce(loss.detach(), "mean")
                     self.logger.log({"train/wm/autoencoder_loss": loss}, step + 1)
                 advance()
+        self.logger.begin_stage("world model", wm.steps)
         model.vae.eval()
         rng = np.random.default_rng([self.cfg.simulator.seed, 2])
         idx = rng.integers(0, len(self.train), 32)

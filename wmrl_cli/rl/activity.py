@@ -1,0 +1,53 @@
+"""What an RL run's metrics say about its updates, and the warning for a run that made none:
+one rule for `train-policy` (said when it ends) and co-evolve's report (each RL stage)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SUCCESS_WINDOW = 5  # RL steps averaged at each end of a run's training-success curve
+
+
+def rl_activity(run_dir: Path) -> dict[str, Any] | None:
+    """What an RL run's metrics.jsonl says about its updates: steps, the mean fraction of
+    kept groups, the largest gradient norm, whether any step changed the policy, and the
+    success of its training rollouts as its environment judged them (imagination: the reward
+    model's verdict), averaged over the first and the last `SUCCESS_WINDOW` steps (None without
+    metrics)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not rows:
+        return None
+    kept = [float(r.get("rollout/kept_groups_fraction", 1.0)) for r in rows]
+    grad = [float(r.get("train/actor/grad_norm", 0.0)) for r in rows]
+    activity: dict[str, Any] = {
+        "steps": len(rows),
+        "kept_groups_fraction": float(np.mean(kept)),
+        "max_grad_norm": max(grad),
+        "updated": max(grad) > 0.0,
+    }
+    success = [float(r["env/success_once"]) for r in rows if "env/success_once" in r]
+    if success:
+        window = max(1, min(SUCCESS_WINDOW, len(success) // 2))
+        activity["train_success_first"] = float(np.mean(success[:window]))
+        activity["train_success_last"] = float(np.mean(success[-window:]))
+    return activity
+
+
+def no_update_reason(activity: dict[str, Any]) -> str | None:
+    """Why a run whose gradients were all zero changed nothing (None where it made an update):
+    the sentence both the command's warning and co-evolve's report give."""
+    if activity.get("updated", True):
+        return None
+    return (
+        f"in its {activity['steps']} steps, kept groups {activity['kept_groups_fraction']:.2f} "
+        f"on average and gradient norm {activity['max_grad_norm']:.3g} at most (every group "
+        "had the same outcome, so GRPO had no signal); its policy moved only by AdamW's weight "
+        "decay"
+    )
