@@ -67,9 +67,8 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     ):
         assert (out / path).is_file(), path
     report = json.loads((out / "report.json").read_text())
-    # The chart is drawn unless every success is 0; the report says which RL stages updated.
-    succeeded = any(s["overall"] > 0 for s in report["success"].values())
-    assert (out / "success_per_stage.png").is_file() == succeeded
+    # The chart is drawn, zeros too; the report says which RL stages updated.
+    assert (out / "success_per_stage.png").is_file()
     # Where the acceptance audit kept wm_base, stage 2 had the frozen control's inputs and is
     # the control; otherwise the control ran apart in wm_base.
     kept = after["accept1"]["result"]["chosen"] == "current"

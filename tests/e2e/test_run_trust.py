@@ -348,7 +348,9 @@ def test_eval_world_model_opens_a_published_layout(models, demo_store, tmp_path,
     assert isinstance(loaded["model"], OpenSoraWorldModel)
 
 
-def test_co_evolve_report_flags_rl_without_updates_and_skips_empty_charts(tmp_path) -> None:
+def test_co_evolve_report_flags_rl_without_updates_and_charts_zeros(tmp_path) -> None:
+    """The README promises success_per_stage.png: it was left out when every success was 0;
+    zeros are a result, and the chart is drawn (a stale one replaced)."""
     from wmrl_cli.coevolve.report import PLOT_FILE, write_report
     from wmrl_cli.rl.activity import rl_activity
 
@@ -376,7 +378,7 @@ def test_co_evolve_report_flags_rl_without_updates_and_skips_empty_charts(tmp_pa
     text = (tmp_path / "report.md").read_text()
     assert "RL stage `stage1` made no update" in text
     assert "| stage1 | 2 | 0.00 | - | 0 |" in text  # no training success recorded
-    assert not (tmp_path / PLOT_FILE).exists() and PLOT_FILE not in text
+    assert (tmp_path / PLOT_FILE).read_bytes().startswith(b"\x89PNG") and PLOT_FILE in text
     assert report["rl_activity"]["stage1"]["updated"] is False
     moved = {"overall": 0.5, "per_task": {"a": 1.0, "b": 0.0}}
     report_for(moved, {"stage1": {**activity, "updated": True, "max_grad_norm": 0.3}})

@@ -139,14 +139,8 @@ def write_report(
         "trust": trust,
     }
     atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
-    # An all-zero chart says nothing the table does not: none is drawn (an old one goes).
-    plotted = any(
-        e["overall"] > 0 or any(v > 0 for v in e["per_task"].values()) for e in evals.values()
-    )
-    if plotted:
-        plot_success(evals, run_dir / PLOT_FILE, cfg.coevolve.eval_trials)
-    else:
-        (run_dir / PLOT_FILE).unlink(missing_ok=True)
+    # Drawn whatever the rates: zeros are a result (each 0 bar a flat mark with "0" above it).
+    plot_success(evals, run_dir / PLOT_FILE, cfg.coevolve.eval_trials)
     stages = list(evals)
     tasks = list(evals[stages[0]]["per_task"])
     lines = [
@@ -192,7 +186,7 @@ def write_report(
     lines += _simulator_control_lines(report, rl_activity)
     lines += _verdict_lines(cfg.reward_model.source)
     lines += [
-        f"![success per stage]({PLOT_FILE})" if plotted else "(no chart: every success is 0)",
+        f"![success per stage]({PLOT_FILE})",
         "",
     ]
     lines += _real_steps_curve(run_dir, list(rl_activity))
