@@ -190,3 +190,31 @@ def test_configured_reference_action_is_the_default() -> None:
     implicit = run(None)
     assert torch.equal(implicit, run(torch.tensor([rlinf_default] * B)))
     assert not torch.equal(implicit, run(torch.zeros(B, 7)))
+
+
+def test_a_bf16_load_keeps_what_diffusers_keeps_in_float32(tmp_path: Path) -> None:
+    """A world model loaded in bf16 (as imagination loads it on a GPU): the weights bf16, but
+    what diffusers keeps float32 in its Wan DiT (`WanTransformer3DModel._keep_in_fp32_modules`:
+    the RoPE tables, the time embedder, the modulation tables, the blocks' norms) and the latent
+    statistics stay float32; the VAE's norms (the same names in another model) are bf16, as
+    diffusers' VAE keeps nothing. It predicts as loaded. Until 2026-11-29 `.to(bf16)` cast all."""
+    _model().save_pretrained(tmp_path / "wm")
+    model = WanWorldModel.from_pretrained(tmp_path / "wm", dtype=torch.bfloat16)
+    t, block = model.transformer, model.transformer.blocks[0]
+    kept = [
+        t.rope.freqs_cos,
+        t.rope.freqs_sin,
+        t.condition_embedder.time_embedder.linear_1.weight,
+        t.scale_shift_table,
+        block.scale_shift_table,
+        block.norm2.weight,
+        model.latents_mean,
+        model.latents_std,
+    ]
+    assert all(tensor.dtype == torch.float32 for tensor in kept)
+    vae_norms = [p for n, p in model.vae.named_parameters() if "norm1" in n.split(".")]
+    assert vae_norms and all(p.dtype == torch.bfloat16 for p in vae_norms)
+    assert block.attn1.to_q.weight.dtype == model.dtype == model.vae_dtype == torch.bfloat16
+    model.reset_context(_frames(B), _frames(B, 4, seed=1), torch.randn(B, 4, 7))
+    frames = model.predict(torch.randn(B, 8, 7), generator=torch.Generator().manual_seed(7))
+    assert frames.shape == (B, 8, S, S, 3) and frames.dtype == torch.uint8

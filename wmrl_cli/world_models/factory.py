@@ -137,6 +137,4 @@ def load_init_world_model(
         )
     except SafetensorError as exc:
         raise WmrlError(f"{path}: the world model's weights are unreadable ({exc})") from None
-    if device is not None or dtype is not None:
-        model.to(device=device, dtype=dtype)
-    return model
+    return model.place(device, dtype)

@@ -122,6 +122,19 @@ def moving_pixels(frames: torch.Tensor, threshold: int = 12) -> torch.Tensor:
     return swept.unsqueeze(1).expand(-1, frames.shape[1], -1, -1)
 
 
+def kept_in_float32(name: str, keep: Mapping[str, tuple[str, ...]]) -> bool:
+    """Whether the parameter or buffer `name` (dotted, from the world model) stays float32:
+    `keep` maps a submodule's attribute name ("" for the model's own tensors) to module names
+    of which one must be a component of the name below it, diffusers' rule for
+    `_keep_in_fp32_modules` (`load_model_dict_into_meta`), applied per submodule."""
+    head, _, rest = name.partition(".")
+    for submodule, modules in keep.items():
+        inner = name if not submodule else rest if head == submodule else ""
+        if inner and any(part in modules for part in inner.split(".")):
+            return True
+    return False
+
+
 class WorldModel(nn.Module, ABC):
     """An action-conditioned video model that stands in for the simulator.
 
@@ -142,6 +155,35 @@ class WorldModel(nn.Module, ABC):
     autocast_dtype: torch.dtype | None = None
     # the most samples one VAE encode or decode takes (None: all): `world_model.vae_batch`
     vae_batch: int | None = None
+    # What stays float32 when the weights are cast to bf16 (`cast`; `kept_in_float32`)
+    keep_in_fp32: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+
+    def cast(self, dtype: torch.dtype) -> WorldModel:
+        """The floating parameters and buffers in `dtype`, those `keep_in_fp32` names in
+        float32, as diffusers loads a model with a `torch_dtype` (a plain `.to(dtype)` would
+        round the RoPE tables, the time embedder, the modulation tables and the norms)."""
+        for module_name, module in self.named_modules():
+            prefix = f"{module_name}." if module_name else ""
+            tensors = [
+                *module.named_parameters(recurse=False),
+                *module.named_buffers(recurse=False),
+            ]
+            for name, tensor in tensors:
+                if not tensor.is_floating_point():
+                    continue
+                kept = kept_in_float32(prefix + name, self.keep_in_fp32)
+                cast = tensor.data.to(torch.float32 if kept else dtype)
+                if isinstance(tensor, nn.Parameter):
+                    tensor.data = cast
+                else:
+                    setattr(module, name, cast)
+        return self
+
+    def place(self, device: Any = None, dtype: torch.dtype | None = None) -> WorldModel:
+        """`cast` to `dtype` (where given), then moved to `device` (where given)."""
+        if dtype is not None:
+            self.cast(dtype)
+        return self.to(device) if device is not None else self
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The precision context of this model's forward passes (see `autocast_dtype`)."""
@@ -376,9 +418,7 @@ class WorldModel(nn.Module, ABC):
                 f"{directory / WEIGHTS_NAME}: the world model's weights are unreadable ({exc})"
             ) from None
         model = cls.from_state_dict(config, weights, str(directory))
-        if device is not None or dtype is not None:
-            model.to(device=device, dtype=dtype)
-        return model
+        return model.place(device, dtype)
 
     @classmethod
     @abstractmethod

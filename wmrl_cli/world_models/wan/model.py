@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import torch
 from diffusers import AutoencoderKLWan
-from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
+from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed, WanTransformer3DModel
 from torch import nn
 
 from wmrl_cli.errors import ConfigError, WmrlError
@@ -195,6 +195,13 @@ class WanWorldModel(FlowWorldModel):
     autoencoder_trains_on_windows = True
     frames_per_latent = FRAMES_PER_LATENT
     reference_in_window = True
+    # In float32 under bf16 weights: what diffusers keeps so in its Wan DiT, whose module names
+    # the denoiser shares (RoPE tables, time embedder, modulation tables, the blocks' norms;
+    # RLinf's DiffSynth computes RoPE in float64), and the latent statistics (the VAE: none)
+    keep_in_fp32: ClassVar[dict[str, tuple[str, ...]]] = {
+        "transformer": tuple(WanTransformer3DModel._keep_in_fp32_modules),
+        "": ("latents_mean", "latents_std"),
+    }
 
     def __init__(self, config: WanWorldModelConfig) -> None:
         super().__init__()
