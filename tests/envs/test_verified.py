@@ -163,7 +163,8 @@ def test_exact_envs_are_paid_the_simulators_successes_the_judge_did_not_call(
         # the false call's whole chunk runs in the simulator; no step after its episode ends
         exact_steps = 2 * (first[0] + 1) + 2 * CHUNK
         assert metrics["verify/exact_real_steps"] == exact_steps
-        assert env.pop_real_steps() == exact_steps  # no replay: the exact envs are the calls
+        assert env.pop_real_steps_by_kind() == {"calls": 0, "exact": exact_steps}  # no replay
+        assert env.pop_real_steps() == 0  # popped
         calls = sorted(env.pop_calls(), key=lambda c: c.imagined["call"])
         assert [c.imagined["call"] for c in calls] == ["confirmed", "false"]
         assert calls[0].success_step == first[0] + 1 and calls[0].length == first[0] + 4
@@ -299,8 +300,10 @@ def test_train_policy_verified_counts_the_replays_real_steps(assets, tmp_path) -
     for row in rows:
         assert 0.0 <= row["verify/confirmed_fraction"] <= 1.0
         assert row["verify/calls"] == pytest.approx(row["verify/call_rate"] * 4)
-    # env/real_steps: the replays alone, cumulative
+    # env/real_steps: the replays alone, cumulative, all of the calls' kind
     assert rows[-1]["env/real_steps"] == sum(r["verify/real_steps"] for r in rows)
+    assert rows[-1]["env/real_steps_calls"] == rows[-1]["env/real_steps"]
+    assert rows[-1]["env/real_steps_exact"] == rows[-1]["env/real_steps_data"] == 0
     # every step's calls kept, labelled by their replays
     for step, row in enumerate(rows, start=1):
         calls = out / "verified_calls" / f"step_{step:06d}"
@@ -317,6 +320,8 @@ def test_train_policy_with_a_recall_floor_counts_the_exact_groups_steps(assets, 
     assert result.exit_code == 0, result.output
     (row,) = [json.loads(line) for line in (out / "metrics.jsonl").open()]
     assert 0 < row["verify/exact_real_steps"] <= row["verify/real_steps"] == row["env/real_steps"]
+    assert row["env/real_steps_exact"] == row["verify/exact_real_steps"]
+    assert row["env/real_steps_calls"] == row["verify/real_steps"] - row["verify/exact_real_steps"]
     assert row["verify/exact_uncalled"] >= 0
     assert "the first 2 of 4 envs judged by the simulator" in result.output
 

@@ -39,6 +39,7 @@ from wmrl_cli.rewards.calibration import held_success
 
 class SimulatorJudgedEnv:
     real = True  # the simulator's steps are real environment steps (env/real_steps)
+    real_kind = "exact"  # every episode judged by the simulator (rl/real_step_kinds.py)
     imagines = True  # ... but the policy sees the world model's frames
 
     def __init__(

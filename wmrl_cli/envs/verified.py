@@ -185,6 +185,7 @@ class VerifiedEnv:
         self._awaiting = np.full(self.num_envs, -1, dtype=np.int64)
         self._exact_steps = np.zeros(exact, dtype=np.int64)  # real steps of each exact episode
         self._real_steps = 0
+        self._exact_real_steps = 0  # of `_real_steps`: the exactly judged episodes'
         self._sim_time = 0.0
 
     @property
@@ -200,7 +201,15 @@ class VerifiedEnv:
     def pop_real_steps(self) -> int:
         """The real steps the replays took since the last call (the trainer's env/real_steps)."""
         steps, self._real_steps = self._real_steps, 0
+        self._exact_real_steps = 0
         return steps
+
+    def pop_real_steps_by_kind(self) -> dict[str, int]:
+        """`pop_real_steps` split: the replays of the judge's calls and the exactly judged
+        episodes' steps (rl/real_step_kinds.py)."""
+        exact = self._exact_real_steps
+        total = self.pop_real_steps()
+        return {"calls": total - exact, "exact": exact}
 
     def pop_metrics(self) -> dict[str, float]:
         """The verification's tally since the last call, as per-step metrics."""
@@ -328,6 +337,7 @@ class VerifiedEnv:
             steps = int(real_valid.sum())
             self._exact_steps[i] += steps
             self._real_steps += steps
+            self._exact_real_steps += steps
             self._tally["real_steps"] += steps
             self._tally["exact_real_steps"] += steps
             if end is None:  # neither the simulator nor the judge has ended it

@@ -10,9 +10,10 @@ rank's shard always holds whole groups.
 
 Real-step accounting: `env/real_steps` is the cumulative number of real environment steps the
 run has consumed, summed over ranks: the executed steps of every rollout in an env whose
-`real` attribute is true (the simulator, `envs/simulator_rl.py`), none in the imagined env;
-it starts at `real_steps` (what came before, e.g. co-evolve's data collection) and is
-checkpointed with the run.
+`real` attribute is true (the simulator, `envs/simulator_rl.py`), none in the imagined env,
+a verified env's replays; it starts at `real_steps` (what came before, e.g. co-evolve's data
+collection) and is checkpointed with the run, split by kind (`env/real_steps_<kind>`:
+data, rollouts, calls, exact; rl/real_step_kinds.py).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from wmrl_cli.rl.aggregation import LossAggregation, loss_scale
 from wmrl_cli.rl.buffer import Rollout, collect_rollout
 from wmrl_cli.rl.judge_audit import JudgeAudit
 from wmrl_cli.rl.policy_start import LoadBase, starting_policies
+from wmrl_cli.rl.real_step_kinds import KINDS, real_step_metrics, restored, taken_by_kind
 from wmrl_cli.rl.rollout_metrics import judge_and_truth, rollout_metrics
 from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_batches
 from wmrl_cli.run_dirs import write_rank_summary
@@ -147,6 +149,7 @@ class PolicyTrainer:
         )
         self.model = model
         self.step = 0
+        self.real_steps_by_kind = restored({}, real_steps)
         self.real_steps = real_steps
         self._resumed_from = None
         self.last_eval: tuple[int, float] | None = None  # (step, real success) of the last eval
@@ -161,7 +164,8 @@ class PolicyTrainer:
             info = self.sharding.load_checkpoint(checkpoint, model, self.optimizer)
             self.step = info["step"]
             self.sampler.load_state_dict(info["extra"]["sampler"])
-            self.real_steps = int(info["extra"].get("real_steps", real_steps))
+            self.real_steps_by_kind = restored(info["extra"], real_steps)
+            self.real_steps = sum(self.real_steps_by_kind.values())
             if "judge_audit" in info["extra"]:
                 self.audit.load_state_dict(info["extra"]["judge_audit"])
             if self.task_recall is not None and "task_recall" in info["extra"]:
@@ -291,7 +295,9 @@ class PolicyTrainer:
         ro = concat_rollouts(rollouts)
         timings["time/rollout"] = time.time() - t0
         self._observe_outcomes(global_ids, ro)
-        self.real_steps += self._real_steps_taken(ro)
+        for kind, steps in self._real_steps_taken(ro).items():
+            self.real_steps_by_kind[kind] += steps
+        self.real_steps = sum(self.real_steps_by_kind.values())
         if hasattr(self.env, "pop_timings"):
             timings.update({f"time/{k}": v for k, v in self.env.pop_timings().items()})
         if hasattr(self.env, "pop_metrics"):  # e.g. verified imagination's call tally
@@ -350,7 +356,7 @@ class PolicyTrainer:
         metrics.update(rollout_metrics(ro, adv, keep))
         self._audit(ro)
         metrics["rollout/epochs"] = float(len(rollouts))  # > rollout_epochs: dynamic sampling
-        metrics["env/real_steps"] = float(self.real_steps)  # equal on every rank
+        metrics.update(real_step_metrics(self.real_steps_by_kind))  # equal on every rank
         metrics["train/actor/lr"] = self.cfg.training.lr
         metrics.update(timings)
         metrics["time/step"] = time.time() - t0
@@ -465,14 +471,11 @@ class PolicyTrainer:
         for epoch, drawn in enumerate(global_ids):
             self.sampler.observe(drawn, per_rank[:, epoch].reshape(-1).bool().tolist())
 
-    def _real_steps_taken(self, ro: Rollout) -> int:
-        """Real environment steps of this rollout, summed over ranks (0 in imagination; a
-        verified env's replays: its `pop_real_steps`)."""
-        if hasattr(self.env, "pop_real_steps"):
-            return self._global_sum(int(self.env.pop_real_steps()))
-        return self._global_sum(
-            int(ro.episode_len.sum()) if getattr(self.env, "real", False) else 0
-        )
+    def _real_steps_taken(self, ro: Rollout) -> dict[str, int]:
+        """Real environment steps of this rollout by kind, summed over ranks."""
+        local = taken_by_kind(self.env, int(ro.episode_len.sum()))
+        counts = torch.tensor([local.get(k, 0) for k in KINDS], device=self.accelerator.device)
+        return dict(zip(KINDS, self.accelerator.reduce(counts, "sum").tolist(), strict=True))
 
     def _reduce(self, metrics: dict[str, float]) -> dict[str, float]:
         """Mean over ranks (every rank logs the same keys in the same order)."""
@@ -538,6 +541,7 @@ class PolicyTrainer:
                             {
                                 "sampler": self.sampler.state_dict(),
                                 "real_steps": self.real_steps,
+                                "real_steps_by_kind": self.real_steps_by_kind,
                                 "judge_audit": self.audit.state_dict(),
                                 **(
                                     {}
