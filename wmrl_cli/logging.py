@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from rich.console import Console, ConsoleOptions, RenderableType
@@ -60,8 +60,6 @@ class _Console(Console):
 console = _Console(stderr=False, soft_wrap=True)
 err_console = _Console(stderr=True, soft_wrap=True)
 
-T = TypeVar("T")
-
 
 def make_progress(enabled: bool = True) -> Progress:
     return Progress(
@@ -80,11 +78,16 @@ def make_progress(enabled: bool = True) -> Progress:
 
 @contextmanager
 def progress_task(
-    description: str, total: int, enabled: bool = True, every_s: float = 30.0
+    description: str,
+    total: int,
+    enabled: bool = True,
+    every_s: float = 30.0,
+    announce: bool = False,
 ) -> Iterator[Any]:
-    """A progress bar for one loop; yields a callable `advance(n=1)`. Where stderr is no
-    terminal, plain lines instead ("description: done/total, elapsed"), at most one per
-    `every_s` seconds and one at the end, so that a batch job's log shows the loop moving."""
+    """A progress bar for one loop, with the time left; yields a callable `advance(n=1)`.
+    Where stderr is no terminal, plain lines instead ("description: done/total, elapsed, about
+    T left"), at most one per `every_s` seconds and one at the end, so that a batch job's log
+    shows the loop moving; `announce`: one at the start too (a loop whose first step is long)."""
     with make_progress(enabled) as progress:
         task = progress.add_task(description, total=total)
         if not enabled or not progress.disable:
@@ -92,6 +95,8 @@ def progress_task(
             return
         start = last = time.monotonic()
         done = 0
+        if announce:
+            err_console.print(f"{description}: 0/{total}")
 
         def advance(n: int = 1) -> None:
             nonlocal done, last
@@ -99,16 +104,32 @@ def progress_task(
             now = time.monotonic()
             if now - last >= every_s or done >= total:
                 last = now
-                err_console.print(f"{description}: {done}/{total}, {now - start:.0f} s")
+                line = f"{description}: {done}/{total}, {now - start:.0f} s"
+                if 0 < done < total:
+                    line += f", about {_duration((now - start) / done * (total - done))} left"
+                err_console.print(line)
 
         yield advance
 
 
-def track(items: Iterable[T], description: str, total: int, enabled: bool = True) -> Iterator[T]:
-    with progress_task(description, total, enabled) as advance:
-        for item in items:
-            yield item
-            advance()
+def _duration(seconds: float) -> str:
+    """`45 s`, `12 min`, `2.5 h`: a time left, as precise as an estimate is."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def track_batches(starts: range, description: str, enabled: bool = True) -> Iterator[int]:
+    """The batch starts of `range(0, n, batch)`, with progress counted in items (a batch of B
+    advances B, the last its remainder) and announced at the start: a loop over a few long
+    batches (the world-model check's episodes) shows its share done and the time left."""
+    total = len(range(starts.start, starts.stop))
+    with progress_task(description, total, enabled, announce=True) as advance:
+        for start in starts:
+            yield start
+            advance(min(starts.step, starts.stop - start))
 
 
 def _scalar(value: Any) -> float | None:

@@ -12,6 +12,7 @@ from tests.helpers.episodes import visible_success_episode
 from tests.helpers.output import one_error_line
 from wmrl_cli.cli.app import app
 from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.logging import progress_task
 
 runner = CliRunner()
 
@@ -219,3 +220,19 @@ def test_the_eval_title_names_the_policy_as_given(assets, tmp_path) -> None:
     result = runner.invoke(app, [*args, "--out", str(tmp_path / "E")])
     assert result.exit_code == 0, result.output
     assert f"success_once: {policy} on mw3" in result.output
+
+
+def test_progress_lines_say_the_time_left(capsys) -> None:
+    """Plain progress lines (no terminal) gave done/total and the time spent, not what is left."""
+    from wmrl_cli.logging import track_batches
+
+    assert list(track_batches(range(0, 5, 2), "open-loop rollouts (episodes)", True)) == [0, 2, 4]
+    with progress_task("loop", 4, every_s=0.0) as advance:
+        advance()
+        advance(3)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[:2] == [
+        "open-loop rollouts (episodes): 0/5",
+        "open-loop rollouts (episodes): 5/5, 0 s",
+    ]
+    assert lines[2] == "loop: 1/4, 0 s, about 0 s left" and lines[3] == "loop: 4/4, 0 s"

@@ -302,6 +302,14 @@ def test_cli_world_model_eval(store, models, tmp_path) -> None:
     counts = {task: a["tp"] + a["fp"] + a["fn"] + a["tn"] for task, a in by_task["tasks"].items()}
     assert counts == {body["starts"][0]["task"]: len(body["starts"])}
     assert "success per task" in (out / "report.md").read_text()
+    # Each phase says when it starts and counts episodes (its first line came after minutes,
+    # per batch), and the command ends on what it wrote and where.
+    for phase in ("open-loop rollouts (episodes)", "policy shift (episodes)"):
+        assert f"{phase}: 0/1" in result.output and f"{phase}: 1/1" in result.output
+    assert "imagined rollouts (starts): 0/" in result.output
+    assert (
+        result.output.rstrip().splitlines()[-1] == f"done: report (report.md, report.json) in {out}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ from wmrl_cli.evaluation.world_model_eval import (
     open_loop_rollout,
     recorded_starts,
 )
-from wmrl_cli.logging import track
+from wmrl_cli.logging import track_batches
 from wmrl_cli.world_models.interface import WorldModel
 
 # state_replay(episodes, actions [B, T, A]) -> (frames [B, T + 1, H, W, 3] uint8,
@@ -148,7 +148,7 @@ def hand_tracking_eval(
     other = alternative_actions("other", episodes, steps, seed)
     sim, sim_other, hands, hands_other, model, model_other, valid = ([] for _ in range(7))
     batches = range(0, len(episodes), batch_size)
-    for start in track(batches, "hand-tracking replays", len(batches), progress):
+    for start in track_batches(batches, "hand-tracking replays (episodes)", progress):
         batch = episodes[start : start + batch_size]
         first, actions = recorded_starts(batch, steps)
         alt = np.stack(other[start : start + len(batch)])

@@ -33,7 +33,7 @@ from wmrl_cli.evaluation.world_model_eval import (
     recorded_starts,
     same_task_partners,
 )
-from wmrl_cli.logging import track
+from wmrl_cli.logging import track_batches
 from wmrl_cli.world_models.interface import WorldModel
 
 REFERENCES = ("imagined", "other", "first")
@@ -96,7 +96,7 @@ def policy_shift_eval(
     partners = same_task_partners(episodes)
     kl = {kind: np.full((len(episodes), len(steps)), np.nan) for kind in REFERENCES}
     batches = range(0, len(episodes), batch_size)
-    for start in track(batches, "policy shift", len(batches), progress):
+    for start in track_batches(batches, "policy shift (episodes)", progress):
         batch = episodes[start : start + batch_size]
         first, actions = recorded_starts(batch, n_steps)
         imagined = open_loop_rollout(world_model, first, actions, c, n_steps, seed + start)

@@ -295,12 +295,12 @@ def _replay_and_time(
     groups: dict[int, list[int]] = {}
     for i, s in enumerate(starts):
         groups.setdefault(seed_offset(episodes[s.episode_id]), []).append(i)
-    total = sum(len(padded_batches(len(g), b)) for g in groups.values())
     real = np.zeros(len(starts), dtype=bool)
     real_score = np.zeros(len(starts))
     speed: SpeedReport | None = None
     sim_steps = 0
-    with progress_task("simulator replays", total, progress) as advance:
+    replays = progress_task("simulator replays (starts)", len(starts), progress, announce=True)
+    with replays as advance:
         for offset, group in sorted(groups.items()):
             with simulator(cfg.model_copy(update={"seed": offset}), num_envs=b) as sim:
                 for sub in padded_batches(len(group), b):
@@ -330,7 +330,7 @@ def _replay_and_time(
                         sim, init_ids, states, actions[idx], masks[idx], chunk, judge
                     )
                     sim_steps += len(idx) * actions.shape[1]
-                    advance()
+                    advance(len(set(idx)))
     assert speed is not None  # there is at least one start point
     return real, real_score, speed, sim_steps
 
@@ -448,11 +448,12 @@ def evaluate_world_model(
     imagined = np.zeros(len(starts), dtype=bool)
     max_score = np.zeros(len(starts))
     batches = padded_batches(len(starts), b)
-    with progress_task("imagined rollouts", len(batches), progress) as advance:
+    rollouts = progress_task("imagined rollouts (starts)", len(starts), progress, announce=True)
+    with rollouts as advance:
         for idx in batches:
             success, score = imagined_successes(env, idx, held_actions[idx], held_masks[idx], chunk)
             imagined[idx], max_score[idx] = success, score
-            advance()
+            advance(len(set(idx)))
     real, real_score, speed, replay_steps = _replay_and_time(
         world_model, reward_model, cfg, starts, episodes, actions, masks, speed_chunks, seed,
         progress,

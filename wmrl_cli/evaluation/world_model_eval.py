@@ -32,7 +32,7 @@ import torch
 from wmrl_cli.data.episodes import Episode
 from wmrl_cli.data.reset_set import rest_action
 from wmrl_cli.evaluation.video_metrics import psnr, ssim
-from wmrl_cli.logging import track
+from wmrl_cli.logging import track_batches
 from wmrl_cli.world_models.interface import WorldModel
 
 ALTERNATIVES = ("other", "shuffled", "random")
@@ -182,7 +182,7 @@ def open_loop_eval(
 
     videos = []
     batches = range(0, len(episodes), batch_size)
-    for start in track(batches, "open-loop rollouts", len(batches), progress):
+    for start in track_batches(batches, "open-loop rollouts (episodes)", progress):
         batch = episodes[start : start + batch_size]
         first, actions = recorded_starts(batch, steps)
         preds = open_loop_rollout(world_model, first, actions, c, horizon, seed + start)
