@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from tests.helpers.episodes import visible_success_episode
@@ -236,3 +237,76 @@ def test_progress_lines_say_the_time_left(capsys) -> None:
         "open-loop rollouts (episodes): 5/5, 0 s",
     ]
     assert lines[2] == "loop: 1/4, 0 s, about 0 s left" and lines[3] == "loop: 4/4, 0 s"
+
+
+def test_a_rank_whose_peer_is_gone_says_nothing(monkeypatch, capsys) -> None:
+    """Ctrl-C during a 2-rank checkpoint save printed rank 1's ~210-line traceback (gloo's
+    "Connection closed by peer": rank 0 had stopped first); the process that started the ranks
+    says `interrupted` once. A rank's other RuntimeErrors (bugs) keep their traceback."""
+    import typer
+
+    from wmrl_cli.cli.common import handle_errors
+    from wmrl_cli.training.launch import LAUNCHED_BY_WMRL
+
+    @handle_errors
+    def collective() -> None:
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:534] Connection closed by peer [::1]:4")
+
+    monkeypatch.setenv(LAUNCHED_BY_WMRL, "1")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr("signal.signal", lambda *a: None)  # the test's own SIGINT stays
+    with pytest.raises(typer.Exit) as ended:
+        collective()
+    assert ended.value.exit_code == 130 and capsys.readouterr() == ("", "")
+    monkeypatch.delenv(LAUNCHED_BY_WMRL)
+    with pytest.raises(RuntimeError, match="closed by peer"):  # not a rank: a bug's traceback
+        collective()
+
+
+def test_ctrl_c_while_an_error_is_reported_is_one_line(monkeypatch, capsys) -> None:
+    """A Ctrl-C that lands while another error is being reported (a collective failing as the
+    signal arrives) was a chained traceback: it is `interrupted`, exit 130."""
+    import typer
+
+    import wmrl_cli.cli.common as common
+
+    def interrupted(exc: BaseException) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(common, "environment_error", interrupted)
+
+    @common.handle_errors
+    def failing() -> None:
+        raise OSError("the disk")
+
+    with pytest.raises(typer.Exit) as ended:
+        failing()
+    assert ended.value.exit_code == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_the_resume_notice_is_said_by_rank_0_alone(tmp_path, monkeypatch, capsys) -> None:
+    """`resuming ... from step_X` was printed by every rank."""
+    from wmrl_cli.training.checkpoints import latest_checkpoint
+
+    step = tmp_path / "checkpoints" / "step_000002"
+    step.mkdir(parents=True)
+    (step / "state.json").write_text("{}")
+    (tmp_path / "checkpoints" / "latest").write_text("step_000003")
+    monkeypatch.setattr("wmrl_cli.training.checkpoints._complete", lambda path: path.is_dir())
+    monkeypatch.setenv("RANK", "1")
+    assert latest_checkpoint(tmp_path) == step and capsys.readouterr().out == ""
+    monkeypatch.setenv("RANK", "0")
+    assert latest_checkpoint(tmp_path) == step
+    assert "resuming from step_000002" in capsys.readouterr().out
+
+
+def test_ctrl_c_on_two_ranks_prints_no_rank_traceback(capfd) -> None:
+    """The reproduction on real ranks: rank 0 stops on the Ctrl-C, rank 1's gloo collective
+    fails on the closed connection; nothing but the launcher's status comes out."""
+    from wmrl_cli.training.launch import run_ranks
+
+    ended = run_ranks(2, "tests.helpers.rank_interrupt", [])
+    out, err = capfd.readouterr()
+    assert ended.code == 130 and ended.errors == []
+    assert "Traceback" not in out + err and "closed by peer" not in out + err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -143,32 +144,54 @@ def say_done(what: str, where: Path | str, then: str = "") -> None:
 def handle_errors(func: F) -> F:
     """User errors and the machine's (a full disk, an I/O error) become one red line on stderr
     and a non-zero exit code, no traceback; a run directory the command created and left empty
-    but for config.yaml is removed; every run directory it wrote closes its record."""
+    but for config.yaml is removed; every run directory it wrote closes its record. Ctrl-C is
+    one line, `interrupted`, even where it lands while another error is being reported."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            return _reported(func, *args, **kwargs)
         except KeyboardInterrupt:
             # one line for a multi-rank run too: the launching wmrl process's, else rank 0's
             if os.environ.get("RANK", "0") == "0" and LAUNCHED_BY_WMRL not in os.environ:
                 err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(130) from None
-        except (WmrlError, OSError, RuntimeError) as exc:
-            # a full disk or an I/O error anywhere is the machine's: one line too
-            failed = exc if isinstance(exc, WmrlError) else environment_error(exc)
-            if failed is None:
-                raise
-            discard_unused_run_dirs()
-            if not write_rank_error(str(failed)):  # a rank: the process that started it says it
-                lines = failed.lines if isinstance(failed, RanksFailed) else [str(failed)]
-                for line in lines:  # several ranks' distinct lines: one each
-                    err_console.print(Text.assemble(("error: ", "bold red"), line), soft_wrap=True)
-            raise typer.Exit(failed.exit_code) from None
         finally:
             close_run_dirs()
 
     return wrapper  # type: ignore[return-value]
+
+
+# What a rank's collective raises when another rank is gone (gloo, NCCL, the TCP store).
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def peer_gone(exc: BaseException) -> bool:
+    """In a rank `run_ranks` started: a collective failed because another rank stopped (a
+    Ctrl-C reaches every rank, and the first out closes the connections the others wait on;
+    or that rank's own error). That rank's status and line say why; this one says nothing."""
+    if LAUNCHED_BY_WMRL not in os.environ or not isinstance(exc, RuntimeError):
+        return False
+    return any(marker in str(exc) for marker in _PEER_GONE)
+
+
+def _reported(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    try:
+        return func(*args, **kwargs)
+    except (WmrlError, OSError, RuntimeError) as exc:
+        if peer_gone(exc):  # quiet, and a Ctrl-C still pending is dropped, not a traceback
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            raise typer.Exit(130) from None
+        # a full disk or an I/O error anywhere is the machine's: one line too
+        failed = exc if isinstance(exc, WmrlError) else environment_error(exc)
+        if failed is None:
+            raise
+        discard_unused_run_dirs()
+        if not write_rank_error(str(failed)):  # a rank: the process that started it says it
+            lines = failed.lines if isinstance(failed, RanksFailed) else [str(failed)]
+            for line in lines:  # several ranks' distinct lines: one each
+                err_console.print(Text.assemble(("error: ", "bold red"), line), soft_wrap=True)
+        raise typer.Exit(failed.exit_code) from None
 
 
 def relaunch_ranks(num_processes: int) -> None:

@@ -503,7 +503,7 @@ class PolicyTrainer:
     def train(self) -> Path:
         t = self.cfg.training
         acc = self.accelerator
-        if self._resumed_from:
+        if self._resumed_from and acc.is_main_process:  # once, whatever the number of ranks
             console.print(f"resuming policy training from {self._resumed_from}")
         real, imagines = (getattr(self.env, flag, False) for flag in ("real", "imagines"))
         where = "the simulator" if real and not imagines else "imagination"

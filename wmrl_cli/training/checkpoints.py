@@ -14,6 +14,7 @@ is replaced atomically, so a run killed at any moment resumes from the last comp
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from collections.abc import Callable
@@ -170,7 +171,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     candidates = sorted(p for p in root.glob("step_*") if p.is_dir() and _complete(p))
     if not candidates:
         return None
-    if named is not None:
+    if named is not None and os.environ.get("RANK", "0") == "0":  # said once, by rank 0
         from wmrl_cli.logging import console
 
         console.print(

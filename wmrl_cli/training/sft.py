@@ -158,7 +158,8 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
             checkpoint, model, optimizer, (scheduler,), restore_rng_state=False
         )
         start, rng_state = state["step"], state["rng"]
-        console.print(f"resuming behaviour cloning from step {start} ({checkpoint.name})")
+        if accelerator.is_main_process:  # once, whatever the number of ranks
+            console.print(f"resuming behaviour cloning from step {start} ({checkpoint.name})")
     if accelerator.is_main_process:  # printed once a resume's state has loaded: a damaged one
         memory.print()  # stops the command with its one line alone
     wrapped, optimizer = sharding.prepare(model, optimizer)
