@@ -1,7 +1,7 @@
 """What one world-model training step holds per GPU at full size, counted on a CPU.
 
     python benchmarks/wm_train_memory.py --out DIR [--size full|tiny] [--batch 4] [--gpu]
-        [--frames 4,8 [K,C ...]] [--image 256] [--ranks 1 [N ...]]
+        [--frames 4,8 [K,C ...]] [--image 256] [--ranks 1 [N ...]] [--precision bf16|fp32]
 
 The denoiser step of `train-wm` (and of co-evolve's refinement of a published world model) as
 `WorldModelTrainer` runs it on one GPU: float32 weights, the forward under bf16 autocast (the
@@ -132,6 +132,7 @@ def train_step_peaks(
     frames: tuple[int, int] = PRESET_FRAMES,
     image: int | None = None,
     ranks: int = 1,
+    precision: str = "bf16",
 ) -> dict[str, Any]:
     """The weights (and the EMA copy) held, and the peaks of two training steps' forward and
     backward and AdamW step, as `WorldModelTrainer.train_denoiser` runs them; beside them, the
@@ -140,7 +141,9 @@ def train_step_peaks(
     denoiser sharded as `world_model.sharding=fsdp` shards it (a fake process group, whose
     collectives move nothing), `batch` windows on each rank."""
     with counting.fake_ranks(ranks):
-        return _train_step_peaks(backend, size, batch, checkpointing, counted, frames, image, ranks)
+        return _train_step_peaks(
+            backend, size, batch, checkpointing, counted, frames, image, ranks, precision
+        )
 
 
 def _train_step_peaks(
@@ -152,14 +155,17 @@ def _train_step_peaks(
     frames: tuple[int, int],
     image: int | None,
     ranks: int,
+    precision: str = "bf16",
 ) -> dict[str, Any]:
     image = image or fullsize.SIZES[size].image
     model = fullsize.world_model(
         backend, size, 1, counted.build_device, torch.float32, frames, image
     )
     counted.place(model)
-    # bf16 autocast where a GPU runs it; the tiny size in float32, as a CPU runs it
-    model.autocast_dtype = torch.bfloat16 if size == "full" else None
+    # bf16 autocast where a GPU runs it (`--precision fp32`: none); the tiny size in float32,
+    # as a CPU runs it
+    autocast = size == "full" and precision == "bf16"
+    model.autocast_dtype = torch.bfloat16 if autocast else None
     model.transformer.gradient_checkpointing = checkpointing
     model.vae.requires_grad_(False)
     if ranks > 1:  # outside the fake mode, as the trainer does before its optimizer and EMA
@@ -209,6 +215,7 @@ def _train_step_peaks(
         checkpointing=checkpointing,
         context_frames=frames[0],
         chunk=frames[1],
+        autocast=autocast,
     )
     plan = plan_training(trained, frozen, settings)
     row = {
@@ -219,6 +226,7 @@ def _train_step_peaks(
         "batch": batch,
         "ranks": ranks,
         "checkpointing": checkpointing,
+        "precision": "bf16" if autocast else "fp32",
         "trained_params": trained,
         "weights_gib": weights,
         "with_ema_gib": held,
@@ -309,6 +317,12 @@ def main() -> None:
         default=[1],
         help="rank 0 of N, the denoiser sharded (world_model.sharding=fsdp), --batch windows each",
     )
+    parser.add_argument(
+        "--precision",
+        choices=["bf16", "fp32"],
+        default="bf16",
+        help="the forward under bf16 autocast (`precision` auto on a GPU) or in float32",
+    )
     args = parser.parse_args()
     if args.gpu and args.ranks != [1]:
         sys.exit("wm_train_memory: --gpu counts one GPU; --ranks needs the fake process group")
@@ -344,7 +358,15 @@ def measured_row(
 ) -> dict[str, Any]:
     try:
         return train_step_peaks(
-            backend, args.size, args.batch, checkpointing, counted, frames, args.image, ranks
+            backend,
+            args.size,
+            args.batch,
+            checkpointing,
+            counted,
+            frames,
+            args.image,
+            ranks,
+            args.precision,
         )
     except (torch.OutOfMemoryError, WmrlError) as exc:  # a row of its own; the others go on
         return {

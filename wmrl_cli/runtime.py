@@ -99,13 +99,14 @@ def bf16_supported(device: str = "cpu") -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def resolve_precision(setting: str, device: str = "cpu") -> Any:
+def resolve_precision(setting: str | None, device: str = "cpu") -> Any:
     """The autocast dtype for a `precision` setting (None: float32): bf16 when asked for or, with
-    "auto", when the device supports it; a one-line notice when bf16 was asked for where it is
-    not supported (float32 then)."""
+    "auto", when the device supports it (a GPU, or a CPU with native bf16); unset (None): bf16
+    on a CUDA GPU that supports it, float32 on any CPU; a one-line notice when bf16 was asked
+    for where it is not supported (float32 then)."""
     import torch
 
-    if setting == "fp32":
+    if setting == "fp32" or (setting is None and not str(device).startswith("cuda")):
         return None
     if bf16_supported(device):
         return torch.bfloat16

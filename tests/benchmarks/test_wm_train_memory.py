@@ -57,7 +57,7 @@ def test_a_frame_size_the_model_refuses_is_a_row_of_its_own(script) -> None:
     """The run goes on to its other rows (as after an out-of-memory)."""
     from types import SimpleNamespace
 
-    args = SimpleNamespace(size="tiny", batch=2, image=20, gpu=False)
+    args = SimpleNamespace(size="tiny", batch=2, image=20, gpu=False, precision="bf16")
     row = script.measured_row("wan", (4, 8), True, args, script.counting.Counted(False))
     assert row["image"] == 20 and "multiples of 8" in row["error"]
     assert script.markdown([row], "x").splitlines()[-1].endswith("multiples of 8x8 |")

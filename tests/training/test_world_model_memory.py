@@ -188,3 +188,29 @@ def test_nothing_is_checked_on_a_cpu_without_a_budget(tmp_path) -> None:
     cfg = resolve_config(overrides=["world_model.backend=opensora"])
     plan = check_world_model_training(cfg, None, (32, 32), 1, action_dim=4, device="cpu")
     assert plan is None
+
+
+def test_the_plan_follows_the_precision_the_gpu_runs() -> None:
+    """The counts are of bf16 autocast, which `precision` unset (and auto, bf16) runs on a GPU;
+    `precision: fp32` holds float32 activations, and a sharded validation no bf16 copy."""
+    sizes = ("world_model.size=full", "world_model.batch_size=4")
+    cfg = resolve_config(overrides=["world_model.backend=opensora", *sizes])
+    cfg.world_model.gradient_checkpointing = False
+    cfg.training.memory_budget_gb = 1000.0
+    assert cfg.precision is None
+    unset = check_world_model_training(cfg, None, (256, 256), 1, action_dim=7, device="cpu")
+    cfg.precision = "fp32"
+    fp32 = check_world_model_training(cfg, None, (256, 256), 1, action_dim=7, device="cpu")
+    assert unset.settings.autocast and not fp32.settings.autocast
+    assert unset.peak == pytest.approx(63.3, abs=0.1)  # the count under autocast
+    assert fp32.state == unset.state
+    assert fp32.peak == pytest.approx(85.2, abs=0.1)  # wm_train_memory.py --precision fp32
+    split = world_model_param_split(None, "wan")
+    sharded = TrainingSettings("wan", 256, 256, 32, ranks=8, sharded=True)
+    copy = (
+        plan_training(*split, sharded).validation
+        - plan_training(
+            *split, TrainingSettings(**{**sharded.__dict__, "autocast": False})
+        ).validation
+    )
+    assert copy == pytest.approx(0.5 * 4 * split[0] / 2**30)  # half the float32 denoiser

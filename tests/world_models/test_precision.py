@@ -38,6 +38,24 @@ def test_fp32_is_no_autocast_and_auto_follows_the_device() -> None:
     assert resolve_precision("auto") == expected
 
 
+def test_unset_is_bf16_on_a_gpu_and_float32_on_any_cpu(monkeypatch) -> None:
+    """World models train and imagine in bf16 on a GPU by default (the memory plans count
+    autocast), and a CPU's runs stay float32, also where it has native bf16."""
+    from wmrl_cli.config import resolve_config
+
+    assert resolve_config().precision is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert resolve_precision(None, "cuda") == torch.bfloat16
+    assert resolve_precision(None, "cuda:1") == torch.bfloat16
+    monkeypatch.setattr("wmrl_cli.runtime.bf16_supported", lambda device="cpu": True)  # AMX
+    assert resolve_precision(None, "cpu") is None
+    assert resolve_precision("auto", "cpu") == torch.bfloat16  # auto: wherever it is native
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("wmrl_cli.runtime.bf16_supported", lambda device="cpu": False)
+    assert resolve_precision(None, "cpu") is None and resolve_precision("fp32", "cuda") is None
+
+
 def test_bf16_where_unsupported_falls_back_with_a_notice(monkeypatch, capsys) -> None:
     monkeypatch.setattr("wmrl_cli.runtime.bf16_supported", lambda device="cpu": False)
     assert resolve_precision("bf16") is None

@@ -499,8 +499,8 @@ class RunConfig(Section):
         "(default: $WMRL_ASSETS, else ./assets)",
     )
     num_threads: int = Field(0, ge=0, le=256, description="torch threads per process (0: auto)")
-    precision: Literal["auto", "fp32", "bf16"] = Field(
-        "fp32",
+    precision: Literal["auto", "fp32", "bf16"] | None = Field(
+        None,
         description="world models' forward passes (training and imagination): bf16 autocast "
         "with float32 master weights and losses; auto: bf16 where the device supports it. "
         "fp32 by default: at the tiny sizes bf16 gains little on a CPU (docs/benchmarks.md)",

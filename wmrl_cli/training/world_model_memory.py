@@ -76,6 +76,18 @@ ACTIVATIONS_256 = {
 # weights, the same from 2 to 16 ranks: wm_train_memory.py --ranks 2 4 8 16 on rank 0 of fake
 # process groups, 2026-11-29 (docs/benchmarks.md).
 SHARDED_WORKING = {"wan": 0.590, "opensora": 0.550}
+# Without autocast (`precision: fp32`) the step holds float32 activations and no bf16 copies of
+# the weights: wm_train_memory.py --precision fp32 at full size, 4+8 windows at 256 x 256, 4 and
+# 16 windows, 2026-11-29 (OpenSora without checkpointing 85.2 and 299.3 GiB where autocast holds
+# 63.3 and 251; the line through both counts). Wan's 4 windows hide all their activations, so
+# its `hidden` is autocast's, its line through the 16 windows' count (133.8 GiB; 98.2
+# checkpointed).
+FLOAT32_ACTIVATIONS_256 = {
+    ("wan", True): StepActivations(0.0372, 0.382),
+    ("wan", False): StepActivations(0.733, 9.312),
+    ("opensora", True): StepActivations(0.0896, 2.80),
+    ("opensora", False): StepActivations(1.487, 3.40),
+}
 # Sharded validation (an open-loop rollout of up to 8 episodes at once, under no_grad) gathers
 # the whole denoiser beside the rank's shards, autocast keeps a bf16 copy of every gathered
 # weight for the call (half the float32 weights), and each episode adds GiB at 256 x 256: rank 0
@@ -100,6 +112,7 @@ class TrainingSettings:
     context_frames: int = 4
     chunk: int = 8  # frames predicted per window (simulator.chunk_size)
     val_episodes: int = VALIDATION_BATCH  # world_model.val_episodes
+    autocast: bool = True  # bf16 autocast (`precision` auto on a GPU, bf16); False: float32
 
 
 @dataclass(frozen=True)
@@ -141,7 +154,8 @@ def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings)
     windows = -(-s.batch // s.ranks)  # this rank's share
     pixels = s.height * s.width / (256 * 256)
     latent_frames = sum(window_latent_frames(s.backend, s.context_frames, s.chunk))
-    law = ACTIVATIONS_256[(s.backend, s.checkpointing)]
+    laws = ACTIVATIONS_256 if s.autocast else FLOAT32_ACTIVATIONS_256
+    law = laws[(s.backend, s.checkpointing)]
     activations, validation = law.at(windows, latent_frames, pixels) * GIB, 0.0
     if shards > 1:
         # the state's 1/N of gradients still to fill counts as FSDP's working set
@@ -151,7 +165,8 @@ def plan_training(denoiser_params: int, frozen_params: int, s: TrainingSettings)
         # with its bf16 copy, and the episodes' working set
         episodes = min(s.val_episodes, VALIDATION_BATCH)
         rollout = VALIDATION_PER_EPISODE[s.backend] * episodes * pixels * GIB
-        validation = 1.5 * weights - weights / shards + rollout
+        copy = 0.5 * weights if s.autocast else 0.0  # autocast's bf16 copy of the gathered
+        validation = weights + copy - weights / shards + rollout
     return TrainingPlan(
         settings=s,
         frozen=4 * frozen_params / GIB,
@@ -274,5 +289,7 @@ def check_world_model_training(
         context_frames=wm.context_frames,
         chunk=cfg.simulator.chunk_size,
         val_episodes=wm.val_episodes,
+        # the precision a GPU runs (a CPU checks only with a budget: it plans for a GPU)
+        autocast=cfg.precision != "fp32",
     )
     return check_training_memory(denoiser, frozen, settings, budget, where)
