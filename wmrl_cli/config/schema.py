@@ -502,8 +502,10 @@ class RunConfig(Section):
     precision: Literal["auto", "fp32", "bf16"] | None = Field(
         None,
         description="world models' forward passes (training and imagination): bf16 autocast "
-        "with float32 master weights and losses; auto: bf16 where the device supports it. "
-        "fp32 by default: at the tiny sizes bf16 gains little on a CPU (docs/benchmarks.md)",
+        "with float32 master weights and losses, or fp32; auto: bf16 where the device supports "
+        "it (a GPU, or a CPU with native bf16). Unset: bf16 on a GPU (as the memory plans "
+        "count), float32 on a CPU, where bf16 gains little at the tiny sizes "
+        "(docs/benchmarks.md)",
     )
     compile_world_model: bool = Field(
         False,
