@@ -41,6 +41,7 @@ from wmrl_cli.sims.libero_suites import (  # noqa: E402
     upright,
 )
 from wmrl_cli.sims.pool import PooledEnvs, Slot  # noqa: E402
+from wmrl_cli.sims.render_device import robosuite_render_kwargs  # noqa: E402
 
 
 def _robot(env: Any) -> Any:
@@ -119,6 +120,7 @@ class LiberoEnvs(PooledEnvs):
             camera_heights=self.image_size,
             camera_widths=self.image_size,
             camera_names=[self.camera],
+            **robosuite_render_kwargs(),  # the rank's own GPU (sims/render_device.py)
         )
         env.seed(0)  # OpenVLA-OFT: the seed moves objects even under a fixed init state
         return env

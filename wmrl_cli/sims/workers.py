@@ -20,6 +20,7 @@ import numpy as np
 
 from wmrl_cli.envs.interface import ChunkResult, Obs
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.sims.render_device import use_rank_render_device
 
 
 def _build(target: str, kwargs: dict[str, Any]) -> Any:
@@ -127,6 +128,7 @@ class ShardedEnvs:
     instructions: list[str]
 
     def _start(self, target: str, kwargs: dict[str, Any], num_workers: int) -> None:
+        use_rank_render_device()  # this rank's GPU renders, here and in the spawned workers
         n_workers = min(num_workers, self.num_envs)
         self._bounds = np.array_split(np.arange(self.num_envs), max(n_workers, 1))
         self._shards: list[Worker] = []
