@@ -12,7 +12,8 @@ seeded, so that it is rebuilt identically from a clone:
         [--policy ...] --out SET [-n 16] [--seed 0] [--preset PRESET]
 
 A policy labelled `base` is the base group; every other label is an RL policy. SET/manifest.json
-records the commands, the build time and the set's size. Then score any number of verdicts:
+records the commands, the build time and the set's size; a build run again goes on with the
+policies it has not rolled yet. Then score any number of verdicts:
 
     python benchmarks/judge_bench.py score --set SET --judge today=RM \\
         [--judge strict=RM@0.95:k4 ...] [--preset PRESET] [--out RESULT.json]
@@ -47,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.files import atomic_write_text
 
 TARGET_PRECISION, TARGET_RECALL, TARGET_MIN_SUCCESSES, TARGET_TASKS = 0.8, 0.7, 10, 6
 BASE = "base"
@@ -186,9 +188,15 @@ def build(args: argparse.Namespace) -> None:
     if BASE not in {label for label, _ in policies}:
         raise WmrlError(f"--policy {BASE}=PATH is required: the base group")
     out.mkdir(parents=True, exist_ok=True)
-    manifest: dict = {"seed": args.seed, "per_task": args.n, "policies": {}}
-    started = time.monotonic()
+    manifest: dict = {"seed": args.seed, "per_task": args.n, "policies": {}, "seconds": 0.0}
+    if (out / "manifest.json").is_file():  # a build run again goes on where it stopped
+        manifest = json.loads((out / "manifest.json").read_text())
+        if (manifest["seed"], manifest["per_task"]) != (args.seed, args.n):
+            raise WmrlError(f"--out {out} holds a set of another --seed or -n; choose another")
+    started = time.monotonic() - manifest["seconds"]
     for label, policy in policies:
+        if label in manifest["policies"]:
+            continue
         command = [
             "rollout", "--world-model", str(args.world_model), "--policy", str(policy),
             "--reset-set", str(args.reset_set), "-n", str(args.n), "--seed", str(args.seed),
@@ -207,9 +215,11 @@ def build(args: argparse.Namespace) -> None:
             "command": typed,
             "seconds": round(time.monotonic() - began, 1),
         }
+        manifest["seconds"] = round(time.monotonic() - started, 1)
+        atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
     manifest["seconds"] = round(time.monotonic() - started, 1)
     manifest["bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
     print(f"set: {out} ({manifest['bytes'] / 2**20:.1f} MiB, {manifest['seconds']:.0f} s)")
 
 

@@ -178,3 +178,21 @@ def test_builds_and_scores_a_tiny_set(assets, tmp_path) -> None:
         [*score[:5], "--judge", "no-equals-sign"], cwd=ROOT, capture_output=True, text=True
     )
     assert bad.returncode == 2 and bad.stderr.startswith("error: bad --judge")
+
+
+def test_the_set_script_runs_the_recipe_in_order(tmp_path) -> None:
+    """benchmarks/judge_bench_set.sh --dry-run: the commands it would run, in order."""
+    script = ROOT / "benchmarks" / "judge_bench_set.sh"
+    proc = subprocess.run(
+        ["bash", str(script), "3", str(tmp_path), "--dry-run"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    commands = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
+    assert len(commands) == 4
+    coevolve, exact, build, score = commands
+    assert f"--seed 3 --out {tmp_path}/ce-long-verified-s3" in coevolve
+    assert "--set reward_model.source=simulator" in exact and "--steps 20" in exact
+    assert f"--preset {tmp_path}/ce-long-verified-s3/stage1/config.yaml" in exact
+    for label, step in (("rl05", 5), ("rl10", 10), ("rl20", 20)):
+        assert f"{label}={tmp_path}/exact-long-s3/checkpoints/step_{step:06d}/model" in build
+    assert "--seed 1000" in build and "@task" in score

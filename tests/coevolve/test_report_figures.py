@@ -64,3 +64,27 @@ def test_report_draws_the_real_steps_curve_where_stages_were_evaluated(tmp_path)
     table = "\n".join(lines)
     assert "| stage1 | 2 | 1,020 | 75.0% | +50.0" in table and "stage2" not in table
     assert _real_steps_curve(tmp_path, ["stage2"]) == []
+
+
+def test_the_methods_real_steps_split_by_kind(tmp_path) -> None:
+    import json
+
+    from wmrl_cli.coevolve.report import _method_steps_by_kind, _rl_table
+    from wmrl_cli.rl.activity import rl_activity
+
+    stage = tmp_path / "stage1"
+    stage.mkdir()
+    rows = [
+        {"step": 1, "env/real_steps": 1010, "env/real_steps_data": 1000, "env/real_steps_calls": 6,
+         "env/real_steps_exact": 4, "env/real_steps_rollouts": 0},
+        {"step": 2, "env/real_steps": 1030, "env/real_steps_data": 1000, "env/real_steps_calls": 20,
+         "env/real_steps_exact": 10, "env/real_steps_rollouts": 0},
+    ]  # fmt: skip
+    (stage / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    act = rl_activity(stage)
+    assert act["real_steps_by_kind"] == {"rollouts": 0, "calls": 20, "exact": 10}
+    control = {"real_steps_by_kind": {"rollouts": 500, "calls": 0, "exact": 0}}
+    split = _method_steps_by_kind(1030, {"stage1": act, "simulator_control": control})
+    assert split == {"data": 1000, "rollouts": 0, "calls": 20, "exact": 10}  # control apart
+    assert "| 0 / 20 / 10 |" in "\n".join(_rl_table({"stage1": act}))
+    assert _method_steps_by_kind(1030, {"stage1": {"steps": 2}}) is None  # logged before it

@@ -81,6 +81,10 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     for name in idle:
         assert f"RL stage `{name}` made no update" in (out / "report.md").read_text()
     assert list(report["success"]) == ["base", "stage1", "stage2", *control, sim]
+    # The method's real steps by kind: with the learned verdict, RL in imagination spends none.
+    by_kind = report["real_steps_by_kind"]
+    assert by_kind["calls"] == by_kind["exact"] == by_kind["rollouts"] == 0
+    assert by_kind["data"] == report["total_real_steps_without_evaluation"]
     assert set(report["world_model_reliability"]) == {"wm_base", "wm_evo1"}
     assert report["wall_time_s"]["sft"] == before["sft"]["wall_s"]
     videos = sorted((out / "eval" / "stage2" / "videos").glob("*_grid.mp4"))

@@ -119,6 +119,7 @@ def write_report(
         else 0
     )
     report = {
+        "real_steps_by_kind": _method_steps_by_kind(sum(data_steps), rl_activity),
         "suite": cfg.simulator.suite,
         "trials_per_task": cfg.coevolve.eval_trials,
         "success": evals,
@@ -261,6 +262,7 @@ def write_report(
             if audit_steps
             else []
         ),
+        *_kind_lines(report["real_steps_by_kind"]),
         "",
         "## Configuration",
         "",
@@ -271,6 +273,36 @@ def write_report(
     ]
     atomic_write_text(run_dir / "report.md", "\n".join(lines))
     return report
+
+
+def _method_steps_by_kind(
+    without_evaluation: int, rl_activity: dict[str, dict[str, Any]]
+) -> dict[str, int] | None:
+    """The method's real steps (evaluations and the simulator control left out) by kind: what
+    its RL stages spent by kind, and its data (every other stage); None where no RL stage logged
+    the split."""
+    spent = [
+        act["real_steps_by_kind"]
+        for name, act in rl_activity.items()
+        if name != SIMULATOR_CONTROL and "real_steps_by_kind" in act
+    ]
+    if not spent:
+        return None
+    kinds = {k: sum(s.get(k, 0) for s in spent) for k in ("rollouts", "calls", "exact")}
+    return {"data": without_evaluation - sum(kinds.values()), **kinds}
+
+
+def _kind_lines(by_kind: dict[str, int] | None) -> list[str]:
+    if by_kind is None:
+        return []
+    shown = ", ".join(f"{kind} {steps}" for kind, steps in by_kind.items())
+    return [
+        "",
+        f"The method's real steps by kind (evaluations left out): {shown}. Data: what came "
+        "before each RL stage; rollouts: RL in the simulator; calls: verified imagination's "
+        "replays of the judge's calls; exact: episodes the simulator judged exactly "
+        "(`env/real_steps_<kind>`).",
+    ]
 
 
 # What judged success in the imagined RL stages, by `reward_model.source`.
@@ -450,8 +482,9 @@ def _rl_table(rl_activity: dict[str, dict[str, Any]]) -> list[str]:
         "imagination, the reward model on imagined frames), mean of the first and the last "
         f"{SUCCESS_WINDOW} steps.",
         "",
-        "| stage | steps | kept groups | training success, first -> last | max gradient norm |",
-        "|---|---|---|---|---|",
+        "| stage | steps | kept groups | training success, first -> last | max gradient norm "
+        "| real steps: rollouts / calls / exact |",
+        "|---|---|---|---|---|---|",
     ]
     for name, act in rl_activity.items():
         if "train_success_first" in act:
@@ -460,8 +493,10 @@ def _rl_table(rl_activity: dict[str, dict[str, Any]]) -> list[str]:
             )
         else:
             success = "-"
+        kinds = act.get("real_steps_by_kind")
+        spent = " / ".join(str(kinds.get(k, 0)) for k in ("rollouts", "calls", "exact"))
         lines.append(
             f"| {name} | {act['steps']} | {act['kept_groups_fraction']:.2f} | {success} | "
-            f"{act['max_grad_norm']:.3g} |"
+            f"{act['max_grad_norm']:.3g} | {spent if kinds else '-'} |"
         )
     return [*lines, ""]

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from wmrl_cli.rl.real_step_kinds import KINDS
+
 SUCCESS_WINDOW = 5  # RL steps averaged at each end of a run's training-success curve
 
 
@@ -16,8 +18,9 @@ def rl_activity(run_dir: Path) -> dict[str, Any] | None:
     """What an RL run's metrics.jsonl says about its updates: steps, the mean fraction of
     kept groups, the largest gradient norm, whether any step changed the policy, and the
     success of its training rollouts as its environment judged them (imagination: the reward
-    model's verdict), averaged over the first and the last `SUCCESS_WINDOW` steps (None without
-    metrics)."""
+    model's verdict), averaged over the first and the last `SUCCESS_WINDOW` steps, and the real
+    steps it spent by kind (rl/real_step_kinds.py; the data it started from left out) (None
+    without metrics)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return None
@@ -37,6 +40,13 @@ def rl_activity(run_dir: Path) -> dict[str, Any] | None:
         window = max(1, min(SUCCESS_WINDOW, len(success) // 2))
         activity["train_success_first"] = float(np.mean(success[:window]))
         activity["train_success_last"] = float(np.mean(success[-window:]))
+    spent = {
+        k: int(rows[-1][f"env/real_steps_{k}"])
+        for k in KINDS[1:]
+        if f"env/real_steps_{k}" in rows[-1]
+    }
+    if spent:  # runs logged before the split have none
+        activity["real_steps_by_kind"] = spent
     return activity
 
 

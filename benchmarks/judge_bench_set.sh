@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The judge benchmark's set for one seed, from a clone, in one command (docs/results.md, "The
+# judge benchmark"):
+#   1. the long profile's data, world model and judge (verified imagination's stage 1, cut to one
+#      RL step: what the set needs is its config, the inputs RL in imagination reads);
+#   2. the exact verdict's RL from the same base, 20 steps, checkpoints at 5, 10, 15 and 20
+#      (`reward_model.source=simulator`: it explores the tasks the judge misses);
+#   3. the set: the base policy and the RL checkpoints of steps 5, 10 and 20 rolled in the world
+#      model from the reset set's starts, 16 per task, labelled by the simulator
+#      (benchmarks/judge_bench.py build; sampling seed 1000, never a training seed);
+#   4. today's judge and the per-task threshold scored on it (judge_bench.py score).
+# Each step resumes where it stopped when the script is run again. On the 2-core CPU alone:
+# about 74 minutes for 1, 20 x 5.5-6 minutes for 2, the set about 20 minutes.
+#
+#   bash benchmarks/judge_bench_set.sh [SEED] [RUNS] [--dry-run]
+set -euo pipefail
+SEED=${1:-0}
+RUNS=${2:-runs}
+DRY=${3:-}
+WMRL=${WMRL:-wmrl}
+PYTHON=${PYTHON:-python}
+CE=$RUNS/ce-long-verified-s$SEED
+EXACT=$RUNS/exact-long-s$SEED
+SET=$RUNS/judge-set-s$SEED
+
+run() {
+    echo "+ $*"
+    if [ "$DRY" != "--dry-run" ]; then "$@"; fi
+}
+
+run "$WMRL" co-evolve --profile long --seed "$SEED" --out "$CE" \
+    --set reward_model.source=verified --set training.steps=1 \
+    --set coevolve.refinements=0 --set coevolve.simulator_control=false
+STAGE=$CE/stage1/config.yaml
+run "$WMRL" train-policy --preset "$STAGE" --out "$EXACT" --seed "$SEED" --steps 20 \
+    --set reward_model.source=simulator --set training.save_every=5 \
+    --set training.keep_checkpoints=0 --set algorithm.eval_trials=0
+
+# What stage 1 read: its world model, reset set and judge (resolved paths in its config).
+read_config() {
+    if [ "$DRY" = "--dry-run" ] && [ ! -f "$STAGE" ]; then echo "<$1 of $STAGE>"; return; fi
+    "$PYTHON" -c "import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); \
+        s, k = sys.argv[2].split('.'); print(c[s][k])" "$STAGE" "$1"
+}
+WM=$(read_config world_model.path)
+RESET=$(read_config world_model.reset_set)
+RM=$(read_config reward_model.path)
+POLICY=$(read_config policy.name)
+STEP=$EXACT/checkpoints/step_0000
+run "$PYTHON" benchmarks/judge_bench.py build --world-model "$WM" --reset-set "$RESET" \
+    --policy "base=$POLICY" --policy "rl05=${STEP}05/model" --policy "rl10=${STEP}10/model" \
+    --policy "rl20=${STEP}20/model" --preset "$STAGE" -n 16 --seed 1000 --out "$SET"
+run "$PYTHON" benchmarks/judge_bench.py score --set "$SET" --preset "$STAGE" \
+    --judge "today=$RM" --judge "per-task=$RM@task" --out "$SET/scores.json"
