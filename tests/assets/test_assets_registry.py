@@ -14,7 +14,7 @@ from wmrl_cli.errors import ConfigError, WmrlError
 
 runner = CliRunner()
 
-# REFERENCE.md section 1: short name -> hub repo (and unnorm key for policies).
+# docs/assets.md: short name -> hub repo (and unnorm key for policies).
 SECTION_1 = {
     "wan-libero-spatial": ("RLinf/RLinf-Wan-LIBERO-Spatial", None),
     "wan-libero-object": ("RLinf/RLinf-Wan-LIBERO-Object", None),

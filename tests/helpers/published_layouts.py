@@ -1,4 +1,4 @@
-"""Tiny checkpoints written in the publishers' exact layouts (REFERENCE.md sections 1 to 5, 8).
+"""Tiny checkpoints written in the publishers' exact layouts (docs/assets.md).
 
 The key names and file names are what RLinf, WMPO and OpenVLA-OFT publish; only the sizes are
 small. Pieces are shared by the loader tests; `write_wan_libero`, `write_opensora_libero` and

@@ -1,4 +1,4 @@
-"""The 256-bin action tokenizer (REFERENCE.md section 8)."""
+"""The 256-bin action tokenizer (OpenVLA, arXiv 2406.09246)."""
 
 import numpy as np
 import pytest

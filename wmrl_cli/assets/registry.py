@@ -1,4 +1,5 @@
-"""The published assets wmrl knows by a short name (REFERENCE.md section 1).
+"""The published assets wmrl knows by a short name: RLinf's and OpenVLA-OFT's Hugging Face
+repos (RLinf/RLinf-Wan-LIBERO-*, RLinf/RLinf-OpenSora-LIBERO-*, Haozhan72/Openvla-oft-SFT-*).
 
 Each asset is one Hugging Face Hub repository (or a subset of one) with the files wmrl expects
 in it. The expected layouts come from the publishers' documentation; where nobody has seen the

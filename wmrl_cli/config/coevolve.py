@@ -13,7 +13,8 @@ from wmrl_cli.config.section import Section
 
 class CoevolveConfig(Section):
     """Co-evolution (`wmrl co-evolve`): stage 1 RL in WM_base, real rollouts of the evolved
-    policy refine the world and reward models, stage 2 RL in WM_evo (WoVR, REFERENCE.md)."""
+    policy refine the world and reward models, stage 2 RL in WM_evo (WoVR's PACE, arXiv
+    2602.13977)."""
 
     start: Literal["sft", "given"] = Field(
         "sft",

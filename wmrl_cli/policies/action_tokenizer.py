@@ -1,4 +1,5 @@
-"""OpenVLA's 256-bin action tokenizer (REFERENCE.md section 8).
+"""OpenVLA's 256-bin action tokenizer (OpenVLA, arXiv 2406.09246, section 3; OpenVLA-OFT,
+arXiv 2502.19645).
 
 Normalized actions in [-1, 1] map to the last 256 ids of the vocabulary:
 token = vocab_size - digitize(clip(a, -1, 1), bins), bins = linspace(-1, 1, 256), so ids run

@@ -1,4 +1,5 @@
-"""BOUNDS_Q99 action normalization and `dataset_statistics.json` (REFERENCE.md sections 4, 8).
+"""BOUNDS_Q99 action normalization and `dataset_statistics.json` (OpenVLA's
+`prismatic/vla/datasets/rlds/utils/data_utils.py`; WMPO, arXiv 2511.09515, for the world model).
 
 Normalize: clip(2 * (x - q01) / (q99 - q01 + 1e-8) - 1, -1, 1) on masked dims; unmasked dims
 (the gripper, in LIBERO) pass through unchanged both ways. The statistics file maps an

@@ -1,5 +1,5 @@
 """Frame-level success classifiers of RLinf's world-model envs: ResnetRewModel and
-TaskEmbedResnetRewModel (REFERENCE.md section 5).
+TaskEmbedResnetRewModel (RLinf's `rlinf/models/embodiment/reward/`, its `resnet_rm.pth` files).
 
 Both use the ResNet-18 of "Dive into Deep Learning" that RLinf's reward models are built from,
 with its module names, so that RLinf's `resnet_rm.pth` / `taskemb_resnet_rm.pth` state dicts

@@ -1,5 +1,5 @@
 """WMPO's clip-level success classifier: transformers' VideoMAEForVideoClassification, 2 classes,
-scoring a video by sliding clip windows (REFERENCE.md section 5).
+scoring a video by sliding clip windows (WMPO, arXiv 2511.09515).
 
 WMPO builds it from MCG-NJU/videomae-base with num_frames=8 and num_labels=2 (videomae-base has
 use_mean_pooling=false: the classifier reads the first token after the final LayerNorm), and

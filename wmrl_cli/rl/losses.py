@@ -3,8 +3,8 @@
 Log-probs are per action token, [B,T,C,A] (T chunk steps, C actions per chunk, A dimensions
 per action), each token with its own ratio. Advantages and masks may be given per chunk step
 ([B,T]) and are broadcast over the trailing dimensions. Metric values are detached 0-d tensors
-(reduce them across ranks before logging); their names are the suffixes of REFERENCE.md
-section 7 (train/actor/<name>, train/critic/<name>).
+(reduce them across ranks before logging); their names are the suffixes of RLinf's
+metrics (train/actor/<name>, train/critic/<name>).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def policy_loss(
                                       or RLinf's masked_mean_ratio (rl/aggregation.py)
 
     Metrics (all over valid tokens):
-      approx_kl      -mean(log rho), as RLinf and REFERENCE.md section 7 define it;
+      approx_kl      -mean(log rho), as RLinf defines it;
       clip_fraction  fraction of tokens where the clipped term is strictly the smaller one
                      (the gradient of that token is cut by the clip);
       clipped_ratio  mean of clip(rho, 1 - clip_low, 1 + clip_high), RLinf's

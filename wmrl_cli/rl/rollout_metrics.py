@@ -21,7 +21,7 @@ def judge_and_truth(ro: Rollout) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 
 def rollout_metrics(ro: Rollout, adv: torch.Tensor, keep: torch.Tensor) -> dict[str, float]:
-    """A rollout's per-step metrics (REFERENCE's names): the advantages over the kept groups
+    """A rollout's per-step metrics (RLinf's names): the advantages over the kept groups
     (`keep` [B]), rewards, episode length, return and success and, where the run has two
     verdicts, the judge against the simulator (env/model_*)."""
     mask = ro.step_mask

@@ -1,4 +1,5 @@
-"""World models in the publishers' directory layouts (REFERENCE.md sections 1, 3 and 4).
+"""World models in the publishers' directory layouts (RLinf's RLinf-Wan-LIBERO-* and
+RLinf-OpenSora-LIBERO-* Hub repos; WMPO's checkpoints; docs/assets.md).
 
     rlinf-wan       RLinf-Wan-LIBERO-*: `model-00001.safetensors` (the DiffSynth-named DiT, or
                     several shards with a `*.safetensors.index.json`) + `Wan2.2_VAE.pth`
