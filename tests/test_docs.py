@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SESSION = re.compile(r"\bsessions?\s+\d|\bsession's", re.IGNORECASE)
 MACHINE_PATH = re.compile(r"/tmp/|/work/|/root/|/home/")
+# The project's planning notes are not in the repository: cite the public source instead.
+PRIVATE_SOURCE = re.compile(r"REFERENCE\.md|REFERENCE's")
 
 # Ordinary shell, pip and git lines a fenced block may hold beside wmrl's own commands.
 ALLOWED_FIRST_WORDS = {"cd", "export", "mkdir", "ls", "cp"}
@@ -110,6 +112,13 @@ def command_problem(line: str) -> str | None:
 def test_no_session_references() -> None:
     found = offending_lines(SESSION, checked_files())
     assert not found, "work-log 'session' references:\n" + "\n".join(found)
+
+
+def test_no_citation_of_a_file_users_do_not_have() -> None:
+    tests = sorted((ROOT / "tests").rglob("*.py"))
+    found = offending_lines(PRIVATE_SOURCE, [*checked_files(), *tests])
+    found = [line for line in found if not line.startswith("tests/test_docs.py")]
+    assert not found, "cite the public source (a paper, a repository's file):\n" + "\n".join(found)
 
 
 def test_no_machine_paths() -> None:
