@@ -108,3 +108,37 @@ def test_co_evolve_from_sft_refuses_libero_before_writing(tmp_path: Path) -> Non
     result = CliRunner().invoke(app, [*args, "--set", "simulator.suite=libero_spatial"])
     assert result.exit_code == 2 and "coevolve.start" in result.output
     assert "--preset wan-spatial-coevolve" in result.output and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("child", "parent"),
+    [
+        ("wan-object-grpo", "wan-spatial-grpo"),
+        ("wan-goal-grpo", "wan-spatial-grpo"),
+        ("opensora-object-grpo", "opensora-spatial-grpo"),
+        ("mw-wan-grpo", "mw-opensora-grpo"),
+        ("mw-wan-ppo", "mw-wan-grpo"),
+    ],
+)
+def test_a_family_member_differs_from_its_parent_only_where_it_says(child, parent) -> None:
+    """Presets composed, not copied: a member resolves to its parent's configuration but for
+    the keys its own file writes."""
+    from wmrl_cli.config import dump_config
+    from wmrl_cli.config.loading import preset_dir
+
+    def flat(value, prefix=""):
+        if isinstance(value, dict):
+            return {
+                k: v
+                for key, item in value.items()
+                for k, v in flat(item, f"{prefix}{key}.").items()
+            }
+        return {prefix[:-1]: value}
+
+    own = yaml.safe_load((preset_dir() / f"{child}.yaml").read_text())
+    assert own.pop("inherits") == parent
+    own.pop("description")
+    written = set(flat(own))
+    a = flat(yaml.safe_load(dump_config(resolve_config(child))))
+    b = flat(yaml.safe_load(dump_config(resolve_config(parent))))
+    assert {k for k in a if a[k] != b.get(k)} <= written
