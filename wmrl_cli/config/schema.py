@@ -335,7 +335,8 @@ class TrainingConfig(Section):
         "float32",
         description="the trained policy's weights and gradients: float32 (master weights; "
         "training.bf16 runs the forward in bf16) or bf16 (RLinf's `precision: bf16`: AdamW "
-        "updates bf16 weights, and an update below 1/256 of a weight rounds away)",
+        "updates bf16 weights, and an update below 1/256 of a weight rounds away); weights "
+        "that do not train (LoRA's base) are bf16 under training.bf16",
     )
     optimizer_dtype: Literal["param", "float32", "bf16"] = Field(
         "param", description="AdamW's two moments: in the weights' dtype (param), float32 or bf16"
