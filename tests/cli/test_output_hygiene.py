@@ -160,8 +160,10 @@ def test_two_rank_run_prints_only_its_own_lines(tmp_path: Path, expert_episodes)
     assert proc.returncode == 0, proc.stderr
     for noise in ("OMP_NUM_THREADS", "Grad strides", "Warning", "*****"):
         assert noise not in proc.stdout + proc.stderr, proc.stderr
-    assert _lines(proc.stderr) == [_lines(proc.stderr)[0]], proc.stderr  # the progress line
-    assert _lines(proc.stderr)[0].startswith("grpo in the simulator: 2/2")
+    progress, *others = _lines(proc.stderr)
+    assert progress.startswith("grpo in the simulator: 2/2"), proc.stderr
+    # and, where no group had two outcomes, the run's own warning that it made no update, once
+    assert len(others) <= 1 and all("made no update" in o for o in others), others
 
 
 def test_ctrl_c_while_a_renderer_is_built_leaves_no_traceback(
