@@ -61,3 +61,51 @@ def test_a_cpu_run_is_checked_against_the_host_memory_its_ranks_share(monkeypatc
     assert device_budget(cfg, "cpu", host=True) == (16.0, "host memory available")
     budget, where = device_budget(cfg, "cpu", 4, host=True)
     assert (budget, where) == (4.0, "host memory available to each of 4 ranks (16.0 GiB in all)")
+
+
+def _wan_plan(budget: float, ranks: int = 16):
+    """The seeds' Wan preset with 128 envs, published sizes, planned as a GPU runs it."""
+    from wmrl_cli.policies.config import full_config
+    from wmrl_cli.training.memory_budget import rl_memory_plan
+    from wmrl_cli.training.memory_plan import imagination_cost
+    from wmrl_cli.training.param_counts import full_world_model_params, published_reward_bytes
+
+    overrides = ["algorithm.num_envs=128", "world_model.dtype=bf16"]
+    cfg = resolve_config(
+        "wan-spatial-grpo", overrides=[*overrides, f"training.memory_budget_gb={budget}"]
+    )
+    wan, reward = full_world_model_params("wan"), published_reward_bytes("resnet")
+    return rl_memory_plan(
+        cfg, full_config(), wan, reward, ranks, "cpu", imagination_cost("wan", 256, 256)
+    )
+
+
+def test_more_gpus_are_advised_only_where_more_ranks_fit() -> None:
+    """The audit's `--num-processes 16 --plan` at 24 GiB: 16 ranks need 32.6 GiB and 32 ranks
+    30.0, because the policy gathered for the rollout and the world model do not shrink; the
+    plan said 'use more GPUs'. It says that nothing fits, why, and what is left."""
+    with pytest.raises(ConfigError) as err:
+        _wan_plan(24)
+    message = str(err.value)
+    assert "use more GPUs" not in message and "no setting fits" in message
+    assert "its rollout holding policy gathered for the rollout" in message
+    assert "world model + VAE 10.7" in message and "fewer envs per rank" in message
+    # where every saving on more ranks fits, the message names them together, ranks included
+    with pytest.raises(ConfigError) as err:
+        _wan_plan(29)
+    message = str(err.value)
+    assert "it fits with these together: " in message and "--num-processes 64" in message
+
+
+def test_the_peak_sits_under_the_phase_that_holds_it() -> None:
+    from rich.console import Console
+
+    with pytest.raises(ConfigError) as err:
+        _wan_plan(24)
+    plan = err.value.plan
+    assert plan.peak_phase == 0 and plan.peak == plan.rollout  # the rollout, not AdamW's step
+    console = Console(record=True, width=400)
+    console.print(plan.table(21.8))
+    peak = next(line for line in console.export_text().splitlines() if line.startswith("│ peak"))
+    cells = [cell.strip() for cell in peak.split("│")[2:5]]
+    assert cells == [f"{plan.peak:.2f} of 21.8", "", ""]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.training.memory_plan import (
     IMAGINATION_256,
+    PHASES,
     ImaginationCost,
     MemoryPlan,
     PlanSettings,
@@ -138,10 +139,42 @@ def over_budget_message(
     together = plan.settings
     for remedy in rest:
         together = _merge(together, remedy.settings)
-    if rest and replan(together, any(r.lora for r in rest)).peak <= budget:
+    lora_needed = any(r.lora for r in rest)
+    floor = replan(together, lora_needed)
+    if rest and floor.peak <= budget:
         return f"{head}; it fits with these together: " + "; ".join(r.option for r in rest)
-    more = "a machine with more memory" if host else "use more GPUs"
-    return f"{head}, even with {'; '.join(r.option for r in rest) or 'every saving'}: {more}"
+    tried = [r.option for r in rest]
+    for sharded in (r for r in options if r.sharding):  # the fewest ranks first
+        offload = [] if OFFLOAD in tried else [OFFLOAD]
+        floor = replan(replace(_merge(sharded.settings, together), cpu_offload=True), lora_needed)
+        with_ranks = [r.option for r in rest] + offload + [sharded.option]
+        if floor.peak <= budget:
+            return f"{head}; it fits with these together: " + "; ".join(with_ranks)
+        tried = with_ranks
+    return f"{head}; no setting fits: {no_fit(floor, tried, host)}"
+
+
+OFFLOAD = "--set training.cpu_offload=true"
+
+
+def no_fit(floor: MemoryPlan, tried: list[str], host: bool) -> str:
+    """Why the cheapest plan (`floor`, with every change in `tried`) does not fit: the phase
+    that holds its peak and what holds most of it, which more ranks do not divide (the policy
+    gathered for the rollout, the world model); and what is left to change."""
+    column = 1 + floor.peak_phase
+    largest = sorted(floor.rows, key=lambda row: row[column], reverse=True)[:2]
+    held = " and ".join(f"{row[0].split(' (')[0]} {row[column]:.1f}" for row in largest)
+    smaller = ""
+    if floor.peak_phase == 0:  # the rollout: its working set grows with the envs and frames
+        smaller = (
+            ", or fewer envs per rank (algorithm.num_envs) or frames per window "
+            "(world_model.context_frames, simulator.chunk_size)"
+        )
+    return (
+        f"with {'; '.join(tried) or 'every saving'} it still needs {floor.peak:.1f} GiB, "
+        f"its {PHASES[floor.peak_phase]} holding {held} GiB; a "
+        f"{'machine' if host else 'GPU'} with more memory{smaller}"
+    )
 
 
 class OverBudget(ConfigError):

@@ -149,6 +149,9 @@ class PlanSizes:
     imagination: ImaginationCost | None = None
 
 
+PHASES = ("rollout", "update", "AdamW step")
+
+
 @dataclass(frozen=True)
 class MemoryPlan:
     """Rows of (what, GiB during the rollout, during the update's forward and backward, during
@@ -173,6 +176,12 @@ class MemoryPlan:
     def peak(self) -> float:
         return max(self.rollout, self.update, self.step)
 
+    @property
+    def peak_phase(self) -> int:
+        """The phase that holds the peak: 0 the rollout, 1 the update, 2 AdamW's step."""
+        phases = [self.rollout, self.update, self.step]
+        return phases.index(max(phases))
+
     def row(self, name: str) -> tuple[float, float, float]:
         """(rollout, update, step) GiB of the row whose label starts with `name`."""
         for label, *phases in self.rows:
@@ -193,13 +202,15 @@ class MemoryPlan:
         )
         table = Table(title=title, title_justify="left")
         table.add_column("what")
-        for phase in ("rollout GiB", "update GiB", "AdamW step GiB"):
-            table.add_column(phase, justify="right")
+        for phase in PHASES:
+            table.add_column(f"{phase} GiB", justify="right")
         for label, *phases in self.rows:
             if any(phases):
                 table.add_row(label, *(f"{x:.2f}" for x in phases))
         tail = "" if budget is None else f" of {budget:.1f}"
-        table.add_row("peak", "", "", f"{self.peak:.2f}{tail}", style="bold")
+        cells = ["", "", ""]
+        cells[self.peak_phase] = f"{self.peak:.2f}{tail}"  # under the phase that holds it
+        table.add_row("peak", *cells, style="bold")
         return table
 
 
