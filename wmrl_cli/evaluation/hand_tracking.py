@@ -36,7 +36,7 @@ from wmrl_cli.evaluation.world_model_eval import (
     open_loop_rollout,
     recorded_starts,
 )
-from wmrl_cli.logging import track_batches
+from wmrl_cli.logging import progress_task, track_batches
 from wmrl_cli.world_models.interface import WorldModel
 
 # state_replay(episodes, actions [B, T, A]) -> (frames [B, T + 1, H, W, 3] uint8,
@@ -80,9 +80,11 @@ def fit_hand_regressor(
     batch_size: int = 64,
     lr: float = 2e-3,
     seed: int = 0,
+    advance: Callable[[], None] | None = None,
 ) -> HandRegressor:
     """Train a `HandRegressor` on frames [N,H,W,3] uint8 and hand positions [N,D] (MSE on
-    standardized targets, AdamW, cosine decay), with small random shifts as augmentation."""
+    standardized targets, AdamW, cosine decay), with small random shifts as augmentation;
+    `advance()` after each step (progress)."""
     gen = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -105,6 +107,8 @@ def fit_hand_regressor(
         loss.backward()
         opt.step()
         sched.step()
+        if advance is not None:
+            advance()
     return model.eval()
 
 
@@ -126,6 +130,25 @@ class HandTrackingReport:
             out[f"hand_copy_other_cm@{s}"] = self.copy_other_error_cm[s - 1]
             out[f"hand_floor_cm@{s}"] = self.floor_cm[s - 1]
         return out
+
+
+def _fit_fold(
+    sim: np.ndarray,
+    sim_other: np.ndarray,
+    hands: np.ndarray,
+    hands_other: np.ndarray,
+    valid: np.ndarray,
+    train: np.ndarray,
+    steps: int,
+    seed: int,
+    advance: Callable[[], None],
+) -> HandRegressor:
+    """The reader of one fold, trained on the `train` episodes' frames: steps 0..horizon of
+    both replays, while the episode lasts."""
+    keep = np.concatenate([np.ones((train.sum(), 1), bool), valid[train]], axis=1)
+    x = np.concatenate([sim[train][keep], sim_other[train][keep]])
+    y = np.concatenate([hands[train][keep], hands_other[train][keep]])
+    return fit_hand_regressor(x, y, steps=steps, seed=seed, advance=advance)
 
 
 def hand_tracking_eval(
@@ -170,13 +193,15 @@ def hand_tracking_eval(
     names = ("error", "other", "copy", "copy_other", "floor")
     dist = {k: np.full((len(episodes), horizon), np.nan) for k in names}
     folds = np.arange(len(episodes)) % 2
-    for fold in (0, 1):
-        train, test = folds != fold, folds == fold
-        # training frames: steps 0..horizon of both replays, while the episode lasts
-        keep = np.concatenate([np.ones((train.sum(), 1), bool), valid[train]], axis=1)
-        x = np.concatenate([sim[train][keep], sim_other[train][keep]])
-        y = np.concatenate([hands[train][keep], hands_other[train][keep]])
-        reg = fit_hand_regressor(x, y, steps=fit_steps, seed=seed + fold)
+    reader = progress_task("hand-tracking reader (steps)", 2 * fit_steps, progress, announce=True)
+    with reader as advance:
+        readers = [
+            _fit_fold(sim, sim_other, hands, hands_other, valid, folds != fold, fit_steps,
+                      seed + fold, advance)
+            for fold in (0, 1)
+        ]  # fmt: skip
+    for fold, reg in zip((0, 1), readers):
+        test = folds == fold
         start_hand = reg.predict(sim[test][:, 0])[:, None]
         truth, truth_other = hands[test][:, 1:], hands_other[test][:, 1:]
         for name, pred, ref in (
