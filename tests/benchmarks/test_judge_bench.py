@@ -5,6 +5,7 @@ model, labelled by the simulator) scored with a tiny judge."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -196,3 +197,20 @@ def test_the_set_script_runs_the_recipe_in_order(tmp_path) -> None:
     for label, step in (("rl05", 5), ("rl10", 10), ("rl20", 20)):
         assert f"{label}={tmp_path}/exact-long-s3/checkpoints/step_{step:06d}/model" in build
     assert "--seed 1000" in build and "@task" in score
+
+    lever = subprocess.run(
+        ["bash", str(script), "3", str(tmp_path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RL": "simulator"},
+    )
+    exact = [line for line in lever.stdout.splitlines() if "train-policy" in line][0]
+    assert "--env simulator" in exact and "reward_model.source" not in exact
+    assert f"--out {tmp_path}/simulator-long-s3" in exact
+    bad = subprocess.run(
+        ["bash", str(script), "3", str(tmp_path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RL": "model"},
+    )
+    assert bad.returncode == 2 and "expected exact or simulator" in bad.stderr
