@@ -59,4 +59,6 @@ app.add_typer(presets_app, name="presets")
 
 
 def main() -> None:
-    app()
+    from wmrl_cli.runtime import run_then_end_ranks
+
+    run_then_end_ranks(app)  # several ranks: the process group closed in order

@@ -15,6 +15,7 @@ import typer
 import yaml
 
 from wmrl_cli.cli.common import handle_errors
+from wmrl_cli.runtime import end_ranks
 
 
 @handle_errors
@@ -38,6 +39,7 @@ def main(argv: list[str]) -> int:
         run_stage_job(job, Path(folder), int(seed), args)
     except typer.Exit as exc:
         return exc.exit_code
+    end_ranks()  # the process group closed in order (runtime.end_ranks)
     return 0
 
 

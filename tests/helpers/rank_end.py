@@ -1,0 +1,47 @@
+"""A rank that finishes a command as `wmrl` does (cli/app.py `main`: runtime.run_then_end_ranks),
+for tests/training/test_rank_teardown.py:
+
+    python -m tests.helpers.rank_end OUT    (on ranks: training/launch.py `run_ranks`)
+
+Each rank makes the process group as a command does (rl/train_policy.py `make_accelerator`)
+and reduces a tensor; rank 0 then works on alone for a moment (as it writes the policy). At
+the interpreter's exit each writes OUT/rank_R.txt: the sum it got, and whether its process
+group was still open.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import typer
+
+from wmrl_cli.config import resolve_config
+from wmrl_cli.rl.train_policy import make_accelerator
+from wmrl_cli.runtime import run_then_end_ranks
+
+command = typer.Typer()
+reduced: list[int] = []
+
+
+@command.command()
+def finish() -> None:
+    accelerator = make_accelerator(resolve_config())
+    reduced.append(int(accelerator.reduce(torch.ones(1), "sum").item()))
+    if accelerator.is_main_process:
+        time.sleep(1.0)  # the main process still writing while the other is done
+
+
+def report(out: Path) -> None:
+    group = "open" if dist.is_initialized() else "closed"
+    out.joinpath(f"rank_{os.environ['RANK']}.txt").write_text(f"{reduced} {group}")
+
+
+if __name__ == "__main__":
+    atexit.register(report, Path(sys.argv.pop(1)))
+    run_then_end_ranks(command)
