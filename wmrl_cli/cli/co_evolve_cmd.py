@@ -26,7 +26,7 @@ PROFILES = {"default": "mw-coevolve", "smoke": "mw-coevolve-smoke", "long": "mw-
 # profile's 2.86 h on 2 cores, the simulator control included).
 PROFILE_TIMES = {
     "default": "about 3 hours on a 2-core CPU",
-    "smoke": "about 2 minutes on a 2-core CPU",
+    "smoke": "a few minutes on a 2-core CPU",
     "long": "hours per seed on a GPU, days on a 2-core CPU",
 }
 
