@@ -494,9 +494,13 @@ def _rl_table(rl_activity: dict[str, dict[str, Any]]) -> list[str]:
         else:
             success = "-"
         kinds = act.get("real_steps_by_kind")
-        spent = " / ".join(str(kinds.get(k, 0)) for k in ("rollouts", "calls", "exact"))
+        spent = (
+            " / ".join(str(kinds.get(k, 0)) for k in ("rollouts", "calls", "exact"))
+            if kinds
+            else "-"
+        )
         lines.append(
             f"| {name} | {act['steps']} | {act['kept_groups_fraction']:.2f} | {success} | "
-            f"{act['max_grad_norm']:.3g} | {spent if kinds else '-'} |"
+            f"{act['max_grad_norm']:.3g} | {spent} |"
         )
     return [*lines, ""]
