@@ -155,11 +155,12 @@ def _two_ranks(cmd_args: list[str]) -> subprocess.CompletedProcess:
 
 def test_sharded_train_policy_runs_and_its_export_loads_in_eval(assets, tmp_path) -> None:
     """`train-policy --num-processes 2 --set training.sharding=fsdp`: 2 steps of GRPO in the
-    tiny imagined env, the real-simulator evaluation at the end (rank 0, the policy gathered),
+    tiny imagined env, the real-simulator evaluation at the end (spread over the ranks, each
+    with the policy gathered),
     the optimizer's shards in the checkpoint, and a consolidated policy that `eval` reads."""
     run = tmp_path / "fsdp"
     proc = _two_ranks([*args(assets, run, 2, algo="grpo", envs=8), *FSDP])
-    assert "memory plan per GPU" in proc.stdout and "fsdp over 2 rank(s)" in proc.stdout
+    assert "memory plan per GPU" not in proc.stdout  # a CPU run: no GPU phases (zeros)
     rows = metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2] and "eval/success_once" in rows[-1]
     sharded = run / "checkpoints" / "step_000002" / "training_state" / "sharded"
