@@ -1,6 +1,7 @@
 """Full-size shapes on one GPU: imagination, the policy's GRPO micro-batch, one GRPO step.
 
-    python benchmarks/gpu_fullsize.py --out DIR [--size full|tiny] [--budget-s 420]
+    python benchmarks/gpu_fullsize.py --out DIR [--size full|tiny] [--pass all|first|rest]
+        [--budget-s 420]
 
 Random weights built directly on the device (no download; speed and memory do not depend on
 the weights), in three sections, each guarded by what is left of `--budget-s` (a measurement
@@ -21,6 +22,11 @@ that would not finish in time is recorded as skipped, with why):
    32 at a reduced `algorithm.num_envs` (one group, group filter off so that the update runs),
    through `PolicyTrainer.train_step`, the memory plan's estimate beside the largest measured
    peak (from the second step on, AdamW's moments are held throughout).
+
+`--pass first` measures, in about 4 minutes, what the memory plan needs most (`PASSES`): the
+imagination rows at the smallest env count, the policy's LoRA and bf16 micro-batches, two GRPO
+steps (the second holds AdamW's moments); `--pass rest` the others (the larger counts, the
+bounded decode, the time split, full fine-tuning on float32 weights); `all` (default) both.
 
 `--size tiny` runs the same code on the tiny configs (32x32 frames, 1 sampling step), on the
 CPU in the test suite (tests/benchmarks/test_gpu_fullsize_script.py; the full configs' shapes
@@ -97,13 +103,41 @@ FALLBACK_FPS = 10.0
 # GRPO steps the step section runs (the issue's three): the first step creates AdamW's moments
 # in its update, so only the later ones hold them through a whole step.
 GRPO_STEPS = 3
+VARIANTS = {  # the policy section's variants, with the config of each for its plan
+    "LoRA rank 32, float32 weights": {"training.lora_rank": 32},
+    "full fine-tuning, float32 weights": {},
+    "full fine-tuning, bf16 weights": {"training.param_dtype": "bf16"},
+}
 
 
-# Seconds the later sections are promised (guesses on the slow side): the imagination and policy
-# sections stop where going on would eat into them, so that the GRPO steps, which the issue's
-# memory check needs, always run
-GRPO_RESERVE_S = 180.0
-POLICY_RESERVE_S = 100.0
+@dataclass(frozen=True)
+class Pass:
+    """What one run measures (`--pass`): the imagination's env counts (their first ones; the
+    time split at the middle one), whether the largest again with `world_model.vae_batch`, the
+    policy's variants and the GRPO steps."""
+
+    env_counts: slice
+    vae_row: bool
+    split: bool
+    variants: tuple[str, ...]
+    grpo_steps: int
+    budget_s: float  # --budget-s's default
+    # Seconds the later sections are promised (guesses on the slow side): the imagination and
+    # policy sections stop where going on would eat into them, so that the GRPO steps, which the
+    # memory check needs, always run
+    policy_reserve_s: float
+    grpo_reserve_s: float
+
+
+LORA, FULL32, BF16 = VARIANTS
+PASSES = {
+    "all": Pass(slice(None), True, True, (LORA, FULL32, BF16), GRPO_STEPS, 420.0, 100.0, 180.0),
+    # what the memory plan needs most, first, in about 4 minutes of a 15-minute device budget:
+    # the whole steps' peaks beside the plan, the micro-batches of LoRA and bf16 weights, and
+    # imagination at its smallest count (the steps' rate)
+    "first": Pass(slice(0, 1), False, False, (LORA, BF16), 2, 240.0, 50.0, 120.0),
+    "rest": Pass(slice(1, None), True, True, (FULL32,), 0, 300.0, 40.0, 0.0),
+}
 
 
 def errors(result: dict) -> list[str]:
@@ -160,6 +194,7 @@ def reset_episodes(
 
 @torch.no_grad()
 def predict_seconds(model, actions: torch.Tensor, gen: Any) -> float:
+    sync(model.device)  # the reset's context encode (asynchronous on a GPU) is not the chunk's
     start = time.perf_counter()
     model.predict(actions, generator=gen)
     sync(model.device)
@@ -183,8 +218,11 @@ def time_split(model, envs: int, image: int) -> dict[str, float]:
     return {"split_s": seconds, **{f"{part}_frac": f for part, f in fractions.items()}}
 
 
-def imagination(size: str, device: torch.device, budget: Budget, dtype: torch.dtype) -> list:
-    s, rows = SIZES[size], []
+def imagination(
+    size: str, device: torch.device, budget: Budget, dtype: torch.dtype, todo: Pass | None = None
+) -> list:
+    s, rows, todo = SIZES[size], [], todo or PASSES["all"]
+    counts = s.env_counts[todo.env_counts] or s.env_counts[-1:]
     for backend, steps in (("wan", s.wan_steps), ("opensora", s.opensora_steps)):
         if budget.left() < 60:
             rows.append({"backend": backend, "skipped": "time budget"})
@@ -199,11 +237,11 @@ def imagination(size: str, device: torch.device, budget: Budget, dtype: torch.dt
         built = {"params": sum(p.numel() for p in model.parameters())}
         built["build_s"] = time.perf_counter() - start
         per_frame = None
-        reserve = POLICY_RESERVE_S + GRPO_RESERVE_S
+        reserve = todo.policy_reserve_s + todo.grpo_reserve_s
         # every env count with the whole batch through the VAE at once, then the largest with
         # world_model.vae_batch (the memory plan's remedy): what bounding the decode costs
-        runs = [(envs, None) for envs in s.env_counts] + [(s.env_counts[-1], VAE_BATCH)]
-        split_envs = s.env_counts[len(s.env_counts) // 2]  # where the time goes: the middle count
+        runs = [(envs, None) for envs in counts] + [(counts[-1], VAE_BATCH)] * todo.vae_row
+        split_envs = counts[len(counts) // 2] if todo.split else None  # the middle count
         for envs, vae_batch in runs:
             model.vae_batch = vae_batch
             row: dict[str, Any] = {"backend": backend, "steps": steps, "envs": envs, **built}
@@ -289,13 +327,15 @@ def plan_for(cfg, model, device: torch.device, world_model_params: int = 0):
     return rl_memory_plan(cfg, model.config, world_model_params, 0, 1, str(device)).plan
 
 
-def policy_section(size: str, device: torch.device, budget: Budget, preset: Any) -> list:
+def policy_section(
+    size: str, device: torch.device, budget: Budget, preset: Any, todo: Pass | None = None
+) -> list:
     from wmrl_cli.policies.config import LoraSpec
     from wmrl_cli.policies.lora import apply_lora
     from wmrl_cli.training.sharding import enable_activation_checkpointing
 
-    s, rows = SIZES[size], []
-    if budget.left() < 60 + GRPO_RESERVE_S:
+    s, rows, todo = SIZES[size], [], todo or PASSES["all"]
+    if budget.left() < 40 + todo.grpo_reserve_s:
         return [{"variant": "all", "skipped": "time budget"}]
     start = time.perf_counter()
     try:
@@ -306,17 +346,14 @@ def policy_section(size: str, device: torch.device, budget: Budget, preset: Any)
         free(device)
         return [{"variant": "all", "error": failure(exc)}]
     build_s = time.perf_counter() - start
-    variants = {  # the config of each variant, for its plan
-        "LoRA rank 32, float32 weights": {"training.lora_rank": 32},
-        "full fine-tuning, float32 weights": {},
-        "full fine-tuning, bf16 weights": {"training.param_dtype": "bf16"},
-    }
-    for name, overrides in variants.items():
+    for name in todo.variants:
+        overrides = VARIANTS[name]
         row: dict[str, Any] = {"variant": name, "sequences": s.sequences, "build_s": build_s}
         try:
             if "LoRA" in name:
                 apply_lora(model, LoraSpec(rank=32, alpha=32))
             elif "bf16" in name:
+                _unload_lora(model)
                 _to_bf16(model)
             else:
                 _unload_lora(model)
@@ -326,7 +363,7 @@ def policy_section(size: str, device: torch.device, budget: Budget, preset: Any)
                 setattr(getattr(cfg, section), attr, value)
             plan = plan_for(cfg, model, device)  # the micro-batch alone: no AdamW, no world model
             row["plan_gib"] = plan.update - plan.row("AdamW")[1] - plan.row("world model")[1]
-            if budget.left() < 40 + GRPO_RESERVE_S:
+            if budget.left() < 30 + todo.grpo_reserve_s:
                 rows.append({**row, "skipped": "time budget"})
                 continue
             micro_batch(model, s.sequences, s.image)  # warm-up
@@ -363,20 +400,25 @@ def _to_bf16(model) -> None:
 
 
 def grpo_step(
-    size: str, device: torch.device, budget: Budget, out: Path, fps: float | None
+    size: str,
+    device: torch.device,
+    budget: Budget,
+    out: Path,
+    fps: float | None,
+    grpo_steps: int = GRPO_STEPS,
 ) -> dict:
-    """`GRPO_STEPS` `PolicyTrainer.train_step`s of wan-spatial-grpo with LoRA in a random-weight
+    """`grpo_steps` `PolicyTrainer.train_step`s of wan-spatial-grpo with LoRA in a random-weight
     imagined env; episodes shortened where imagination at `fps` would not fit the budget."""
     s = SIZES[size]
-    left = budget.left() - 60 - 20 * GRPO_STEPS  # building the models; the updates
+    left = budget.left() - 60 - 20 * grpo_steps  # building the models; the updates
     # imagined frames the steps need, at the measured rate (a slow guess where none was)
-    frames_per_step = int(left * (fps or FALLBACK_FPS) / (s.step_envs * GRPO_STEPS))
+    frames_per_step = int(left * (fps or FALLBACK_FPS) / (s.step_envs * grpo_steps))
     steps = min(s.episode_steps, max(8, frames_per_step // 8 * 8))
     if left < 30:
         return {"skipped": "time budget"}
     row: dict[str, Any] = {"envs": s.step_envs, "episode_steps": steps, "lora_rank": 32}
     try:
-        _grpo_steps(size, device, out, steps, row, budget)
+        _grpo_steps(size, device, out, steps, row, budget, grpo_steps)
     except Exception as exc:  # out of memory or not: recorded, the files still written
         row["error"] = failure(exc)
         for key, value in peaks(device).items():  # the failing step's, or the larger before it
@@ -386,10 +428,17 @@ def grpo_step(
 
 
 def _grpo_steps(
-    size: str, device: torch.device, out: Path, steps: int, row: dict, budget: Budget
+    size: str,
+    device: torch.device,
+    out: Path,
+    steps: int,
+    row: dict,
+    budget: Budget,
+    grpo_steps: int = GRPO_STEPS,
 ) -> None:
-    """`grpo_step`'s models, env, trainer and steps, filling `row` as it goes: each step's
-    seconds, phases and peak in `row["steps"]`; the row's peak is the largest."""
+    """`grpo_step`'s models, env, trainer and `grpo_steps` steps of episodes of at most `steps`
+    env steps, filling `row` as it goes: each step's seconds, phases and peak in
+    `row["steps"]`; the row's peak is the largest."""
     from accelerate import Accelerator
 
     from wmrl_cli.config import resolve_config
@@ -437,7 +486,7 @@ def _grpo_steps(
         row["plan_update_gib"] = plan.update
         row["steps"] = []
         try:
-            while len(row["steps"]) < GRPO_STEPS:
+            while len(row["steps"]) < grpo_steps:
                 done = row["steps"]
                 if done and budget.left() < 1.2 * done[-1]["seconds"]:
                     row["skipped"] = f"time budget after {len(done)} step(s)"
@@ -540,7 +589,7 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(size: str, out: Path, budget_s: float) -> dict:
+def run(size: str, out: Path, budget_s: float, todo: Pass = PASSES["all"]) -> dict:
     from wmrl_cli.config import resolve_config
 
     out.mkdir(parents=True, exist_ok=True)
@@ -566,13 +615,13 @@ def run(size: str, out: Path, budget_s: float) -> dict:
 
     section(
         "imagination",
-        lambda: imagination(size, device, budget, dtype),
+        lambda: imagination(size, device, budget, dtype, todo),
         lambda error: [{"backend": "all", "error": error}],
     )
     preset = resolve_config("wan-spatial-grpo")
     section(
         "policy",
-        lambda: policy_section(size, device, budget, preset),
+        lambda: policy_section(size, device, budget, preset, todo),
         lambda error: [{"variant": "all", "error": error}],
     )
     wan = [r for r in result["imagination"] if r["backend"] == "wan" and "frames_per_s" in r]
@@ -580,7 +629,11 @@ def run(size: str, out: Path, budget_s: float) -> dict:
     result["done"] = True  # set before the last write
     section(
         "grpo_step",
-        lambda: grpo_step(size, device, budget, out, fps),
+        lambda: (
+            grpo_step(size, device, budget, out, fps, todo.grpo_steps)
+            if todo.grpo_steps
+            else {"skipped": "not in this pass"}
+        ),
         lambda error: {"error": error},
     )
     return result
@@ -626,16 +679,24 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--size", default="full", choices=sorted(SIZES))
     parser.add_argument(
+        "--pass",
+        dest="todo",
+        default="all",
+        choices=sorted(PASSES),
+        help="first: what the memory plan needs most (about 4 minutes); rest: the other rows",
+    )
+    parser.add_argument(
         "--budget-s",
         type=float,
-        default=420.0,
-        help="seconds the sections may take (default 420: with start-up, under 8 minutes)",
+        default=None,
+        help="seconds the sections may take (default: all 420, first 240, rest 300)",
     )
     args = parser.parse_args()
+    todo = PASSES[args.todo]
     missing = preflight()
     if missing:
         sys.exit("gpu_fullsize: this Python cannot run the sections:\n  " + "\n  ".join(missing))
-    result = run(args.size, args.out, args.budget_s)
+    result = run(args.size, args.out, args.budget_s or todo.budget_s, todo)
     print(markdown(result))
     failed = errors(result)
     if failed:  # both files are written: what did run is kept

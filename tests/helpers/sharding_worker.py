@@ -17,6 +17,7 @@ per call).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -97,10 +98,13 @@ def run(out: Path, variant: str, accelerator) -> None:
         calls = 3 if rank == 0 else 1
         for _ in range(calls):
             chunk = sharding.unwrap(wrapped).act(
-                images[:2], prompts[:2], generator=torch.Generator().manual_seed(0)
+                images[:2],
+                prompts[:2],
+                generator=torch.Generator(accelerator.device).manual_seed(0),
             )
     full = sharding.full_policy(wrapped) if sharding.fsdp else wrapped
-    gathered_tokens = accelerator.gather(torch.from_numpy(chunk.tokens)).tolist()
+    tokens = torch.from_numpy(chunk.tokens).to(accelerator.device)  # NCCL: on the GPU
+    gathered_tokens = accelerator.gather(tokens).tolist()
     kl_gaps = accelerator.gather(kl_gap).tolist()
     if accelerator.is_main_process:
         result = {
@@ -124,7 +128,8 @@ def main(out: Path, variants: list[str]) -> None:
     for variant in variants:  # one process start for all: a start costs more than a variant
         AcceleratorState._reset_state(reset_partial_state=False)
         mixed = "no" if variant == "full" else "bf16"
-        run(out, variant, Accelerator(cpu=True, mixed_precision=mixed))
+        cpu = os.environ.get("WMRL_SHARDING_DEVICE") != "cuda"  # benchmarks/fsdp2_cuda.sh: NCCL
+        run(out, variant, Accelerator(cpu=cpu, mixed_precision=mixed))
 
 
 if __name__ == "__main__":
