@@ -21,6 +21,9 @@ def test_a_gpu_budget_keeps_a_reserve_for_what_the_plan_cannot_see() -> None:
     cfg = resolve_config(overrides=["training.memory_budget_gb=80"])
     budget = (75.0, "training.memory_budget_gb=80 less a 5.0 GiB reserve")
     assert device_budget(cfg, "cpu") == budget
+    cfg.training.memory_budget_gb = 0.5  # less than its reserve: nothing left, never below 0
+    assert device_budget(cfg, "cpu")[0] == 0.0
+    cfg.training.memory_budget_gb = 80
     policy = tiny_config(100, image_size=32)
     peak = sft_memory_plan(cfg, policy, 1, "cpu").plan.peak
     # a plan that fills the whole budget is refused: the reserve would not fit beside it

@@ -236,7 +236,7 @@ def device_budget(cfg, device: str, ranks: int = 1, host: bool = False) -> tuple
     else:
         return None, str(device)
     reserve = gpu_reserve(total, t.memory_reserve_gb)
-    return total - reserve, f"{where} less a {reserve:.1f} GiB reserve"
+    return max(total - reserve, 0.0), f"{where} less a {reserve:.1f} GiB reserve"
 
 
 def training_settings(cfg, world_size: int, sequences: int, **extra) -> PlanSettings:
