@@ -20,6 +20,7 @@ MAX_LINES = 600
 FLOORS: list[tuple[str, ...]] = [
     ("errors",),
     ("files",),
+    ("trackers",),
     ("logging",),
     ("config",),
     ("world_models", "rewards"),

@@ -183,7 +183,8 @@ def close_open_loggers() -> None:
 
 
 class MetricsLogger:
-    """TensorBoard events + metrics.jsonl in `run_dir`; only the main process writes.
+    """TensorBoard events + metrics.jsonl in `run_dir`, and the same scalars to `trackers`
+    (W&B, Trackio: wmrl_cli/trackers.py, with the run's `config`); only the main process writes.
 
     `real_steps`: the real environment steps behind a run that trains on stored data (its
     episode store's), logged with every row as `env/real_steps` (docs/cli.md).
@@ -204,6 +205,8 @@ class MetricsLogger:
         log_every: int = 10,
         total: int | None = None,
         keep_rows: Callable[[dict[str, Any]], bool] | None = None,
+        trackers: list[str] | None = None,
+        config: dict[str, Any] | None = None,
     ):
         self.run_dir = Path(run_dir)
         self.enabled = enabled
@@ -214,6 +217,7 @@ class MetricsLogger:
         self._printed: tuple[int, float] | None = None  # (step, time) of the last plain line
         self._start = (resume_step or 0, time.time())
         self._writer = None
+        self._trackers: list = []  # W&B, Trackio (wmrl_cli/trackers.py)
         self._paused = False
         self._closed = False
         if enabled:
@@ -235,6 +239,10 @@ class MetricsLogger:
                     for key, value in row.items():
                         if key != "step" and isinstance(value, (int, float)):
                             self._writer.add_scalar(key, value, int(row["step"]))
+            if trackers:
+                from wmrl_cli.trackers import open_trackers
+
+                self._trackers = open_trackers(trackers, self.run_dir, config)
 
     def begin_stage(self, label: str, total: int) -> None:
         """Plain lines from here on count a stage of its own (`label step N/total`), its steps
@@ -268,6 +276,8 @@ class MetricsLogger:
         if self._writer is not None:
             for key, value in clean.items():
                 self._writer.add_scalar(key, value, int(step))
+        for tracker in self._trackers:
+            tracker.log(clean, step=int(step))
         if not console.is_terminal:
             self._plain_line(clean, int(step))
 
@@ -316,6 +326,8 @@ class MetricsLogger:
             self._jsonl.close()
             if self._writer is not None:
                 self._writer.close()
+            for tracker in self._trackers:
+                tracker.finish()
 
     def __enter__(self) -> MetricsLogger:
         return self

@@ -9,6 +9,7 @@ import typer
 
 from wmrl_cli.cli.common import (
     AssetsDirOpt,
+    LogWithOpt,
     OutOpt,
     OverwriteOpt,
     PresetOpt,
@@ -64,6 +65,7 @@ def co_evolve_command(
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
+    log_with: LogWithOpt = None,
 ) -> None:
     """Expert demos -> SFT base policy -> base rollouts -> world model + reward model (Meta-World), or the published policy, world model, reward model and reset set (LIBERO presets: --preset wan-spatial-coevolve) -> RL stage 1 -> real rollouts of the evolved policy -> refinement -> RL stage 2, with real-simulator evaluation after every stage and report.md / report.json / a success plot. Run the same command again to resume an interrupted run."""  # noqa: E501
     from wmrl_cli.coevolve.pipeline import co_evolve, prepare_co_evolve
@@ -81,6 +83,7 @@ def co_evolve_command(
     cfg = build_config(
         preset or PROFILES[profile],
         set_,
+        log_with=log_with,
         simulator__seed=seed,
         assets_dir=assets_dir,
         output_dir=out,

@@ -117,8 +117,26 @@ GreedyOpt = Annotated[
 ]
 
 
-def build_config(preset: str | None, overrides: list[str] | None, **options: Any) -> RunConfig:
-    """options: dotted config keys (e.g. 'simulator.seed') -> value or None (not given)."""
+LogWithOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--log-with",
+        help="Where metrics go besides metrics.jsonl, comma-separated: tensorboard (the default), "
+        "wandb, trackio (logging.tensorboard, logging.trackers).",
+    ),
+]
+
+
+def build_config(
+    preset: str | None, overrides: list[str] | None, log_with: str | None = None, **options: Any
+) -> RunConfig:
+    """options: dotted config keys (e.g. 'simulator.seed') -> value or None (not given).
+    `log_with`: --log-with's list; a chosen tracker must be installed (checked here, before
+    anything is written)."""
+    from wmrl_cli.trackers import check_trackers, parse_log_with
+
+    if log_with is not None:
+        options["logging__tensorboard"], options["logging__trackers"] = parse_log_with(log_with)
     notices: list[str] = []
     cfg = resolve_config(
         preset, {k.replace("__", "."): v for k, v in options.items()}, overrides, notices
@@ -129,6 +147,7 @@ def build_config(preset: str | None, overrides: list[str] | None, **options: Any
     if not given and os.environ.get("RANK", "0") == "0":  # once, on a multi-rank run too
         for line in notices:
             err_console.print(line, style="yellow", soft_wrap=True, markup=False)
+    check_trackers(cfg.logging.trackers)
     return cfg
 
 

@@ -10,6 +10,7 @@ import typer
 
 from wmrl_cli.cli.common import (
     ImageSizeOpt,
+    LogWithOpt,
     OutOpt,
     OverwriteOpt,
     PresetOpt,
@@ -45,6 +46,7 @@ def sft_command(
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
+    log_with: LogWithOpt = None,
 ) -> None:
     """Collect scripted-expert demonstrations (or read --data), behaviour-clone a tiny OpenVLA-OFT policy with cross-entropy over action tokens, and save it to RUN_DIR/policy. Evaluate with `wmrl eval --policy RUN_DIR`."""  # noqa: E501
     from wmrl_cli.data.episodes import EpisodeStore
@@ -57,6 +59,7 @@ def sft_command(
     cfg = build_config(
         preset,
         set_,
+        log_with=log_with,
         simulator__suite=suite,
         sft__demos_per_task=demos_per_task,
         sft__data=None if data is None else str(data),

@@ -11,6 +11,7 @@ import typer
 
 from wmrl_cli.cli.common import (
     AssetsDirOpt,
+    LogWithOpt,
     OutOpt,
     OverwriteOpt,
     PresetOpt,
@@ -67,6 +68,7 @@ def train_policy_command(
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
+    log_with: LogWithOpt = None,
     plan: Annotated[
         bool,
         typer.Option(
@@ -85,6 +87,7 @@ def train_policy_command(
     cfg = build_config(
         preset,
         set_,
+        log_with=log_with,
         policy__name=policy,
         world_model__path=world_model,
         reward_model__path=reward_model,

@@ -9,6 +9,7 @@ import typer
 
 from wmrl_cli.cli.common import (
     AssetsDirOpt,
+    LogWithOpt,
     OutOpt,
     OverwriteOpt,
     PresetOpt,
@@ -61,6 +62,7 @@ def train_reward_command(
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
+    log_with: LogWithOpt = None,
 ) -> None:
     """Train a ResNet success classifier on frames labelled by the simulator's success flags; the threshold is chosen by F1 on held-out episodes and saved with the model in RUN/reward_model/."""  # noqa: E501
     from rich.table import Table
@@ -78,6 +80,7 @@ def train_reward_command(
     cfg = build_config(
         preset,
         set_,
+        log_with=log_with,
         reward_model__kind=kind,
         simulator__seed=seed,
         reward_model__steps=steps,

@@ -10,6 +10,7 @@ import typer
 
 from wmrl_cli.cli.common import (
     AssetsDirOpt,
+    LogWithOpt,
     OutOpt,
     OverwriteOpt,
     PresetOpt,
@@ -75,6 +76,7 @@ def train_wm_command(
     out: OutOpt = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
+    log_with: LogWithOpt = None,
 ) -> None:
     """Train the autoencoder (from scratch only), then the action-conditioned denoiser on windows of reference + context + target frames; validate by open-loop rollouts against the copy-last-frame baseline; save to RUN/world_model/."""  # noqa: E501
     from rich.table import Table
@@ -95,6 +97,7 @@ def train_wm_command(
     cfg = build_config(
         preset,
         set_,
+        log_with=log_with,
         world_model__backend=backend,
         simulator__seed=seed,
         world_model__steps=steps,

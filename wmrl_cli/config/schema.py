@@ -471,6 +471,11 @@ class SftConfig(Section):
 
 class LoggingConfig(Section):
     tensorboard: bool = True
+    trackers: list[Literal["wandb", "trackio"]] = Field(
+        default_factory=list,
+        description="experiment trackers beside TensorBoard (--log-with): the same scalars, "
+        "from the main process; none by default (nothing is sent anywhere)",
+    )
     progress: bool = True
     log_every: int = Field(
         10, ge=1, description="steps between plain log lines where stdout is no terminal"

@@ -58,6 +58,7 @@ from wmrl_cli.rl.real_step_kinds import KINDS, real_step_metrics, restored, take
 from wmrl_cli.rl.rollout_metrics import judge_and_truth, rollout_metrics
 from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_batches
 from wmrl_cli.run_dirs import write_rank_summary
+from wmrl_cli.trackers import tracked
 from wmrl_cli.training.checkpoints import latest_checkpoint, save_checkpoint
 from wmrl_cli.training.memory_budget import env_memory_plan
 from wmrl_cli.training.sharding import PolicySharding, frozen_models, offloaded
@@ -189,6 +190,7 @@ class PolicyTrainer:
         self.logger = MetricsLogger(
             run_dir,
             cfg.logging.tensorboard,
+            **tracked(cfg),
             enabled=accelerator.is_main_process,
             resume_step=self.step,
             log_every=cfg.logging.log_every,

@@ -32,6 +32,7 @@ from wmrl_cli.rewards.calibration import (
     binary_metrics,
     held_score,
 )
+from wmrl_cli.trackers import tracked
 
 if TYPE_CHECKING:
     from wmrl_cli.rewards.loading import AnyRewardModel
@@ -114,6 +115,7 @@ def train_reward_model(
     logger = MetricsLogger(  # training starts over: rows of an earlier attempt go
         run_dir,
         cfg.logging.tensorboard,
+        **tracked(cfg),
         real_steps=store.real_steps(),
         resume_step=0,
         log_every=cfg.logging.log_every,

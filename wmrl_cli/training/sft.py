@@ -19,6 +19,7 @@ from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.runtime import fresh_accelerator, seed_stage
+from wmrl_cli.trackers import tracked
 from wmrl_cli.training.checkpoints import latest_checkpoint, restore_rng, save_checkpoint
 from wmrl_cli.training.memory_budget import sft_memory_plan, sft_policy_config
 from wmrl_cli.training.sharding import PolicySharding
@@ -171,6 +172,7 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
     logger = MetricsLogger(
         run_dir,
         cfg.logging.tensorboard,
+        **tracked(cfg),
         enabled=accelerator.is_main_process,
         real_steps=store.real_steps(),
         resume_step=start,

@@ -41,6 +41,7 @@ from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.run_dirs import write_rank_summary
 from wmrl_cli.runtime import resolve_precision
+from wmrl_cli.trackers import tracked
 from wmrl_cli.training.checkpoints import (
     canonical_safetensors,
     latest_checkpoint,
@@ -170,6 +171,7 @@ class WorldModelTrainer:
         return MetricsLogger(
             self.run_dir,
             self.cfg.logging.tensorboard,
+            **tracked(self.cfg),
             real_steps=self.store.real_steps(),
             resume_step=resume_step,
             keep_rows=None if resume_step == 0 else _autoencoder_row,
