@@ -177,7 +177,7 @@ def world_model(
     config.num_context_frames, config.num_target_frames = frames
     with torch.device(device):
         model = model_cls(config)
-    return model.to(dtype).eval()
+    return model.place(dtype=dtype).eval()  # float32 where diffusers keeps it, as imagination loads
 
 
 @torch.no_grad()

@@ -38,7 +38,11 @@ def test_the_full_world_models_imagine_256px_chunks_on_the_meta_device(
     model = script.world_model(backend, "full", 1, META, torch.bfloat16)  # 1 sampling step
     assert low < _count(model.transformer) < high
     assert {p.device.type for p in model.parameters()} == {"meta"}  # built where it runs
-    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    # bf16 but for what diffusers keeps in float32 (Wan's RoPE, time embedder, norms), as
+    # imagination loads it (WorldModel.place)
+    kept = sum(p.numel() for p in model.parameters() if p.dtype == torch.float32)
+    assert {p.dtype for p in model.parameters()} <= {torch.bfloat16, torch.float32}
+    assert kept < 0.02 * _count(model) and (kept > 0) == (backend == "wan")
     script.imagine_chunk(model, 2, 256)  # reset_context + predict, as the script times them
     frames = model.predict(torch.zeros(2, 8, 7))
     assert frames.shape == (2, 8, 256, 256, 3) and frames.dtype == torch.uint8
@@ -66,7 +70,7 @@ def test_the_full_policy_runs_a_grpo_micro_batch_with_lora_on_the_meta_device(
     cfg = resolve_config("wan-spatial-grpo")
     cfg.training.lora_rank = 32
     plan = script.plan_for(cfg, model, META)
-    assert 25 < plan.update < 45  # GiB: float32 weights, LoRA, 32 checkpointed sequences
+    assert 15 < plan.update < 30  # GiB: a bf16 frozen base, LoRA, 32 checkpointed sequences
 
 
 def test_out_of_memory_in_one_policy_variant_is_recorded_and_the_next_variant_runs(

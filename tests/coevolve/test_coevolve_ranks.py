@@ -61,8 +61,11 @@ def test_a_stage_on_two_ranks_is_train_policy_on_two_ranks(assets, tmp_path) -> 
     )
     assert len(stage_rows) == 2
     # the same training; the stage's real steps start at the data collected before it
+    for row in stage_rows:
+        assert row["env/real_steps_data"] == row["env/real_steps"] == 7
     for row in (*stage_rows, *cli_rows):
         row.pop("env/real_steps")
+        row.pop("env/real_steps_data")
     assert stage_rows == cli_rows
 
 
