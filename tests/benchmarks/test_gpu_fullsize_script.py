@@ -13,6 +13,7 @@ import pytest
 from tests.helpers import ROOT
 
 
+@pytest.mark.slow  # the suite's 15-minute budget (2026-11-29: the suite had reached 17.6)
 def test_tiny_size_runs_every_section_and_writes_json_and_markdown(tmp_path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     cmd = [sys.executable, "benchmarks/gpu_fullsize.py", "--size", "tiny", "--out", str(tmp_path)]

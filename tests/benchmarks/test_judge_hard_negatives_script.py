@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.helpers import ROOT
 from wmrl_cli.config import dump_config, resolve_config
@@ -25,6 +26,7 @@ def _calls(episodes) -> list:
     return out
 
 
+@pytest.mark.slow  # the suite's 15-minute budget (2026-11-29: the suite had reached 17.6)
 def test_fine_tunes_on_the_early_calls_and_rereads_the_later_ones(
     assets, expert_episodes, tmp_path
 ) -> None:

@@ -35,6 +35,7 @@ def _bytes(row: dict) -> dict:
     return {k: v for k, v in row.items() if k != "seconds"}
 
 
+@pytest.mark.slow  # the suite's 15-minute budget (2026-11-29: the suite had reached 17.6)
 def test_fake_tensors_count_the_bytes_real_ones_allocate(check, monkeypatch) -> None:
     lora = {"lora_rank": 32}
     real = check.policy_variant("tiny", check.Counted(real=True), lora, 4)

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT
 
 
+@pytest.mark.slow  # the suite's 15-minute budget (2026-11-29: the suite had reached 17.6)
 def test_the_mapped_resume_adds_no_private_copy_of_the_state(tmp_path) -> None:
     script = ROOT / "benchmarks" / "resume_host_memory.py"
     out = tmp_path / "out"

@@ -18,6 +18,7 @@ def script(monkeypatch):
     return wm_train_memory
 
 
+@pytest.mark.slow  # the suite's 15-minute budget (2026-11-29: the suite had reached 17.6)
 def test_fake_counts_what_real_tensors_allocate_and_checkpointing_keeps_less(script) -> None:
     keys = ("weights_gib", "with_ema_gib", "update_peak_gib", "step_peak_gib")
     peaks = {}
@@ -63,6 +64,7 @@ def test_a_frame_size_the_model_refuses_is_a_row_of_its_own(script) -> None:
     assert script.markdown([row], "x").splitlines()[-1].endswith("multiples of 8x8 |")
 
 
+@pytest.mark.slow  # the suite's 15-minute budget (2026-11-29: the suite had reached 17.6)
 def test_rank_zero_of_sharded_ranks_holds_its_share(script) -> None:
     """--ranks: the denoiser sharded over a fake process group (collectives move nothing):
     rank 0 holds about half the trained weights of one rank, and the group is gone after."""

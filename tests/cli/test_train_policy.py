@@ -108,7 +108,9 @@ def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, 
             assert x[key] == pytest.approx(y[key], rel=1e-6, abs=1e-7), key
 
 
-@pytest.mark.parametrize("where", ["imagined", "simulator"])
+# the simulator's variant in the slow suite (the 15-minute budget); test_distributed_eval and
+# test_rank_teardown run 2 simulator ranks in the default suite
+@pytest.mark.parametrize("where", ["imagined", pytest.param("simulator", marks=pytest.mark.slow)])
 def test_two_ranks_stay_in_sync(assets, tmp_path, where) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run_args = args if where == "imagined" else sim_args

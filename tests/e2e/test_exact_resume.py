@@ -48,6 +48,7 @@ def test_sft_killed_then_rerun_matches_uninterrupted(tmp_path) -> None:
     assert [row["step"] for row in metrics(tmp_path / "b")] == [1, 2, 3, 4]
 
 
+@pytest.mark.slow  # the suite's 15-minute budget (2026-11-29: the suite had reached 17.6)
 def test_train_reward_killed_then_rerun_matches_uninterrupted(tmp_path) -> None:
     eps = tmp_path / "eps"
     store = EpisodeStore(eps)

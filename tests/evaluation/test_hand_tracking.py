@@ -4,6 +4,7 @@ instrument's floor; one that leaves it in place does no better than the copy bas
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from tests.helpers.toy_world import ToyWorldModel
@@ -49,6 +50,7 @@ def test_the_regressor_reads_the_dot() -> None:
     assert error.mean() < 1.5  # pixels, on frames it never saw
 
 
+@pytest.mark.slow  # the suite's 15-minute budget (2026-11-29: the suite had reached 17.6)
 def test_a_model_that_follows_its_actions_tracks_the_hand() -> None:
     episodes = [WORLD.episode(seed=s, length=16, chunk_size=4) for s in range(16)]
     follows = hand_tracking_eval(

@@ -153,6 +153,7 @@ def test_env_pool_stays_bounded_and_rebuilt_envs_start_identically() -> None:
         envs.close()
 
 
+@pytest.mark.slow  # the suite's 15-minute budget (2026-11-29: the suite had reached 17.6)
 def test_a_tasks_shared_renderer_draws_each_env_as_its_own_renderer_would() -> None:
     """Envs of one task share a renderer; every env of mw10, under two seeds (goals and objects
     placed in the model at reset) and mid-episode, is drawn pixel for pixel as a renderer

@@ -16,13 +16,10 @@ from wmrl_cli.training.launch import run_ranks
 
 
 def test_finished_ranks_close_their_process_group_before_exit(tmp_path) -> None:
-    for attempt in range(3):
-        out = tmp_path / str(attempt)
-        out.mkdir()
-        ended = run_ranks(2, "tests.helpers.rank_end", [str(out)])
-        assert (ended.code, ended.errors) == (0, [])
-        said = [(out / f"rank_{rank}.txt").read_text() for rank in (0, 1)]
-        assert said == ["[2] closed", "[2] closed"], attempt
+    ended = run_ranks(2, "tests.helpers.rank_end", [str(tmp_path)])  # 20 runs: the slow test
+    assert (ended.code, ended.errors) == (0, [])
+    said = [(tmp_path / f"rank_{rank}.txt").read_text() for rank in (0, 1)]
+    assert said == ["[2] closed", "[2] closed"]
 
 
 @pytest.mark.slow
