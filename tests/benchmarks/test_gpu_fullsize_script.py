@@ -49,6 +49,7 @@ def test_tiny_size_runs_every_section_and_writes_json_and_markdown(tmp_path) -> 
     assert result["wall_s"] < 60
 
 
+@pytest.mark.slow  # the suite's 15-minute budget
 def test_the_first_pass_measures_what_the_plan_needs_most(tmp_path) -> None:
     """`--pass first`: the two GRPO steps (the second holds AdamW's moments), the LoRA and bf16
     micro-batches and imagination at its smallest count; the rest waits for `--pass rest`."""

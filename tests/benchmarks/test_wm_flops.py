@@ -18,7 +18,7 @@ def flops(monkeypatch):
     return wm_flops
 
 
-@pytest.mark.parametrize("backend", ["wan", "opensora"])
+@pytest.mark.parametrize("backend", [pytest.param("wan", marks=pytest.mark.slow), "opensora"])
 def test_the_parts_add_up_and_the_denoiser_scales_with_its_steps(flops, monkeypatch, backend):
     one = flops.world_model_flops(backend, "tiny", 2)
     parts = ("denoiser", "decode", "encode", "other", "reset")

@@ -15,6 +15,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from tests.helpers.output import one_error_line
 from tests.helpers.sft import TINY, run_sft
 from wmrl_cli.cli.app import app
 from wmrl_cli.config import dump_config, resolve_config
@@ -22,18 +23,6 @@ from wmrl_cli.data.episodes import EpisodeStore
 
 runner = CliRunner()
 SMALL_SIM = ["--num-envs", "3", "--num-workers", "0", "--set", "simulator.max_steps=16"]
-
-
-def _one_error_line(result, code: int, *fragments: str) -> str:
-    """The command failed with `code` and printed exactly one line, an error without a
-    traceback, that holds every fragment."""
-    assert result.exit_code == code, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    assert lines[0].startswith("error:") and "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 # train-policy's inputs (the `assets` fixture, tests/conftest.py): expert episodes of mw3 at 32x32
@@ -89,13 +78,13 @@ def test_truncated_world_model_is_one_line(models, demo_store, sft_run, tmp_path
         ["eval", "--world-model", str(broken), "--reward-model", str(models / "rm"),
          "--data", str(demo_store), "-o", str(tmp_path / "eval")],
     )  # fmt: skip
-    _one_error_line(evaluated, 1, "unreadable")
+    one_error_line(evaluated, 1, "unreadable")
     assert not (tmp_path / "eval").exists()
     # train-policy reads the world model after it created its run directory: it removes it.
     trained = runner.invoke(
         app, _train_policy_args(sft_run, broken, models, demo_store, tmp_path / "rl")
     )
-    _one_error_line(trained, 1, "unreadable")
+    one_error_line(trained, 1, "unreadable")
     assert not (tmp_path / "rl").exists()
     # train-wm --init loads it after its metrics logger opened: still one line, no directory.
     fine_tuned = runner.invoke(
@@ -103,7 +92,7 @@ def test_truncated_world_model_is_one_line(models, demo_store, sft_run, tmp_path
         ["train-wm", "--data", str(demo_store), "--init", str(broken), "--steps", "1",
          "-o", str(tmp_path / "wm")],
     )  # fmt: skip
-    _one_error_line(fine_tuned, 1, "unreadable")
+    one_error_line(fine_tuned, 1, "unreadable")
     assert not (tmp_path / "wm").exists()
 
 
@@ -114,7 +103,7 @@ def test_out_naming_a_file_or_an_unwritable_path_is_one_line(tmp_path) -> None:
         result = runner.invoke(
             app, ["eval", "--policy", "expert", "--suite", "mw2", "-n", "1", "-o", str(out)]
         )
-        _one_error_line(result, 2, f"--out {out}", fragment)
+        one_error_line(result, 2, f"--out {out}", fragment)
     assert a_file.read_text() == "not a directory"
 
 
@@ -131,7 +120,7 @@ def test_malicious_training_state_is_refused_in_one_line(demo_store, tmp_path) -
     state = checkpoint / "training_state" / "state_0.pt"
     torch.save({"state": _Payload()}, state)
     resumed = run_sft(out, demo_store, 1)  # the same command again resumes from the checkpoint
-    _one_error_line(resumed, 1, "damaged", "state_0.pt")  # its checksum no longer matches
+    one_error_line(resumed, 1, "damaged", "state_0.pt")  # its checksum no longer matches
     # ... and with the checksum forged too, the unpickler refuses it
     from wmrl_cli.training.checkpoints import CHECKSUMS, _checksum
 
@@ -139,7 +128,7 @@ def test_malicious_training_state_is_refused_in_one_line(demo_store, tmp_path) -
     sums["training_state/state_0.pt"] = _checksum(state)
     (checkpoint / CHECKSUMS).write_text(json.dumps(sums))
     resumed = run_sft(out, demo_store, 1)
-    line = _one_error_line(resumed, 1, "refusing to load", "state_0.pt")
+    line = one_error_line(resumed, 1, "refusing to load", "state_0.pt")
     assert "weights_only" not in resumed.output and "pwned" not in resumed.output, line
 
 
@@ -175,7 +164,7 @@ def test_num_processes_checked_before_launch(
     monkeypatch.setattr(subprocess, "call", no_launch)
     args = _train_policy_args(sft_run, models / "wm", models, demo_store, tmp_path / "rl")
     result = runner.invoke(app, [*args, "--num-processes", processes])
-    _one_error_line(result, 2, fragment)
+    one_error_line(result, 2, fragment)
     assert not (tmp_path / "rl").exists()
 
 
@@ -344,7 +333,7 @@ def test_eval_world_model_opens_a_published_layout(models, demo_store, tmp_path,
          "--data", str(demo_store), "--set", "world_model.backend=opensora",
          "-o", str(tmp_path / "eval")],
     )  # fmt: skip
-    _one_error_line(result, 1, "loaded")
+    one_error_line(result, 1, "loaded")
     assert isinstance(loaded["model"], OpenSoraWorldModel)
 
 
@@ -417,7 +406,7 @@ def test_eval_refuses_a_non_empty_directory_unless_overwrite(tmp_path) -> None:
     assert any((out / "videos").iterdir())
     (out / "notes.txt").write_text("mine")  # the user's, written after the run
     refused = runner.invoke(app, args)
-    _one_error_line(refused, 2, "earlier evaluation", "--overwrite")
+    one_error_line(refused, 2, "earlier evaluation", "--overwrite")
     assert (out / "videos").is_dir()
     replaced = runner.invoke(app, [*args, "--overwrite"])
     assert replaced.exit_code == 0, replaced.output
@@ -432,7 +421,7 @@ def test_eval_refuses_a_directory_it_did_not_write(tmp_path) -> None:
     (out / "report.json").write_text("{}")
     args = ["eval", "--policy", "expert", "--suite", "mw2", "-n", "1", "--image-size", "32",
             "-o", str(out), *SMALL_SIM, "--overwrite"]  # fmt: skip
-    _one_error_line(runner.invoke(app, args), 2, "did not write")
+    one_error_line(runner.invoke(app, args), 2, "did not write")
     assert (out / "report.json").read_text() == "{}"
 
 
@@ -449,7 +438,7 @@ def test_rerun_with_another_config_stops_unless_resume_or_overwrite(demo_store, 
     assert first.exit_code == 0, first.output
     recorded = (out / "config.yaml").read_text()
     changed = run_sft(out, demo_store, 1, "--set", "sft.llm_hidden=64")
-    _one_error_line(changed, 2, f"--out {out}", "sft.llm_hidden 32 -> 64", "--resume")
+    one_error_line(changed, 2, f"--out {out}", "sft.llm_hidden 32 -> 64", "--resume")
     assert (out / "config.yaml").read_text() == recorded and _hidden(out) == 32
     # --resume: the run goes on with what it recorded; the command's 64 is ignored, and said so.
     kept = run_sft(out, demo_store, 1, "--set", "sft.llm_hidden=64", "--resume")
@@ -489,7 +478,7 @@ def test_changed_input_files_are_a_different_run(tmp_path) -> None:
     assert first.exit_code == 0, first.output
     assert runner.invoke(app, args).exit_code == 0  # the same inputs: run again
     (store / "extra-episode-notes.txt").write_text("the store changed")
-    _one_error_line(runner.invoke(app, args), 2, "data (the files in", "changed")
+    one_error_line(runner.invoke(app, args), 2, "data (the files in", "changed")
 
 
 def test_default_out_makes_a_rerun_resume(demo_store, tmp_path, monkeypatch) -> None:
@@ -515,7 +504,7 @@ def test_co_evolve_rerun_with_another_suite_is_refused(tmp_path, monkeypatch) ->
     base = ["co-evolve", "--profile", "smoke", "--out", str(out)]
     assert runner.invoke(app, base).exit_code == 0
     result = runner.invoke(app, [*base, "--set", "simulator.suite=mw3"])
-    _one_error_line(result, 2, "simulator.suite 'mw2' -> 'mw3'")
+    one_error_line(result, 2, "simulator.suite 'mw2' -> 'mw3'")
     assert (out / "report.md").read_text() == "Suite mw2"
 
 

@@ -94,6 +94,7 @@ def test_bad_audit_input_is_one_line_and_leaves_nothing(
     assert not out.exists()
 
 
+@pytest.mark.slow  # the suite's 15-minute budget
 def test_a_call_confirmed_by_another_world_model(assets, tmp_path) -> None:
     """reward_model.confirm_world_models: the confirming draw comes from the world model named
     (here the same one loaded again); a call counts only once it repeats there, so no more

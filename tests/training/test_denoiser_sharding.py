@@ -131,6 +131,7 @@ def test_a_sharded_run_resumed_from_its_checkpoint_continues_as_uninterrupted(
         assert torch.equal(again[key], weight), key
 
 
+@pytest.mark.slow  # the suite's 15-minute budget
 def test_a_replicated_checkpoints_states_load_into_the_ranks_shards(tmp_path) -> None:
     """A co-evolve refinement saved on one process and resumed on several sharded ranks: each
     rank keeps its rows of the whole AdamW moments and EMA (FSDP2 shards dimension 0)."""
