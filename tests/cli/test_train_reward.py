@@ -155,3 +155,60 @@ def test_ranking_auc() -> None:
     assert ranking_auc(np.array([0.9, 0.8, 0.1, 0.2]), positive) == 1.0
     assert ranking_auc(np.array([0.1, 0.2, 0.9, 0.8]), positive) == 0.0
     assert ranking_auc(np.array([0.5, 0.9, 0.5, 0.1]), positive) == 0.875  # one tie of four
+
+
+def test_clip_rows_stay_within_their_episode() -> None:
+    from wmrl_cli.training.reward_trainer import clip_rows
+
+    rows = clip_rows(np.array([7, 7, 7, 3, 3]), window=3)
+    assert rows.tolist() == [[0, 0, 0], [0, 0, 1], [0, 1, 2], [3, 3, 3], [3, 3, 4]]
+
+
+def test_train_reward_trains_a_videomae_clip_judge(tmp_path) -> None:
+    """--kind videomae trains WMPO's clip classifier at the size reward_model.videomae gives;
+    its clips never cross episodes, its saved model scores each frame's clip, and it keeps
+    the clip length the imagined env reads its history from."""
+    store = EpisodeStore(tmp_path / "eps")
+    store.add([visible_success_episode(i, succeed=i % 3 != 0) for i in range(20)])
+    out = tmp_path / "run"
+    sizes = (
+        "{hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, intermediate_size: 32,"
+        " patch_size: 4, num_frames: 4}"
+    )
+    result = runner.invoke(
+        app,
+        [
+            "train-reward", "--data", str(tmp_path / "eps"), "--out", str(out), "--steps", "60",
+            "--kind", "videomae", "--set", f"reward_model.videomae={sizes}",
+            "--set", "reward_model.image_size=16", "--set", "reward_model.batch_size=16",
+            "--set", "reward_model.lr=0.003",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "reward_model" / "reward_metrics.json").read_text())
+    assert metrics["best_f1"]["f1"] >= 0.9, metrics
+    model = load_reward_model(out / "reward_model")
+    assert model.kind == "videomae" and model.clip_length == 4
+    assert model.config.image_size == 16 and model.config.hidden_size == 16
+    scores = model.predict(visible_success_episode(99, succeed=True).frames[None])[0].numpy()
+    assert (scores[9:] >= model.threshold).all() and (scores[:9] < model.threshold).all()
+    failed = model.predict(visible_success_episode(98, succeed=False).frames[None])[0].numpy()
+    assert (failed < model.threshold).all()
+
+
+def test_videomae_sizes_on_a_resnet_are_one_line(tmp_path) -> None:
+    store = EpisodeStore(tmp_path / "eps")
+    store.add([visible_success_episode(i, succeed=i % 3 != 0) for i in range(6)])
+    for kind, sizes, said in (
+        ("resnet", "{num_frames: 4}", "reward_model.videomae is set, but reward_model.kind"),
+        ("videomae", "{frames: 4}", "unknown field(s) frames"),
+    ):
+        result = runner.invoke(
+            app,
+            [
+                "train-reward", "--data", str(tmp_path / "eps"), "--out", str(tmp_path / kind),
+                "--kind", kind, "--set", f"reward_model.videomae={sizes}",
+            ],
+        )  # fmt: skip
+        assert result.exit_code != 0 and said in result.output, result.output
+        assert "Traceback" not in result.output

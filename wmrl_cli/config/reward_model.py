@@ -4,7 +4,7 @@ calls verified by the real simulator, or the simulator itself; the recall floors
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -110,6 +110,13 @@ class RewardModelConfig(Section):
         le=16,
         description="training: shift each frame by up to this many pixels (edge padding, random "
         "crop, DrQ's augmentation) so that a small model cannot memorize the training frames",
+    )
+    videomae: dict[str, Any] = Field(
+        default_factory=dict,
+        description="train-reward with kind videomae (WMPO's clip classifier): fields of "
+        "rewards/videomae.py's VideoMAERewConfig over WMPO's videomae-base, e.g. {hidden_size: "
+        "64, num_hidden_layers: 4, num_attention_heads: 4, intermediate_size: 256, patch_size: "
+        "8, num_frames: 8}; its image_size is reward_model.image_size where that is set",
     )
     image_size: int | None = Field(
         None,

@@ -56,8 +56,14 @@ def labelled_frames(store: EpisodeStore, ids: list[int]) -> LabelledFrames:
 
 
 def score_frames(model, data: LabelledFrames, batch: int = 256) -> np.ndarray:
-    """Success probability of every frame (task by task for the task-embedding model)."""
+    """Success probability of every frame (task by task for the task-embedding model; a clip
+    model's episode by episode, each clip within its own episode)."""
     scores = np.empty(len(data.frames), dtype=np.float32)
+    if model.kind == "videomae":
+        for episode in np.unique(data.episode_ids):
+            sel = data.episode_ids == episode
+            scores[sel] = model.predict(data.frames[sel][None])[0].float().cpu().numpy()
+        return scores
     tasks = np.unique(data.task_ids) if model.kind == "taskemb_resnet" else [None]
     for task in tasks:
         sel = np.ones(len(scores), bool) if task is None else data.task_ids == task

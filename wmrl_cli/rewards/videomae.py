@@ -124,6 +124,12 @@ class VideoMAERewardModel(nn.Module):
     def threshold(self) -> float | None:
         return self.config.threshold
 
+    @property
+    def clip_length(self) -> int:
+        """Frames per clip: the imagined env keeps this many - 1 frames of history to score
+        the first frames of a chunk."""
+        return self.config.num_frames
+
     def logits(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """pixel_values [N, num_frames, 3, S, S] (normalized) -> logits [N, 2]."""
         return self.model(pixel_values=pixel_values).logits

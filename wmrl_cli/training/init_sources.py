@@ -138,10 +138,13 @@ def reward_model_to_fine_tune(
 ) -> tuple[Path, AnyRewardModel]:
     """The reward model `init` names (what `train-reward --init` takes), loaded for `store`'s
     tasks, and the file or directory it came from; `reward_cfg` (the config's `reward_model`
-    section) takes its kind and width, which a fine-tuning keeps."""
+    section) takes its kind and a ResNet's width, which a fine-tuning keeps. A WMPO
+    `videomae_*.pth` loads at WMPO's size (videomae-base, 8-frame clips)."""
     source = reward_model_source(resolve_init(init, assets_dir))
     model = load_init_reward_model(source, store)
-    reward_cfg.kind, reward_cfg.width = model.kind, model.config.width
+    reward_cfg.kind = model.kind
+    if model.kind != "videomae":
+        reward_cfg.width = model.config.width
     return source, model
 
 
@@ -150,11 +153,6 @@ def load_init_reward_model(source: Path, store: EpisodeStore) -> AnyRewardModel:
     `source` is a wmrl model directory or a `.pth` (rewards/loading.py: reward_model_source
     finds it in a run or a published folder)."""
     model = load_reward_model(source)
-    if model.kind == "videomae":
-        raise WmrlError(
-            f"{source} is a VideoMAE reward model; train-reward fine-tunes the ResNet ones "
-            "(resnet_rm.pth, taskemb_resnet_rm.pth)"
-        )
     order = rlinf_task_order(model.kind, source, store)
     if order is not None:
         reorder_task_rows(model, order, to_benchmark=True)

@@ -1,7 +1,9 @@
-"""Training a frame-level success classifier from episodes (`wmrl train-reward`).
+"""Training a success classifier from episodes (`wmrl train-reward`): RLinf's ResNet on single
+frames, or WMPO's VideoMAE on the clip of `num_frames` frames that ends at each frame.
 
 Labels come from the simulator: frame t (t >= 1) is positive when the success flag held after
-the action that produced it; the first frame is negative. Batches are balanced (half positive)
+the action that produced it (for a clip model, the clip ending at t); the first frame is
+negative. Batches are balanced (half positive)
 because successes are rare when episodes end at the first success. The threshold is chosen by
 F1 on held-out episodes and saved with the model, with precision, recall and F1: F1 over
 frames, or, where the held-out episodes include a policy's imagined episodes labelled by the
@@ -83,18 +85,12 @@ def train_reward_model(
     store: EpisodeStore,
     init: AnyRewardModel | None = None,
 ) -> tuple[Path, BinaryMetrics]:
-    """Train (or, from `init`, fine-tune) a ResNet reward model; (its directory, held-out
-    metrics at the F1-best threshold). A new model embeds the tasks up to the store's highest
-    id; a model to fine-tune keeps its kind and sizes."""
+    """Train (or, from `init`, fine-tune) a reward model; (its directory, held-out metrics at
+    the F1-best threshold). A new ResNet embeds the tasks up to the store's highest id; a
+    model to fine-tune keeps its kind and sizes."""
     from wmrl_cli.rewards.loading import save_reward_model
-    from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
 
     rc = cfg.reward_model
-    if rc.kind == "videomae":
-        raise WmrlError(
-            "train-reward trains the ResNet reward models (reward_model.kind resnet "
-            "or taskemb_resnet); VideoMAE checkpoints load from WMPO's files"
-        )
     # Stratified by outcome too, so that successes land on both sides of the split.
     train_ids, val_ids = store.split(
         rc.val_fraction, seed=cfg.simulator.seed, stratify=("task_id", "success")
@@ -102,14 +98,11 @@ def train_reward_model(
     check_split_has_successes(store, train_ids, val_ids)
     train, val = labelled_frames(store, train_ids), labelled_frames(store, val_ids)
     torch.manual_seed(cfg.simulator.seed)
-    model = init or build_resnet_reward_model(
-        ResnetRewConfig(
-            width=rc.width,
-            task_embedding=rc.kind == "taskemb_resnet",
-            num_tasks=1 + max((int(m["task_id"]) for m in store.index), default=0),
-            image_size=rc.image_size,
-        )
+    model = init or new_reward_model(
+        rc, 1 + max((int(m["task_id"]) for m in store.index), default=0)
     )
+    window = int(getattr(model, "clip_length", 1))  # a clip model's frames per clip
+    clips = None if window == 1 else clip_rows(train.episode_ids, window)
     optimizer = torch.optim.AdamW(model.parameters(), lr=rc.lr, weight_decay=1e-4)
     pos, neg = np.flatnonzero(train.labels), np.flatnonzero(~train.labels)
     logger = MetricsLogger(  # training starts over: rows of an earlier attempt go
@@ -127,12 +120,20 @@ def train_reward_model(
             rng = np.random.default_rng([cfg.simulator.seed, step])
             half = rc.batch_size // 2
             idx = np.concatenate([rng.choice(pos, half), rng.choice(neg, rc.batch_size - half)])
-            images = model.preprocess(torch.from_numpy(train.frames[idx]))
-            if rc.augment_shift:
-                images = random_shift(images, rc.augment_shift, rng)
-            ids = torch.from_numpy(train.task_ids[idx])
-            labels = torch.from_numpy(train.labels[idx]).float()
-            loss = F.binary_cross_entropy_with_logits(model.logits(images, ids), labels)
+            labels = torch.from_numpy(train.labels[idx])
+            if clips is None:
+                images = model.preprocess(torch.from_numpy(train.frames[idx]))
+                if rc.augment_shift:
+                    images = random_shift(images, rc.augment_shift, rng)
+                ids = torch.from_numpy(train.task_ids[idx])
+                loss = F.binary_cross_entropy_with_logits(model.logits(images, ids), labels.float())
+            else:  # clips [B, W, 3, S, S], one shift per clip (its frames stay aligned)
+                frames = torch.from_numpy(train.frames[clips[idx].ravel()])
+                images = model.preprocess(frames).unflatten(0, (len(idx), window))
+                if rc.augment_shift:
+                    shifted = random_shift(images.flatten(1, 2), rc.augment_shift, rng)
+                    images = shifted.unflatten(1, (window, 3))
+                loss = F.cross_entropy(model.logits(images), labels.long())  # WMPO's 2 classes
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -175,6 +176,54 @@ def train_reward_model(
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     return final, chosen
+
+
+def new_reward_model(rc, num_tasks: int) -> AnyRewardModel:
+    """A reward model of the configured kind and size, at its initial weights: RLinf's ResNet
+    (`width`, with a task embedding over `num_tasks` for taskemb_resnet) or WMPO's VideoMAE
+    (`reward_model.videomae` over videomae-base's sizes)."""
+    from dataclasses import fields
+
+    from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
+    from wmrl_cli.rewards.videomae import VideoMAERewardModel, VideoMAERewConfig
+
+    if rc.kind != "videomae":
+        if rc.videomae:
+            raise WmrlError(f"reward_model.videomae is set, but reward_model.kind is {rc.kind}")
+        return build_resnet_reward_model(
+            ResnetRewConfig(
+                width=rc.width,
+                task_embedding=rc.kind == "taskemb_resnet",
+                num_tasks=num_tasks,
+                image_size=rc.image_size,
+            )
+        )
+    known = {f.name for f in fields(VideoMAERewConfig)} - {"threshold"}
+    unknown = sorted(set(rc.videomae) - known)
+    if unknown:
+        raise WmrlError(
+            f"reward_model.videomae: unknown field(s) {', '.join(unknown)}; "
+            f"expected some of {', '.join(sorted(known))}"
+        )
+    sizes = dict(rc.videomae)
+    if rc.image_size is not None:
+        sizes["image_size"] = rc.image_size
+    try:
+        return VideoMAERewardModel(VideoMAERewConfig(**sizes))
+    except (TypeError, ValueError) as exc:  # transformers checks the sizes against each other
+        raise WmrlError(f"reward_model.videomae {rc.videomae}: {exc}") from None
+
+
+def clip_rows(episode_ids: np.ndarray, window: int) -> np.ndarray:
+    """rows[i, k]: the rows of the `window`-frame clip that ends at row i of frames stored
+    episode after episode (`episode_ids` [N], each episode's rows contiguous); a clip that
+    would begin before its episode's first frame repeats that frame (rewards/videomae.py:
+    clip_indices, as the model scores a whole video)."""
+    change = np.flatnonzero(np.diff(episode_ids)) + 1
+    first = np.concatenate([[0], change])
+    starts = np.repeat(first, np.diff(np.concatenate([first, [len(episode_ids)]])))
+    ends = np.arange(len(episode_ids))[:, None] - window + 1 + np.arange(window)[None, :]
+    return np.maximum(starts[:, None], ends)
 
 
 def policy_episode_metrics(
