@@ -8,6 +8,7 @@ import pytest
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import (
     EntryNotFoundError,
+    HfHubHTTPError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
@@ -57,3 +58,36 @@ def test_editing_a_repo_changes_its_commit(tiny: HubServer) -> None:
     before = tiny.commit_of(REPO)
     write_repo(tiny.root, REPO, {"config.json": b'{"a": 2}'})
     assert tiny.commit_of(REPO) != before
+
+
+def test_uploads_as_huggingface_hub_makes_them(hub: HubServer, tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    for rel, data in FILES.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(data)
+    api = HfApi(endpoint=hub.url)
+    assert api.create_repo("me/up", private=True).repo_id == "me/up"
+    assert api.create_repo("me/up", exist_ok=True).repo_id == "me/up"
+    first = api.upload_folder(repo_id="me/up", folder_path=folder)
+    assert first.oid == hub.commit_of("me/up") and api.repo_info("me/up").private
+    assert {p: e.size for p, e in hub.repo("me/up").entries.items()} == {
+        p: len(d) for p, d in FILES.items()
+    }
+    lfs = {e.sha256 for e in hub.repo("me/up").entries.values() if e.sha256}
+    assert {r.path for r in hub.log if r.method == "PUT"} == {f"/upload/{oid}" for oid in lfs}
+    assert len(lfs) == 2  # weights.safetensors and sub/x.npy went by LFS
+    assert api.upload_folder(repo_id="me/up", folder_path=folder).oid == first.oid  # unchanged
+
+    api.create_branch("me/up", branch="v1", exist_ok=True)
+    (folder / "config.json").write_bytes(b'{"a": 2}')
+    on_branch = api.upload_folder(repo_id="me/up", folder_path=folder, revision="v1")
+    assert api.repo_info("me/up", revision="v1").sha == on_branch.oid != first.oid
+    got = hf_hub_download("me/up", "config.json", revision="v1", cache_dir=tmp_path / "c")
+    assert Path(got).read_bytes() == b'{"a": 2}'
+    assert (hub.root / "me" / "up" / "config.json").read_bytes() == FILES["config.json"]
+
+    hub.writers = {"secret"}
+    with pytest.raises(HfHubHTTPError) as denied:
+        api.create_repo("me/other")
+    assert denied.value.response.status_code == 401
+    assert HfApi(endpoint=hub.url, token="secret").create_repo("me/other").repo_id == "me/other"

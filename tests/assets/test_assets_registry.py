@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from wmrl_cli.assets.layout import asset_path, check_layout, default_assets_dir
-from wmrl_cli.assets.registry import ROLES, get_asset, list_assets
+from wmrl_cli.assets.registry import ROLES, download_target, get_asset, list_assets
 from wmrl_cli.cli.app import app
 from wmrl_cli.errors import ConfigError, WmrlError
 
@@ -83,6 +83,15 @@ def test_registry_covers_reference_section_1() -> None:
 def test_unknown_asset_lists_known_names() -> None:
     with pytest.raises(ConfigError, match="known assets: wan-libero-spatial, wan-libero-object"):
         get_asset("wan-libero-long")
+
+
+def test_download_takes_any_hub_repo_id_too() -> None:
+    assert download_target("wan-libero-spatial") is get_asset("wan-libero-spatial")
+    pushed = download_target("me/tiny-policy")  # what `wmrl push` made: no expected files
+    assert pushed.repo_id == pushed.name == "me/tiny-policy" and pushed.files == ()
+    for bad in ("me/a/b", "me/..", "me/a--b", "/x"):
+        with pytest.raises(ConfigError, match="not a Hub repo id"):
+            download_target(bad)
 
 
 def test_check_layout_names_missing_files(tmp_path: Path) -> None:

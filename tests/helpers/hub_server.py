@@ -14,7 +14,9 @@ It answers exactly what huggingface_hub's `snapshot_download` / `hf_hub_download
 
 No Xet headers are ever sent (`X-Xet-Hash`, xet links, `xetHash` in the tree), so the client
 never tries Xet storage. A repo is `root/<org>/<name>/`; its commit sha is a hash of its
-content, so editing a file yields a new commit. Every request lands in `server.log`.
+content, so editing a file yields a new commit. Its other branches live in a scratch folder of
+the server's. Every request lands in `server.log`. The write half (create_repo, create_branch,
+upload_folder / create_commit) is in tests/helpers/hub_upload.py.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -33,6 +37,8 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pytest
+
+from tests.helpers.hub_upload import UploadEndpoints
 
 LFS_PATTERNS = ("*.safetensors", "*.pth", "*.pt", "*.bin", "*.npy", "*.model", "*.ckpt")
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -65,6 +71,7 @@ class _Repo:
     commit: str
     entries: dict[str, RepoEntry]
     blobs: dict[str, Path] = field(default_factory=dict)  # sha256 -> file
+    branch: str = "main"
 
 
 def _git_blob_sha1(data: bytes) -> str:
@@ -93,6 +100,7 @@ class HubServer:
         page_size: int = 1000,
         lfs_patterns: Iterable[str] = LFS_PATTERNS,
         lfs_redirect: bool = True,
+        writers: Iterable[str] = (),
     ) -> None:
         self.root = Path(root)
         self.gated = set(gated)
@@ -103,6 +111,11 @@ class HubServer:
         # Listed in the tree but answered 404 by resolve: an inconsistent mirror, or a file
         # whose download fails (tests use it to interrupt a run after the other files).
         self.hidden: set[str] = set()
+        # Uploads: tokens allowed to write (none: anyone may), private repos, and a scratch
+        # folder for LFS objects uploaded before their commit and for branches besides main.
+        self.writers = set(writers)
+        self.private: set[str] = set()
+        self.scratch = Path(tempfile.mkdtemp(prefix="wmrl-hub-"))
         self.log: list[LoggedRequest] = []
         self._lock = threading.Lock()
         self._cuts: dict[str, tuple[int, int | None]] = {}
@@ -134,6 +147,7 @@ class HubServer:
             server.server_close()
         for thread in self._threads:
             thread.join(timeout=5)
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     def __enter__(self) -> HubServer:
         return self.start()
@@ -162,8 +176,13 @@ class HubServer:
         return repo.commit
 
     # --- repo model ------------------------------------------------------------------
-    def repo(self, repo_id: str) -> _Repo | None:
-        folder = self.root / repo_id
+    def folder_of(self, repo_id: str, branch: str = "main") -> Path:
+        if branch == "main":
+            return self.root / repo_id
+        return self.scratch / "branches" / repo_id / quote(branch, safe="")
+
+    def repo(self, repo_id: str, branch: str = "main") -> _Repo | None:
+        folder = self.folder_of(repo_id, branch)
         if repo_id.count("/") != 1 or not folder.is_dir():
             return None
         entries: dict[str, RepoEntry] = {}
@@ -179,10 +198,23 @@ class HubServer:
                 blobs[sha256] = path
             else:
                 entries[rel] = RepoEntry(rel, len(data), _git_blob_sha1(data), None)
-        digest = hashlib.sha1(repo_id.encode())
+        digest = hashlib.sha1((repo_id if branch == "main" else f"{repo_id}@{branch}").encode())
         for entry in entries.values():
             digest.update(f"{entry.path}\0{entry.blob_id}\0".encode())
-        return _Repo(folder, digest.hexdigest(), entries, blobs)
+        return _Repo(folder, digest.hexdigest(), entries, blobs, branch)
+
+    def lookup(self, repo_id: str, revision: str) -> _Repo | None:
+        """The repo at a branch name or a commit sha (main's, or a branch's)."""
+        main = self.repo(repo_id)
+        if main is None or revision in ("main", main.commit):
+            return main
+        branches = self.scratch / "branches" / repo_id
+        names = [unquote(p.name) for p in branches.iterdir()] if branches.is_dir() else []
+        for name in names:
+            repo = self.repo(repo_id, name)
+            if repo is not None and revision in (name, repo.commit):
+                return repo
+        return None
 
     def is_lfs(self, entry: RepoEntry) -> bool:
         return entry.sha256 is not None
@@ -211,7 +243,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(UploadEndpoints, BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 5  # idle keep-alive connections end, so the server always stops promptly
     server: _Server
@@ -226,6 +258,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:  # noqa: N802
         self._dispatch()
 
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch()
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch()
+
     def _dispatch(self) -> None:
         split = urlsplit(self.path)
         self.entry = LoggedRequest(
@@ -236,7 +274,10 @@ class _Handler(BaseHTTPRequestHandler):
             authorization=self.headers.get("Authorization"),
         )
         try:
-            if self.server.cdn:
+            parts = [unquote(p) for p in split.path.strip("/").split("/")]
+            if self.command in ("POST", "PUT"):
+                self._write(parts)
+            elif self.server.cdn:
                 self._cdn(split.path)
             else:
                 self._hub(split.path, self.entry.query)
@@ -258,13 +299,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- endpoints -------------------------------------------------------------------
     def _lookup(self, repo_id: str, revision: str) -> _Repo | None:
-        repo = self.server.hub.repo(repo_id)
-        if repo is None:
+        main = self.server.hub.repo(repo_id)
+        if main is None:
             self._error(404, "RepoNotFound", "Repository not found")
             return None
-        if revision not in ("main", repo.commit):
-            self._error(404, "RevisionNotFound", "Invalid rev id: " + revision, repo.commit)
-            return None
+        repo = self.server.hub.lookup(repo_id, revision)
+        if repo is None:
+            self._error(404, "RevisionNotFound", "Invalid rev id: " + revision, main.commit)
         return repo
 
     def _repo_info(self, repo_id: str, revision: str, query: dict[str, list[str]]) -> None:
@@ -287,7 +328,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "modelId": repo_id,
                 "author": repo_id.split("/")[0],
                 "sha": repo.commit,
-                "private": False,
+                "private": repo_id in self.server.hub.private,
                 "gated": "manual" if repo_id in self.server.hub.gated else False,
                 "disabled": False,
                 "downloads": 0,
@@ -339,6 +380,7 @@ class _Handler(BaseHTTPRequestHandler):
         common = {"X-Repo-Commit": repo.commit}
         if entry.sha256 is not None and hub.lfs_redirect:
             location = f"{hub.cdn_url}/blobs/{entry.sha256}?repo={quote(repo_id, safe='')}"
+            location += f"&branch={quote(repo.branch, safe='')}"
             headers = {
                 **common,
                 "Location": location,
@@ -353,7 +395,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _cdn(self, raw_path: str) -> None:
         match = re.fullmatch(r"/blobs/([0-9a-f]{64})", raw_path)
         repo_id = unquote(self.entry.query.get("repo", [""])[0])
-        repo = self.server.hub.repo(repo_id) if match else None
+        branch = unquote(self.entry.query.get("branch", ["main"])[0])
+        repo = self.server.hub.repo(repo_id, branch) if match else None
         if repo is None or match is None or match.group(1) not in repo.blobs:
             return self._error(404, None, "No such blob")
         blob = repo.blobs[match.group(1)]
@@ -398,10 +441,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.wfile.write(body)
 
-    def _json(self, payload: Any, headers: dict[str, str] | None = None) -> None:
+    def _json(self, payload: Any, headers: dict[str, str] | None = None, status: int = 200) -> None:
         body = json.dumps(payload).encode()
-        self.entry.status = 200
-        self.send_response(200)
+        self.entry.status = status
+        self.send_response(status)
         for key, value in {**(headers or {}), "Content-Type": "application/json"}.items():
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(body)))

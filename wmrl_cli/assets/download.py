@@ -43,7 +43,7 @@ from wmrl_cli.assets.layout import (
     matches,
 )
 from wmrl_cli.assets.progress import make_download_progress, rich_tqdm_class
-from wmrl_cli.assets.registry import Asset, AssetFile, get_asset
+from wmrl_cli.assets.registry import Asset, AssetFile, download_target
 from wmrl_cli.errors import WmrlError
 
 __all__ = ["DownloadResult", "asset_path", "check_layout", "download_asset", "fetch_asset"]
@@ -89,7 +89,7 @@ def fetch_asset(
     include: globs restricting the download (default: the whole repo, or the asset's subset).
     recheck: hash every file again, even those whose last check still holds.
     """
-    asset = get_asset(name)
+    asset = download_target(name)
     target = asset_dir(asset.name, assets_dir)
     patterns = list(include) if include else (list(asset.subset) if asset.subset else None)
     hub = HubSettings.from_environ()

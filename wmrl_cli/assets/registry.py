@@ -9,6 +9,7 @@ names the missing file instead of a failure deep inside a loader.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from wmrl_cli.errors import ConfigError
@@ -226,3 +227,30 @@ def get_asset(name: str) -> Asset:
         return ASSETS[name]
     except KeyError:
         raise ConfigError(f"unknown asset '{name}'; known assets: {', '.join(ASSETS)}") from None
+
+
+# The Hub's rule for a repo id: OWNER/NAME of letters, digits, '-', '_' and '.', no '--' or '..'.
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
+
+
+def check_repo_id(repo_id: str) -> str:
+    if not _REPO_ID.match(repo_id) or "--" in repo_id or ".." in repo_id:
+        raise ConfigError(
+            f"'{repo_id}' is not a Hub repo id: OWNER/NAME (letters, digits, '-', '_', '.')"
+        )
+    return repo_id
+
+
+def download_target(name: str) -> Asset:
+    """What `wmrl download NAME` fetches: a published asset by its name, or any Hub repo by its
+    id OWNER/NAME (a model `wmrl push` made, say) as an asset of no expected files, which goes
+    to DIR/OWNER/NAME."""
+    if name in ASSETS or "/" not in name:
+        return get_asset(name)
+    return Asset(
+        name=check_repo_id(name),
+        repo_id=name,
+        description=f"the Hub repository {name}",
+        files=(),
+        layout_verified=True,
+    )

@@ -12,6 +12,7 @@ from wmrl_cli.cli.completion import WmrlCommand, WmrlGroup
 from wmrl_cli.cli.download_cmd import download_command
 from wmrl_cli.cli.eval_cmd import eval_command
 from wmrl_cli.cli.presets_cmd import presets_app
+from wmrl_cli.cli.push_cmd import push_command
 from wmrl_cli.cli.rollout_cmd import rollout_command
 from wmrl_cli.cli.sft_cmd import sft_command
 from wmrl_cli.cli.train_policy_cmd import train_policy_command
@@ -50,6 +51,7 @@ def root(
 app.command("rollout", cls=WmrlCommand)(rollout_command)
 app.command("eval", cls=WmrlCommand)(eval_command)
 app.command("download", cls=WmrlCommand)(download_command)
+app.command("push", cls=WmrlCommand)(push_command)
 app.command("sft", cls=WmrlCommand)(sft_command)
 app.command("train-wm", cls=WmrlCommand)(train_wm_command)
 app.command("train-reward", cls=WmrlCommand)(train_reward_command)

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from wmrl_cli.assets.layout import ASSETS_ENV, default_assets_dir
-from wmrl_cli.assets.registry import get_asset, list_assets
+from wmrl_cli.assets.registry import download_target, list_assets
 from wmrl_cli.cli.common import handle_errors, say_done
 from wmrl_cli.cli.completion import complete_assets
 from wmrl_cli.errors import ConfigError
@@ -45,7 +45,8 @@ def download_command(
     names: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Asset names, e.g. wan-libero-spatial (see --list).",
+            help="Asset names, e.g. wan-libero-spatial (see --list), or Hub repo ids "
+            "OWNER/NAME (a model `wmrl push` made, say; it goes to DIR/OWNER/NAME).",
             show_default=False,
             autocompletion=complete_assets,
         ),
@@ -93,7 +94,7 @@ def download_command(
         return
     if not names:
         raise ConfigError("name at least one asset to download (see: wmrl download --list)")
-    assets = [get_asset(name) for name in dict.fromkeys(names)]
+    assets = [download_target(name) for name in dict.fromkeys(names)]
 
     from wmrl_cli.assets.download import fetch_asset
 
