@@ -136,7 +136,9 @@ def test_no_file_is_over_600_lines() -> None:
 
 # Test folders besides the package's own: whole commands and pipelines, the benchmark scripts,
 # and what tests share that is not a fixture (not a test module: nothing there is collected).
-TEST_FOLDERS = {"e2e", "benchmarks", "helpers"}
+TEST_FOLDERS = {"e2e", "benchmarks", "helpers", "fixtures"}
+# Data that tests read as it was made (a LeRobot dataset written by lerobot): folders, no code.
+FIXTURES = TESTS / "fixtures"
 # A string that is a module's dotted name, maybe with an attribute: what `python -m` runs, a
 # worker's target ("tests.x.test_y:Name").
 MODULE_STRING = re.compile(r"tests(?:\.\w+)+(?::[\w.]+)?")
@@ -213,6 +215,7 @@ def test_a_test_module_import_is_caught(source: str, caught: bool) -> None:
 def test_test_folders_mirror_the_package_and_are_packages() -> None:
     wings = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     folders = [p for p in sorted(TESTS.rglob("*")) if p.is_dir() and p.name[0] not in "_."]
+    folders = [p for p in folders if FIXTURES not in p.parents]
     top = [p.name for p in folders if p.parent == TESTS]
     stray = sorted(set(top) - wings - TEST_FOLDERS)
     assert not stray, f"test folders that are no package of wmrl_cli/: {stray}"

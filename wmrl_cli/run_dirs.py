@@ -103,7 +103,7 @@ def discard_unused_run_dirs() -> None:
 
 RUN_RECORD = "run.json"
 # Settings that change how a run is carried out or logged, not what it computes.
-_FREE_KEYS = ("output_dir", "assets_dir", "num_threads")
+_FREE_KEYS = ("output_dir", "assets_dir", "num_threads", "lerobot.cache_dir")
 _FREE_PREFIXES = ("logging.",)
 _FREE_SUFFIXES = (".save_every", ".keep_checkpoints", ".log_every")
 _HASHED_BYTES = 64 * 2**20  # larger files are fingerprinted by size and modification time

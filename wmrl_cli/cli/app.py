@@ -9,6 +9,7 @@ import typer
 from wmrl_cli import __version__
 from wmrl_cli.cli.co_evolve_cmd import co_evolve_command
 from wmrl_cli.cli.completion import WmrlCommand, WmrlGroup
+from wmrl_cli.cli.convert_cmd import convert_command
 from wmrl_cli.cli.download_cmd import download_command
 from wmrl_cli.cli.eval_cmd import eval_command
 from wmrl_cli.cli.presets_cmd import presets_app
@@ -51,6 +52,7 @@ def root(
 app.command("rollout", cls=WmrlCommand)(rollout_command)
 app.command("eval", cls=WmrlCommand)(eval_command)
 app.command("download", cls=WmrlCommand)(download_command)
+app.command("convert", cls=WmrlCommand)(convert_command)
 app.command("push", cls=WmrlCommand)(push_command)
 app.command("sft", cls=WmrlCommand)(sft_command)
 app.command("train-wm", cls=WmrlCommand)(train_wm_command)

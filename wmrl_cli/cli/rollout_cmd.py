@@ -137,11 +137,22 @@ def rollout_command(
             "the episode start only)."
         ),
     ] = None,
+    format_: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="wmrl: --out is an episode store; lerobot: --out is a LeRobotDataset v3 "
+            "(lerobot.camera, lerobot.fps; docs/formats.md).",
+        ),
+    ] = "wmrl",
 ) -> None:
     """Run a policy (its actions optionally perturbed: --noise-kind, --random-chunk-prob) for N episodes per task in Meta-World or LIBERO (--suite libero_*) and store every frame, action, reward and success flag, with the exact simulator state at each chunk boundary; with --world-model and --replay, store the world model's imagined episodes under the recorded actions instead, labelled with the recorded success; with --world-model, --policy and --reset-set, store the policy's own imagined episodes from the store's starts, labelled by executing its actions in the simulator."""  # noqa: E501
     from wmrl_cli.evaluation.rollouts import collect_rollouts
 
     given = locals()
+    if format_ != "wmrl":
+        _rollout_as_lerobot(given)
+        return
     if reset_set is not None:
         _check_policy_imagined_options(world_model, policy, given)
         cfg = build_config(
@@ -202,6 +213,36 @@ def rollout_command(
     summary = collect_rollouts(cfg, append=append, write_rlinf=export_rlinf, overwrite=overwrite)
     console.print(summary.table())
     say_done(f"{summary.episodes} episodes", summary.store)
+
+
+# What needs the episode store itself: no place for it in a LeRobot dataset.
+STORE_OPTIONS = (("--append", "append"), ("--kir", "kir"), ("--export-rlinf", "export_rlinf"))
+
+
+def _rollout_as_lerobot(given: dict) -> None:
+    """--format lerobot: the rollout into an episode store beside --out (a temporary folder),
+    then that store written to --out as a LeRobotDataset v3."""
+    import inspect
+    import shutil
+
+    from wmrl_cli.cli.convert_cmd import check_new_output, export_lerobot, recorded_camera
+    from wmrl_cli.data.episodes import EpisodeStore
+
+    if given["format_"] != "lerobot":
+        raise ConfigError(f"--format {given['format_']}: choose wmrl or lerobot")
+    _refuse_given(STORE_OPTIONS, given, "--format lerobot writes a new LeRobot dataset")
+    out = Path(given["out"])
+    check_new_output(out, given["overwrite"])
+    tmp = out.parent / f".{out.name}.store-tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    params = {name: given[name] for name in inspect.signature(rollout_command).parameters}
+    try:
+        run = rollout_command.__wrapped__  # type: ignore[attr-defined]  # errors: reported once
+        run(**{**params, "out": str(tmp), "format_": "wmrl", "overwrite": False})
+        cfg = build_config(given["preset"], given["set_"])
+        export_lerobot(EpisodeStore.open(tmp), out, cfg, recorded_camera(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _given(value: object) -> bool:

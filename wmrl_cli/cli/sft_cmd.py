@@ -33,7 +33,10 @@ def sft_command(
     ] = None,
     data: Annotated[
         Path | None,
-        typer.Option(help="Train on this episode store instead of collecting demonstrations."),
+        typer.Option(
+            help="Train on this episode store instead of collecting demonstrations, or on a "
+            "LeRobotDataset v3: a folder or a Hub repo id (lerobot.* settings)."
+        ),
     ] = None,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Samples per step (all ranks).")] = None,
@@ -49,7 +52,7 @@ def sft_command(
     log_with: LogWithOpt = None,
 ) -> None:
     """Collect scripted-expert demonstrations (or read --data), behaviour-clone a tiny OpenVLA-OFT policy with cross-entropy over action tokens, and save it to RUN_DIR/policy. Evaluate with `wmrl eval --policy RUN_DIR`."""  # noqa: E501
-    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.assets.datasets import open_episode_data
     from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
     from wmrl_cli.runtime import check_not_single_rank_launch, configure_threads, seed_everything
     from wmrl_cli.training.memory_budget import check_sft_memory
@@ -71,7 +74,7 @@ def sft_command(
         simulator__image_size=image_size,
         output_dir=out,
     )
-    store = EpisodeStore.open(cfg.sft.data) if cfg.sft.data else None
+    store = open_episode_data([cfg.sft.data], cfg) if cfg.sft.data else None
     check_sft_memory(cfg, int(os.environ.get("WORLD_SIZE", 1)))  # before anything is written
     run_dir = claim_run_dir(
         cfg,
@@ -82,7 +85,7 @@ def sft_command(
         overwrite=overwrite,
     )
     if resume and cfg.sft.data:  # the recorded config's store
-        store = EpisodeStore.open(cfg.sft.data)
+        store = open_episode_data([cfg.sft.data], cfg)
     configure_threads(cfg.num_threads)
     seed_everything(cfg.simulator.seed)
     if store is None:

@@ -31,7 +31,8 @@ def train_reward_command(
         list[Path],
         typer.Option(
             help="Episode store with success flags (wmrl rollout); repeat to pool several, e.g. "
-            "real and imagined episodes (wmrl rollout --world-model)."
+            "real and imagined episodes (wmrl rollout --world-model); or a LeRobotDataset v3: "
+            "a folder or a Hub repo id (lerobot.* settings)."
         ),
     ],
     kind: Annotated[
@@ -67,7 +68,7 @@ def train_reward_command(
     """Train a ResNet success classifier on frames labelled by the simulator's success flags; the threshold is chosen by F1 on held-out episodes and saved with the model in RUN/reward_model/."""  # noqa: E501
     from rich.table import Table
 
-    from wmrl_cli.data.episodes import open_stores
+    from wmrl_cli.assets.datasets import open_episode_data
     from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
     from wmrl_cli.runtime import configure_threads
     from wmrl_cli.training.init_sources import (
@@ -88,7 +89,7 @@ def train_reward_command(
         assets_dir=assets_dir,
         output_dir=out,
     )
-    store = open_stores(data)
+    store = open_episode_data(data, cfg)
     source = target = model = None
     if init is not None:  # loaded before the run directory is made: a bad file writes nothing
         source, model = reward_model_to_fine_tune(init, store, cfg.assets_dir, cfg.reward_model)

@@ -30,7 +30,13 @@ from wmrl_cli.logging import console
 
 @handle_errors
 def train_wm_command(
-    data: Annotated[Path, typer.Option(help="Episode store to learn from (wmrl rollout).")],
+    data: Annotated[
+        Path,
+        typer.Option(
+            help="Episode store to learn from (wmrl rollout), or a LeRobotDataset v3: a folder "
+            "or a Hub repo id (lerobot.* settings)."
+        ),
+    ],
     backend: Annotated[
         str | None, typer.Option(help="wan (WoVR/RLinf) or opensora (WMPO/RLinf STDiT3).")
     ] = None,
@@ -81,7 +87,7 @@ def train_wm_command(
     """Train the autoencoder (from scratch only), then the action-conditioned denoiser on windows of reference + context + target frames; validate by open-loop rollouts against the copy-last-frame baseline; save to RUN/world_model/."""  # noqa: E501
     from rich.table import Table
 
-    from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.assets.datasets import open_episode_data
     from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
     from wmrl_cli.runtime import check_not_single_rank_launch, configure_threads, seed_everything
     from wmrl_cli.training.init_sources import (
@@ -106,7 +112,7 @@ def train_wm_command(
         assets_dir=assets_dir,
         output_dir=out,
     )
-    store = EpisodeStore.open(data)
+    store = open_episode_data([data], cfg)
     if len(store) == 0:
         raise typer.BadParameter(f"{data} holds no episodes")
     first = store.load(0)

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from wmrl_cli.config.coevolve import CoevolveConfig
+from wmrl_cli.config.lerobot import LerobotConfig
 from wmrl_cli.config.reward_model import RewardModelConfig
 from wmrl_cli.config.section import Section
 
@@ -495,6 +496,7 @@ class RunConfig(Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     sft: SftConfig = Field(default_factory=SftConfig)
     coevolve: CoevolveConfig = Field(default_factory=CoevolveConfig)
+    lerobot: LerobotConfig = Field(default_factory=LerobotConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     output_dir: Path | None = Field(
         None, description="run directory (default: runs/<cmd>[-<preset>])"

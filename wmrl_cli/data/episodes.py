@@ -31,6 +31,9 @@ SIMULATOR_LABELS = "simulator"
 # ... and of verified imagination's calls (envs/verified.py), labelled by a replay up to the
 # call whose steps RL's `env/real_steps` already counted: not counted again.
 VERIFIED_CALL_LABELS = "verified_call"
+# The action statistics of the dataset a store was converted from (a LeRobot dataset's
+# meta/stats.json), which a policy trained on the store normalizes its actions with.
+STATISTICS_FILE = "action_statistics.json"
 
 
 @dataclass
@@ -190,6 +193,17 @@ class EpisodeStore:
         """Whether the store holds episodes a world model imagined (`wmrl rollout
         --world-model`)."""
         return any(m.get("imagined") for m in self._index)
+
+    def action_statistics(self) -> dict[str, Any] | None:
+        """The source dataset's action statistics (`STATISTICS_FILE`: a dataset_statistics.json
+        entry), where the store was converted from a dataset that has them; else None."""
+        path = self.root / STATISTICS_FILE
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise WmrlError(f"{path}: unreadable action statistics ({exc})") from None
 
     def require_simulator_states(self, purpose: str) -> None:
         """One line for a use that needs the simulator's states, which imagined episodes lack."""

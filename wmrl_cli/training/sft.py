@@ -127,8 +127,11 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
         mixed_precision="bf16" if cfg.training.bf16 else "no",
     )
     data = build_bc_dataset(store, cfg.simulator.chunk_size)
+    # the source dataset's statistics where the store carries them (a LeRobot dataset's)
+    own = store.action_statistics()
     stats = {
-        cfg.simulator.suite: compute_statistics(data.chunks[:, 0], num_trajectories=len(store))
+        cfg.simulator.suite: own
+        or compute_statistics(data.chunks[:, 0], num_trajectories=len(store))
     }
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if checkpoint is not None:
