@@ -139,3 +139,25 @@ def test_a_dataset_without_success_names_the_settings(tmp_path, cache) -> None:
     (data / "meta" / "info.json").write_text(json.dumps(info))
     result = runner.invoke(app, ["train-reward", "--data", str(data), *cache])
     one_error_line(result, 2, "no success in the dataset", "lerobot.success=last_frame")
+
+
+def test_a_hub_dataset_is_fetched_and_read(tmp_path, hub, cache) -> None:
+    """OWNER/NAME on the (loopback) Hub: meta/ first, then the data and the chosen camera's
+    videos, through huggingface_hub's dataset endpoints."""
+    from tests.helpers.hub_server import write_repo
+
+    files = {p.relative_to(FIXTURE).as_posix(): p for p in FIXTURE.rglob("*") if p.is_file()}
+    files = {rel: path.read_bytes() for rel, path in files.items()}
+    files["videos/observation.images.side/chunk-000/file-000.mp4"] = b"another camera"
+    write_repo(hub.root, "robots/tiny", files)
+    out = tmp_path / "store"
+    result = runner.invoke(
+        app,
+        ["convert", "robots/tiny", str(out), "--set", "lerobot.camera=front", *cache],
+    )
+    assert result.exit_code == 0, result.output
+    assert len(EpisodeStore.open(out)) == 5
+    fetched = {r.path for r in hub.content_requests()}
+    assert not any("observation.images.side" in path for path in fetched)
+    missing = runner.invoke(app, ["convert", "robots/none", str(tmp_path / "x"), *cache])
+    one_error_line(missing, 1, "robots/none")

@@ -286,6 +286,11 @@ class _Handler(UploadEndpoints, BaseHTTPRequestHandler):
 
     def _hub(self, raw_path: str, query: dict[str, list[str]]) -> None:
         parts = [unquote(p) for p in raw_path.strip("/").split("/")]
+        # a dataset repo's endpoints are a model repo's under /api/datasets/ and /datasets/
+        if parts[:2] == ["api", "datasets"]:
+            parts[1] = "models"
+        elif parts[:1] == ["datasets"] and len(parts) >= 6:
+            parts = parts[1:]
         if parts[:2] == ["api", "models"] and len(parts) >= 4:
             repo_id = "/".join(parts[2:4])
             rest = parts[4:]
