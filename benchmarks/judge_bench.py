@@ -22,6 +22,10 @@ A verdict `NAME=RM[@THRESHOLD][:kFRAMES]` is a reward model that calls an episod
 the first imagined frame ending FRAMES consecutive frames at THRESHOLD (the imagined env's rule,
 rewards/calibration.py: held_success); the defaults are what RL would use, from `--preset`'s
 `reward_model.success_threshold` / `success_frames` (the threshold: else the model's own).
+`--only rl10,rl20` scores those policies' episodes alone: a judge refined on the others'
+replays (what RL has paid for by then) is scored on policies it never saw. Each row also
+gives the ranking AUC of the judge's held score against the real outcome: at 0.5 no
+threshold can call the task's successes.
 `@task`: a threshold per task at its best F1, each episode judged out of sample (the base group
 by 2-fold cross-validation, the RL group at the thresholds fitted on the base group). A
 call is true when the simulator's success held by the end of the called chunk (where RL's
@@ -230,6 +234,11 @@ def label_and_path(text: str) -> tuple[str, Path]:
     return label, Path(path)
 
 
+def _labels(set_dir: str) -> list[tuple[str, str]]:
+    """(label, group) of every policy of a set."""
+    return [(path.name, group) for group, path in stores(Path(set_dir))]
+
+
 def group_of(label: str) -> str:
     return BASE if label == BASE else "rl"
 
@@ -261,6 +270,7 @@ class Scored:
     scores: np.ndarray
     success: np.ndarray
     chunk: int
+    label: str = BASE
 
 
 def scored_episodes(set_dir: Path, model) -> list[Scored]:
@@ -274,8 +284,24 @@ def scored_episodes(set_dir: Path, model) -> list[Scored]:
             ids = [episode.task_id] if model.kind == "taskemb_resnet" else None
             scores = model.predict(episode.frames[None], ids)[0].float().cpu().numpy()[1:]
             success = np.asarray(episode.success, bool)
-            out.append(Scored(episode.task_name, group, scores, success, episode.chunk_size))
+            chunk = episode.chunk_size
+            out.append(Scored(episode.task_name, group, scores, success, chunk, path.name))
     return out
+
+
+def ranking_auc(episodes: list[Scored], frames: int) -> float | None:
+    """How well the judge's held score (the highest it keeps for `frames` frames: what a
+    threshold is compared with) ranks the real successes above the failures: the probability
+    that a random real success outscores a random failure (ties count half); None without
+    both. Whatever the threshold, a judge ranking at 0.5 has nothing to call with."""
+    from wmrl_cli.rewards.calibration import held_score
+
+    held = np.array([held_score(ep.scores, frames) for ep in episodes], dtype=float)
+    real = np.array([ep.success.any() for ep in episodes])
+    if real.all() or not real.any():
+        return None
+    wins = held[real][:, None] - held[~real][None, :]
+    return float(((wins > 0) + 0.5 * (wins == 0)).mean())
 
 
 def judge(episodes: list[Scored], thresholds: dict[str, float], frames: int) -> list[Judged]:
@@ -365,7 +391,16 @@ def score(args: argparse.Namespace) -> None:
         else:
             thresholds = dict.fromkeys(tasks, own if threshold is None else threshold)
             judged = judge(episodes, thresholds, frames)
+        if args.only:  # the policies this judge was not refined on
+            kept = [ep.label in args.only for ep in episodes]
+            judged = [j for j, keep in zip(judged, kept, strict=True) if keep]
+            episodes = [ep for ep, keep in zip(episodes, kept, strict=True) if keep]
         rows = table(judged)
+        for group, by_task in rows.items():
+            for task, row in by_task.items():
+                row["auc"] = ranking_auc(
+                    [e for e in episodes if e.group == group and task in ("all", e.task)], frames
+                )
         results[name] = {
             "model": str(directory),
             "threshold": "per task"
@@ -397,15 +432,17 @@ def markdown(name: str, result: dict) -> str:
     lines = [
         f"### {name}: threshold {_threshold(result['threshold'])}, {result['frames']} frame(s)",
         "",
-        "| group | task | episodes | real successes | calls | precision | recall | F1 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| group | task | episodes | real successes | calls | precision | recall | F1 | AUC |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for group, rows in result["groups"].items():
         for task, row in rows.items():
+            auc = "-" if row.get("auc") is None else f"{row['auc']:.2f}"
             lines.append(
                 f"| {group} | {task} | {row['episodes']} | {row['real_successes']} | "
                 f"{row['calls']} | {_rate(row['precision'], row['precision_ci'])} | "
-                f"{_rate(row['recall'], row['recall_ci'])} | {_rate(row['f1'], row['f1_ci'])} |"
+                f"{_rate(row['recall'], row['recall_ci'])} | {_rate(row['f1'], row['f1_ci'])} | "
+                f"{auc} |"
             )
     target = result.get("target_rl")
     if target is not None:
@@ -437,7 +474,16 @@ def main(argv: list[str] | None = None) -> None:
     scored.add_argument("--preset", default=None, help="the RL run's config (its verdict)")
     scored.add_argument("--out", default=None, help="results as JSON")
     scored.add_argument("--threads", type=int, default=2)
+    scored.add_argument(
+        "--only",
+        type=lambda text: set(text.split(",")),
+        default=None,
+        help="LABEL,...: score these policies' episodes only (those a refined judge never saw)",
+    )
     args = parser.parse_args(argv)
+    unknown = args.only - {label for label, _ in _labels(args.set)} if args.only else None
+    if args.command == "score" and unknown:
+        raise WmrlError(f"--only: {','.join(sorted(unknown))} not among the set's policies")
     (build if args.command == "build" else score)(args)
 
 

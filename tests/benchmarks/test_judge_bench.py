@@ -106,6 +106,26 @@ def test_scores_verdicts_per_task_and_group(tmp_path, capsys) -> None:
     fitted = body["fitted"]
     assert fitted["threshold"] == "per task" and set(fitted["task_thresholds"]) == {"t0", "t1"}
     assert fitted["groups"]["base"]["all"]["episodes"] == 6  # each judged out of sample
+    assert 0.0 <= body["never"]["groups"]["rl"]["all"]["auc"] <= 1.0
+
+    only = tmp_path / "only.json"
+    judge_bench.main(["score", "--set", str(tmp_path / "set"), *judges[:2], "--only", "rl05",
+                      "--out", str(only)])  # fmt: skip
+    assert set(json.loads(only.read_text())["never"]["groups"]) == {"rl"}
+    with pytest.raises(judge_bench.WmrlError, match="rl99 not among the set's policies"):
+        judge_bench.main(["score", "--set", str(tmp_path / "set"), *judges[:2], "--only", "rl99"])
+
+
+def test_ranking_auc_counts_ties_half() -> None:
+    from judge_bench import Scored, ranking_auc
+
+    def episode(top: float, success: bool) -> Scored:
+        return Scored("t", "rl", np.array([0.0, top]), np.array([False, success]), 2)
+
+    assert ranking_auc([episode(0.9, True), episode(0.1, False)], 1) == 1.0
+    assert ranking_auc([episode(0.1, True), episode(0.9, False)], 1) == 0.0
+    assert ranking_auc([episode(0.5, True), episode(0.5, False)], 1) == 0.5
+    assert ranking_auc([episode(0.5, True)], 1) is None  # one outcome only
 
 
 def test_a_per_task_threshold_is_fitted_where_the_successes_score_high() -> None:

@@ -36,7 +36,11 @@ def train_reward_command(
         ),
     ],
     kind: Annotated[
-        str | None, typer.Option(help="resnet or taskemb_resnet (RLinf's two reward models).")
+        str | None,
+        typer.Option(
+            help="resnet or taskemb_resnet (RLinf's two reward models), or videomae (WMPO's "
+            "clip classifier; sizes in reward_model.videomae)."
+        ),
     ] = None,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
     width: Annotated[int | None, typer.Option(help="ResNet base width (RLinf: 64).")] = None,
@@ -65,7 +69,7 @@ def train_reward_command(
     set_: SetOpt = None,
     log_with: LogWithOpt = None,
 ) -> None:
-    """Train a ResNet success classifier on frames labelled by the simulator's success flags; the threshold is chosen by F1 on held-out episodes and saved with the model in RUN/reward_model/."""  # noqa: E501
+    """Train a success classifier (RLinf's ResNet on frames, or WMPO's VideoMAE on clips) on frames labelled by the simulator's success flags; the threshold is chosen by F1 on held-out episodes and saved with the model in RUN/reward_model/."""  # noqa: E501
     from rich.table import Table
 
     from wmrl_cli.assets.datasets import open_episode_data
@@ -94,7 +98,7 @@ def train_reward_command(
     if init is not None:  # loaded before the run directory is made: a bad file writes nothing
         source, model = reward_model_to_fine_tune(init, store, cfg.assets_dir, cfg.reward_model)
         target = reward_export_path(source, export_rlinf)
-        own = {"--kind": model.kind, "--width": model.config.width}  # a ResNet: VideoMAE refused
+        own = {"--kind": model.kind, "--width": getattr(model.config, "width", None)}
         for option, given in (("--kind", kind), ("--width", width)):
             if given is not None and given != own[option]:
                 raise ConfigError(f"{option} {given}, but --init {init} has {own[option]}")
