@@ -234,3 +234,25 @@ def test_the_set_script_runs_the_recipe_in_order(tmp_path) -> None:
         env={**os.environ, "RL": "model"},
     )
     assert bad.returncode == 2 and "expected exact or simulator" in bad.stderr
+
+
+def test_the_candidates_script_trains_then_scores_out_of_sample(tmp_path) -> None:
+    """benchmarks/judge_candidates.sh --dry-run: both candidates train on today's judge's data
+    plus the set's base and rl05 episodes; every verdict is scored on rl10 and rl20 only."""
+    script = ROOT / "benchmarks" / "judge_candidates.sh"
+    proc = subprocess.run(
+        ["bash", str(script), "2", str(tmp_path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RL": "simulator"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    commands = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
+    assert len(commands) == 3
+    refined, clip, score = commands
+    for trained in (refined, clip):
+        assert f"--data {tmp_path}/judge-set-simulator-s2/rl05" in trained
+        assert f"--data {tmp_path}/judge-set-simulator-s2/base" in trained
+        assert "rl10" not in trained and "rl20" not in trained
+    assert "--init" in refined and "--kind videomae" in clip
+    assert "--only rl10,rl20" in score and f"refined={tmp_path}/judge-refined-simulator-s2" in score
