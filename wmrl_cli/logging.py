@@ -182,12 +182,33 @@ def close_open_loggers() -> None:
         logger.close()
 
 
+GIF_FRAMES = 150  # the most frames of a video in TensorBoard (a GIF holds every frame whole)
+
+
+def _gif(frames: np.ndarray, fps: float) -> bytes:
+    """frames uint8 [T,H,W,3] as an animated GIF that loops."""
+    import imageio.v2 as imageio
+
+    clip = list(np.ascontiguousarray(frames, dtype=np.uint8))
+    return imageio.mimwrite("<bytes>", clip, format="GIF", duration=1.0 / fps, loop=0)
+
+
+def _read_frames(path: Path) -> np.ndarray:
+    """An mp4's frames, uint8 [T,H,W,3] (imageio-ffmpeg's ffmpeg)."""
+    import imageio_ffmpeg
+
+    frames = imageio_ffmpeg.read_frames(str(path))
+    width, height = next(frames)["size"]
+    return np.stack([np.frombuffer(raw, np.uint8).reshape(height, width, 3) for raw in frames])
+
+
 class MetricsLogger:
     """TensorBoard events + metrics.jsonl in `run_dir`, and the same scalars to `trackers`
     (W&B, Trackio: wmrl_cli/trackers.py, with the run's `config`); only the main process writes.
 
     `real_steps`: the real environment steps behind a run that trains on stored data (its
     episode store's), logged with every row as `env/real_steps` (docs/cli.md).
+    `jsonl`: False where a run logs media alone (co-evolve's report: no metrics.jsonl).
     `resume_step`: the step a run (re)starts from; the rows and TensorBoard events after it,
     written by an interrupted attempt, are dropped so that no step is logged twice, except the
     rows for which `keep_rows(row)` holds (written to TensorBoard again after its purge).
@@ -207,6 +228,7 @@ class MetricsLogger:
         keep_rows: Callable[[dict[str, Any]], bool] | None = None,
         trackers: list[str] | None = None,
         config: dict[str, Any] | None = None,
+        jsonl: bool = True,
     ):
         self.run_dir = Path(run_dir)
         self.enabled = enabled
@@ -218,6 +240,7 @@ class MetricsLogger:
         self._start = (resume_step or 0, time.time())
         self._writer = None
         self._trackers: list = []  # W&B, Trackio (wmrl_cli/trackers.py)
+        self._scratch: Any = None  # the GIFs handed to trackers (_scratch_file)
         self._paused = False
         self._closed = False
         if enabled:
@@ -227,7 +250,7 @@ class MetricsLogger:
             if resume_step is not None:
                 path = self.run_dir / "metrics.jsonl"
                 later = truncate_metrics(path, resume_step, keep_rows)
-            self._jsonl = (self.run_dir / "metrics.jsonl").open("a")
+            self._jsonl = (self.run_dir / "metrics.jsonl").open("a") if jsonl else None
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -267,8 +290,9 @@ class MetricsLogger:
         if self.real_steps is not None:
             clean.setdefault("env/real_steps", float(self.real_steps))
         try:  # a torn last line (a full disk) is dropped by truncate_metrics on resume
-            self._jsonl.write(json.dumps({"step": int(step), **clean}) + "\n")
-            self._jsonl.flush()
+            if self._jsonl is not None:
+                self._jsonl.write(json.dumps({"step": int(step), **clean}) + "\n")
+                self._jsonl.flush()
         except OSError as exc:
             from wmrl_cli.files import write_failed
 
@@ -301,33 +325,87 @@ class MetricsLogger:
         console.print("  ".join(parts), soft_wrap=True, markup=False, highlight=False)
         self._printed = (step, now)
 
-    def log_video(self, tag: str, frames: np.ndarray, step: int, fps: int = 10) -> None:
-        """frames uint8 [N,T,H,W,3]: the N clips side by side, as an animated GIF in
-        TensorBoard's image tab (what `add_video` produces, without its moviepy dependency)."""
-        if not (self.enabled and self._writer is not None) or self._paused:
+    def log_video(self, tag: str, video: np.ndarray | str | Path, step: int, fps: int = 10) -> None:
+        """An evaluation video at `step`: frames uint8 [N,T,H,W,3] (the N clips side by side) or
+        [T,H,W,3], or an mp4 the run wrote. TensorBoard: an animated GIF in its image tab (what
+        `add_video` makes, without its moviepy dependency; at most GIF_FRAMES frames, every
+        k-th); the trackers: their own video (wandb.Video, trackio.Video) of the mp4 as it is,
+        or of the GIF."""
+        if not self.enabled or self._paused or (self._writer is None and not self._trackers):
             return
-        import imageio.v2 as imageio
+        path = Path(video) if isinstance(video, (str, Path)) else None
+        gif = b""
+        if self._writer is not None or path is None:  # an mp4 goes to the trackers as it is
+            frames = _read_frames(path) if path is not None else np.asarray(video, np.uint8)
+            if frames.ndim == 5:
+                frames = np.concatenate(list(frames), axis=2)  # [T, H, N*W, 3]
+            stride = -(-len(frames) // GIF_FRAMES)
+            gif = _gif(frames[::stride], fps / stride)
+        if self._writer is not None:
+            self._add_encoded_image(tag, gif, frames.shape[1:], step)
+        if self._trackers:
+            from wmrl_cli.trackers import log_media
+
+            if path is None:
+                path = self._scratch_file(tag, step, ".gif", gif)
+            log_media(self._trackers, int(step), videos={tag: path})
+
+    def log_image(self, tag: str, png: str | Path, step: int) -> None:
+        """A PNG the run drew (a plot) at `step`: in TensorBoard's image tab and as the
+        trackers' own image (wandb.Image, trackio.Image)."""
+        if not self.enabled or self._paused or (self._writer is None and not self._trackers):
+            return
+        if self._writer is not None:
+            from PIL import Image
+
+            with Image.open(png) as image:  # a plot: RGBA (4 channels) as matplotlib saves it
+                shape = image.height, image.width, len(image.getbands())
+            self._add_encoded_image(tag, Path(png).read_bytes(), shape, step)
+        if self._trackers:
+            from wmrl_cli.trackers import log_media
+
+            log_media(self._trackers, int(step), images={tag: Path(png)})
+
+    def _add_encoded_image(self, tag: str, data: bytes, shape: tuple[int, ...], step: int) -> None:
+        """An encoded PNG or GIF of `shape` (height, width, channels) as a TensorBoard image
+        summary, as it is."""
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        clips = np.ascontiguousarray(frames, dtype=np.uint8)
-        strip = np.concatenate(list(clips), axis=2)  # [T, H, N*W, 3]
-        gif = imageio.mimwrite("<bytes>", list(strip), format="GIF", duration=1.0 / fps, loop=0)
         image = Summary.Image(
-            height=strip.shape[1], width=strip.shape[2], colorspace=3, encoded_image_string=gif
+            height=int(shape[0]),
+            width=int(shape[1]),
+            colorspace=int(shape[2]),
+            encoded_image_string=data,
         )
         self._writer._get_file_writer().add_summary(
             Summary(value=[Summary.Value(tag=tag, image=image)]), int(step)
         )
+        self._writer.flush()
+
+    def _scratch_file(self, tag: str, step: int, suffix: str, data: bytes) -> Path:
+        """`data` in a file of this logger's scratch folder (removed at close, once the trackers
+        have finished with their copies)."""
+        if self._scratch is None:
+            import tempfile
+
+            self._scratch = tempfile.TemporaryDirectory(prefix="wmrl-media-")
+        name = f"{tag.replace('/', '_')}_step{int(step)}{suffix}"
+        path = Path(self._scratch.name) / name
+        path.write_bytes(data)
+        return path
 
     def close(self) -> None:
         if self.enabled and not self._closed:
             self._closed = True
             _OPEN_LOGGERS.discard(self)
-            self._jsonl.close()
+            if self._jsonl is not None:
+                self._jsonl.close()
             if self._writer is not None:
                 self._writer.close()
             for tracker in self._trackers:
                 tracker.finish()
+            if self._scratch is not None:
+                self._scratch.cleanup()
 
     def __enter__(self) -> MetricsLogger:
         return self

@@ -2,9 +2,11 @@
 Accelerate's tracker classes (`logging.trackers`, `--log-with`).
 
 A run logs the same scalars under the same names to every tracker it was given, from the main
-process only. Where none is chosen, no tracker package is imported and nothing leaves the
-machine; where one is chosen, its own settings apply as its users know them (`WANDB_MODE=offline`,
-`WANDB_PROJECT`, `wandb login`; Trackio's local dashboard).
+process only, and the media it makes anyway (evaluation videos, the co-evolve report's plots) as
+each tracker's own images and videos (`log_media`). Where none is chosen, no tracker package is
+imported and nothing leaves the machine; where one is chosen, its own settings apply as its
+users know them (`WANDB_MODE=offline`, `WANDB_PROJECT`, `wandb login`; Trackio's local
+dashboard).
 """
 
 from __future__ import annotations
@@ -63,6 +65,35 @@ def open_trackers(names: list[str], run_dir: Path, config: dict[str, Any] | None
             tracker.store_init_configuration(config)
         trackers.append(tracker)
     return trackers
+
+
+def log_media(
+    trackers: list,
+    step: int,
+    images: dict[str, Path] | None = None,
+    videos: dict[str, Path] | None = None,
+) -> None:
+    """PNG images and GIF or mp4 videos, each a file, to every tracker at `step` under the tags
+    given, as the tracker's own media: wandb.Image / wandb.Video (the video's bytes, so that
+    W&B keeps a copy of its own wherever it would link a file), trackio.Image / trackio.Video.
+    Through each Accelerate tracker's `log`, which only the main process runs."""
+    import io
+
+    for tracker in trackers:
+        if tracker.name == "wandb":
+            import wandb
+
+            values: dict[str, Any] = {k: wandb.Image(str(p)) for k, p in (images or {}).items()}
+            for tag, path in (videos or {}).items():
+                data = io.BytesIO(Path(path).read_bytes())
+                values[tag] = wandb.Video(data, format=Path(path).suffix.lstrip("."))
+        else:
+            import trackio
+
+            values = {k: trackio.Image(str(p)) for k, p in (images or {}).items()}
+            values.update({k: trackio.Video(str(p)) for k, p in (videos or {}).items()})
+        if values:
+            tracker.log(values, step=step)
 
 
 def tracked(cfg: Any) -> dict[str, Any]:

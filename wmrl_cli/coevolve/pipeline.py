@@ -371,7 +371,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
     """The whole pipeline; returns the report (also written to report.json / report.md).
     `ranks`: the processes each RL and world-model stage trains on (ranks.py); the rest runs in
     this one."""
-    from wmrl_cli.coevolve.report import write_report
+    from wmrl_cli.coevolve.report import log_report_media, write_report
     from wmrl_cli.rl.activity import rl_activity
 
     ce = cfg.coevolve
@@ -514,7 +514,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
         run.reliability.setdefault(name, {}).update(
             {k: v for k, v in figures.items() if k not in ("gate_step", "real_steps")}
         )
-    return write_report(
+    report = write_report(
         run_dir,
         cfg,
         run.evals,
@@ -528,3 +528,5 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
         run.trust,
         ranks,
     )
+    log_report_media(run_dir, cfg, list(run.evals), list(run.reliability))
+    return report

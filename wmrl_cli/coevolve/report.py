@@ -349,6 +349,35 @@ def _real_steps_curve(run_dir: Path, stages: list[str]) -> list[str]:
     ]
 
 
+def log_report_media(run_dir: Path, cfg: RunConfig, stages: list[str], checks: list[str]) -> None:
+    """The report's plots (report/success_per_stage, report/real_steps_to_gain), each stage's
+    evaluation grid per task (eval/<stage>/video/<task>) and each world-model check's video
+    (check/<name>/open_loop), those the run made, to TensorBoard (RUN/tensorboard) and the
+    trackers (logging.trackers) in a run of the co-evolve run's own, at step 0."""
+    from wmrl_cli.evaluation.policy_eval import grid_videos
+    from wmrl_cli.logging import MetricsLogger
+    from wmrl_cli.trackers import tracked
+
+    if not (cfg.logging.tensorboard or cfg.logging.trackers):
+        return
+    images = [run_dir / name for name in (PLOT_FILE, CURVE_FILE) if (run_dir / name).is_file()]
+    videos = {
+        f"eval/{stage}/video/{task}": path
+        for stage in stages
+        for task, path in grid_videos(run_dir / "eval" / stage / "videos").items()
+    }
+    for name in checks:
+        if (path := run_dir / "check" / name / "videos" / OPEN_LOOP_VIDEO).is_file():
+            videos[f"check/{name}/open_loop"] = path
+    if not (images or videos):
+        return
+    with MetricsLogger(run_dir, cfg.logging.tensorboard, **tracked(cfg), jsonl=False) as log:
+        for path in images:
+            log.log_image(f"report/{path.stem}", path, 0)
+        for tag, path in videos.items():
+            log.log_video(tag, path, 0, fps=cfg.eval.video_fps)
+
+
 def _check_videos(run_dir: Path, reliability: dict[str, dict[str, Any]]) -> list[str]:
     """Links to each world-model check's video (coevolve.videos): real validation episodes
     beside the world model's imagination of them, from the same start under the same

@@ -245,10 +245,10 @@ def evaluate_policy(
             record(episode)
     if gather is not None:
         results = gather(results)
-    if video_dir is not None:
+    if video_dir is not None and shard[0] == 0:  # on several ranks, the first one's episodes
         for name, clips in videos.items():
             if clips:
-                write_mp4(video_dir / f"{name}_grid.mp4", tile(clips), fps)
+                write_mp4(video_dir / f"{name}{GRID_SUFFIX}", tile(clips), fps)
     per_task = {
         name: float(np.mean([r.success for r in results if r.task == name])) for name in tasks
     }
@@ -261,6 +261,19 @@ def evaluate_policy(
         overall=float(np.mean([r.success for r in results])),
         episodes=results,
     )
+
+
+GRID_SUFFIX = "_grid.mp4"  # each task's episodes tiled into one video
+
+
+def step_video_dir(run_dir: Path, step: int) -> Path:
+    """Where train-policy's evaluation at `step` writes its videos (eval.save_video)."""
+    return run_dir / "eval" / "videos" / f"step_{step:06d}"
+
+
+def grid_videos(video_dir: Path) -> dict[str, Path]:
+    """Each task's grid video in `video_dir`, by task name."""
+    return {p.name.removesuffix(GRID_SUFFIX): p for p in sorted(video_dir.glob(f"*{GRID_SUFFIX}"))}
 
 
 def evaluate_with_config(

@@ -263,12 +263,13 @@ def world_model_actions(cfg: RunConfig) -> Callable[[np.ndarray], np.ndarray] | 
 
 def real_eval_callback(cfg: RunConfig, run_dir: Path, rank: int = 0, ranks: int = 1):
     """Evaluate in the real simulator (`simulator.name`): success_once overall and per task
-    (eval/*); None when algorithm.eval_trials is 0. Called on every one of `ranks` ranks at
-    once: each runs its share of the episodes and every rank gets the whole report (the one a
-    single rank would make), which the first writes. No rank waits alone for another's
-    evaluation (NCCL's watchdog stops a rank that waits longer than
-    `training.dist_timeout_minutes`)."""
-    from wmrl_cli.evaluation.policy_eval import evaluate_with_config
+    (eval/*); None when algorithm.eval_trials is 0. With eval.save_video, the episodes' mp4s
+    and each task's grid under eval/videos/step_N (`step_video_dir`; on several ranks the grid
+    holds the first rank's episodes). Called on every one of `ranks` ranks at once: each runs
+    its share of the episodes and every rank gets the whole report (the one a single rank
+    would make), which the first writes. No rank waits alone for another's evaluation (NCCL's
+    watchdog stops a rank that waits longer than `training.dist_timeout_minutes`)."""
+    from wmrl_cli.evaluation.policy_eval import evaluate_with_config, step_video_dir
     from wmrl_cli.files import atomic_write_text
     from wmrl_cli.policies.registry import LearnedPolicy
 
@@ -280,12 +281,15 @@ def real_eval_callback(cfg: RunConfig, run_dir: Path, rank: int = 0, ranks: int 
     if ranks > 1:
         from accelerate.utils import gather_object as gather
 
+    videos = cfg.eval.save_video
+
     def evaluate(model, step: int) -> dict[str, float]:
         policy = LearnedPolicy(model, top_k=cfg.policy.top_k, seed=sim_cfg.seed)
         trials = cfg.algorithm.eval_trials
-        with simulator(sim_cfg, render_every_step=False) as sim:
+        video_dir = step_video_dir(run_dir, step) if videos else None
+        with simulator(sim_cfg, render_every_step=videos) as sim:
             report = evaluate_with_config(
-                sim, policy, sim_cfg, cfg, trials, shard=(rank, ranks), gather=gather
+                sim, policy, sim_cfg, cfg, trials, video_dir, shard=(rank, ranks), gather=gather
             )
         model.train()
         if rank == 0:

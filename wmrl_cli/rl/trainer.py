@@ -253,6 +253,17 @@ class PolicyTrainer:
             if path.is_dir() and number.isdigit() and int(number) > self.step:
                 shutil.rmtree(path)
 
+    def _log_eval_videos(self) -> None:
+        """Each task's grid video of this step's evaluation (eval.save_video) to TensorBoard and
+        the trackers, as `eval/video/<task>` at this step (the main process's logger only)."""
+        from wmrl_cli.evaluation.policy_eval import grid_videos, step_video_dir
+
+        if not self.logger.enabled:
+            return
+        fps = self.cfg.eval.video_fps
+        for task, path in grid_videos(step_video_dir(self.run_dir, self.step)).items():
+            self.logger.log_video(f"eval/video/{task}", path, self.step, fps=fps)
+
     # -- one step --------------------------------------------------------------------------
     def train_step(self) -> StepResult:
         acc, alg = self.accelerator, self.alg
@@ -520,7 +531,10 @@ class PolicyTrainer:
                 self.step += 1
                 metrics = result.metrics
                 every = self.alg.eval_every
-                if self._evaluates and ((every and self.step % every == 0) or self.step == t.steps):
+                evaluated = self._evaluates and (
+                    (every and self.step % every == 0) or self.step == t.steps
+                )
+                if evaluated:
                     with self.sharding.gathered(self.wrapped):  # each rank its share
                         if self.evaluate is not None:
                             t_eval = time.time()
@@ -528,6 +542,8 @@ class PolicyTrainer:
                             metrics["time/eval"] = time.time() - t_eval
                             self.last_eval = (self.step, metrics["eval/success_once"])
                 self.logger.log(metrics, self.step)
+                if evaluated and self.cfg.eval.save_video:
+                    self._log_eval_videos()
                 if self.step % t.save_every == 0 or self.step == t.steps:
                     acc.wait_for_everyone()
                     # every rank: under fsdp each writes its optimizer shard, the policy is gathered
