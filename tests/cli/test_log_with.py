@@ -181,6 +181,9 @@ def test_the_coevolve_report_media_go_to_tensorboard_and_wandb(tmp_path, monkeyp
     assert not (run / "metrics.jsonl").exists()
 
 
+# About 50 s on 2 cores (a tiny simulator run and its evaluation); the media path it ends in
+# (MetricsLogger.log_video of an mp4, trackers.log_media) is in the default suite's tests above.
+@pytest.mark.slow
 def test_train_policy_logs_its_evaluation_videos_as_media(assets, tmp_path, monkeypatch) -> None:
     """train-policy with eval.save_video and --log-with tensorboard,wandb: each task's grid of the
     in-run evaluation, at the evaluation's step, in TensorBoard and the offline W&B run."""
