@@ -118,11 +118,18 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: value}
 
 
+# Sections a command never reads, free to differ between its attempts and in no fingerprint:
+# co-evolve makes its own data, so how a LeRobot dataset is read is not its concern.
+_UNREAD: dict[str, tuple[str, ...]] = {"co-evolve": ("lerobot.",)}
+
+
 def _free(key: str, command: str) -> bool:
     """Whether `key` may differ between attempts at one run. A training command's step count
     may (more steps continue the run from its checkpoint); co-evolve's may not (its finished
     stages are kept as they are)."""
     if command != "co-evolve" and key.endswith(".steps"):
+        return True
+    if key.startswith(_UNREAD.get(command, ())):
         return True
     return key in _FREE_KEYS or key.startswith(_FREE_PREFIXES) or key.endswith(_FREE_SUFFIXES)
 

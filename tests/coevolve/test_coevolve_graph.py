@@ -313,6 +313,7 @@ READ_BY = {
     "training.memory_budget_gb": "rl",
     "coevolve.curve_every": "rl",
     "world_model.sharding": "refine_wm",
+    "reward_model.videomae": "reward_model",
 }
 # A value other than the default, where flipping the default's truth would not be one.
 OTHER_VALUE = {
@@ -334,6 +335,7 @@ OTHER_VALUE = {
     "training.optimizer_dtype": "float32",
     "training.memory_budget_gb": 10.0,
     "world_model.sharding": "fsdp",
+    "reward_model.videomae": {"num_frames": 4},
 }
 NEEDS = {"training.cpu_offload": {"sharding": "fsdp"}}  # it offloads FSDP's shards
 
@@ -351,6 +353,16 @@ def test_keeping_verified_calls_or_checkpointing_is_in_no_fingerprint(
     cfg = resolve_config()
     before = {kind: StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) for kind in READS}
     setattr(getattr(cfg, section), key, value)
+    after = {kind: StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) for kind in READS}
+    assert after == before
+
+
+def test_how_a_lerobot_dataset_is_read_is_in_no_coevolve_fingerprint(tmp_path) -> None:
+    """co-evolve makes its own data: the lerobot section (how --data reads a LeRobot dataset)
+    reruns no stage and does not stop a resume."""
+    cfg = resolve_config()
+    before = {kind: StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) for kind in READS}
+    cfg.lerobot.camera, cfg.lerobot.fps = "wrist", 5
     after = {kind: StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) for kind in READS}
     assert after == before
 

@@ -147,6 +147,7 @@ ADDED_OPTIONS: dict[str, Any] = {
     "training.cpu_offload": False,
     "training.memory_budget_gb": None,
     "world_model.sharding": "none",
+    "reward_model.videomae": {},
 }
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records
 # and the recall floor what it is paid, not how a reward model is trained or checked.
