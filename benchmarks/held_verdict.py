@@ -25,7 +25,7 @@ import numpy as np
 
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.evaluation.stats import wilson_interval
+from wmrl_cli.evaluation.intervals import wilson_interval
 from wmrl_cli.rewards.calibration import held_success, judge_threshold
 from wmrl_cli.rewards.loading import load_reward_model
 

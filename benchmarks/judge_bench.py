@@ -134,7 +134,7 @@ def f1_interval(judged: list[Judged], draws: int = 1000, seed: int = 0) -> tuple
 
 def table(judged: list[Judged]) -> dict[str, dict[str, dict]]:
     """{group: {task (and 'all'): rates with intervals}}, groups 'base' and 'rl'."""
-    from wmrl_cli.evaluation.stats import wilson_interval
+    from wmrl_cli.evaluation.intervals import wilson_interval
 
     out: dict[str, dict[str, dict]] = {}
     for group in sorted({j.group for j in judged}):

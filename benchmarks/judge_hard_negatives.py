@@ -35,7 +35,7 @@ import numpy as np
 from wmrl_cli.config import resolve_config
 from wmrl_cli.data.episodes import open_stores
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.evaluation.stats import wilson_interval
+from wmrl_cli.evaluation.intervals import wilson_interval
 from wmrl_cli.rewards.base import round_scores
 from wmrl_cli.rewards.calibration import held_success, judge_threshold
 from wmrl_cli.rewards.loading import load_reward_model, reward_model_source

@@ -38,7 +38,7 @@ from wmrl_cli.config import resolve_config
 from wmrl_cli.config.loading import validate_config
 from wmrl_cli.data.episodes import open_stores
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.evaluation.stats import wilson_interval
+from wmrl_cli.evaluation.intervals import wilson_interval
 from wmrl_cli.files import atomic_write_text
 from wmrl_cli.rewards.base import round_scores
 from wmrl_cli.rewards.calibration import held_success, judge_threshold

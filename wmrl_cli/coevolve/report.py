@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 
 from wmrl_cli.config import RunConfig, dump_config
-from wmrl_cli.evaluation.reliability_report import OPEN_LOOP_VIDEO
-from wmrl_cli.evaluation.stats import (
+from wmrl_cli.evaluation.intervals import (
     format_difference,
     format_rate,
     pair_by_init_id,
     paired_difference,
 )
+from wmrl_cli.evaluation.reliability_report import OPEN_LOOP_VIDEO
 from wmrl_cli.files import atomic_write_bytes, atomic_write_text
 from wmrl_cli.rl.activity import SUCCESS_WINDOW, no_update_reason
 
@@ -36,7 +36,7 @@ def plot_success(evals: dict[str, dict[str, Any]], path: Path, trials_per_task: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from wmrl_cli.evaluation.stats import wilson_interval
+    from wmrl_cli.evaluation.intervals import wilson_interval
 
     stages = list(evals)
     tasks = list(next(iter(evals.values()))["per_task"])

@@ -15,7 +15,7 @@ from wmrl_cli.data.episodes import Episode
 from wmrl_cli.envs.interface import Env, Policy
 from wmrl_cli.envs.runner import iter_episodes
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.evaluation.stats import format_difference, paired_difference, wilson_interval
+from wmrl_cli.evaluation.intervals import format_difference, paired_difference, wilson_interval
 from wmrl_cli.evaluation.videos import tile, upscale, write_mp4
 from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import progress_task
@@ -107,7 +107,7 @@ def load_baseline(path: Path) -> dict:
 
 def compare_with_baseline(report: EvalReport, baseline: dict) -> dict:
     """This evaluation minus the baseline's on the episodes (init ids, so seeds) both ran,
-    overall and per task: paired bootstrap differences (evaluation/stats.py)."""
+    overall and per task: paired bootstrap differences (evaluation/intervals.py)."""
     if baseline["suite"] != report.suite:
         raise WmrlError(
             f"--baseline {baseline['path']} evaluated {baseline['suite']}, this run {report.suite}"

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.evaluation.stats import wilson_interval
+from wmrl_cli.evaluation.intervals import wilson_interval
 from wmrl_cli.files import atomic_write_text
 from wmrl_cli.rewards.calibration import (
     BinaryMetrics,

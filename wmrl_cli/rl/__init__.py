@@ -27,7 +27,7 @@ from wmrl_cli.rl.grouping import (
 )
 from wmrl_cli.rl.losses import entropy_loss, huber, kl_k3, kl_loss, policy_loss, value_loss
 from wmrl_cli.rl.masks import chunk_dones, done_flags, token_mask, valid_lengths, valid_step_mask
-from wmrl_cli.rl.stats import explained_variance, masked_mean, masked_stats, masked_sum
+from wmrl_cli.rl.reductions import explained_variance, masked_mean, masked_stats, masked_sum
 
 __all__ = [
     "DynamicSample",

@@ -10,7 +10,7 @@ import torch
 
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.rl.masks import valid_step_mask
-from wmrl_cli.rl.stats import append_dims
+from wmrl_cli.rl.reductions import append_dims
 
 
 def gae(

@@ -20,7 +20,7 @@ from typing import Literal
 import torch
 
 from wmrl_cli.errors import ConfigError
-from wmrl_cli.rl.stats import expand_mask, masked_mean
+from wmrl_cli.rl.reductions import expand_mask, masked_mean
 
 Aggregation = Literal["token_mean", "trajectory_mean", "masked_mean_ratio"]
 AGGREGATIONS: tuple[str, ...] = ("token_mean", "trajectory_mean", "masked_mean_ratio")

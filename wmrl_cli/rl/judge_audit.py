@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from wmrl_cli.evaluation.stats import format_rate, wilson_interval
+from wmrl_cli.evaluation.intervals import format_rate, wilson_interval
 from wmrl_cli.files import atomic_write_text
 
 # columns of the tally: judge and simulator agree on success / the judge alone calls success /

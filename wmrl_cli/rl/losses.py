@@ -13,7 +13,7 @@ import torch
 
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.rl.aggregation import Aggregation, LossAggregation, as_rule
-from wmrl_cli.rl.stats import append_dims, expand_mask, masked_mean
+from wmrl_cli.rl.reductions import append_dims, expand_mask, masked_mean
 
 
 def policy_loss(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from wmrl_cli.rl.buffer import Rollout
-from wmrl_cli.rl.stats import masked_mean, masked_stats
+from wmrl_cli.rl.reductions import masked_mean, masked_stats
 
 
 def judge_and_truth(ro: Rollout) -> tuple[torch.Tensor, torch.Tensor] | None:

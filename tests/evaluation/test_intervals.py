@@ -1,4 +1,4 @@
-"""Intervals of success rates and paired differences (evaluation/stats.py), and the
+"""Intervals of success rates and paired differences (evaluation/intervals.py), and the
 co-evolution report's paired differences between stages."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wmrl_cli.evaluation.stats import pair_by_init_id, paired_difference, wilson_interval
+from wmrl_cli.evaluation.intervals import pair_by_init_id, paired_difference, wilson_interval
 
 
 def test_wilson_interval_known_values_and_edges() -> None:

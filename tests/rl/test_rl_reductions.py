@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from wmrl_cli.rl.stats import explained_variance, masked_mean, masked_stats, masked_sum
+from wmrl_cli.rl.reductions import explained_variance, masked_mean, masked_stats, masked_sum
 
 X = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
 M = torch.tensor([[1, 1, 0], [1, 0, 0]])
