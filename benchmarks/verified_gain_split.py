@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from wmrl_cli.coevolve.tasks import imagine_policy
+from wmrl_cli.coevolve.stages import imagine_policy
 from wmrl_cli.config import resolve_config
 from wmrl_cli.config.loading import validate_config
 from wmrl_cli.data.episodes import open_stores

@@ -18,8 +18,8 @@ from wmrl_cli.config import resolve_config
 
 
 def patch(monkeypatch, name: str, value: Any) -> None:
-    """Replace a task where the stage graph (pipeline.py) or the run's helpers (run_state.py)
-    call it."""
+    """Replace a stage's function (stages.py) where the stage graph (pipeline.py) or the run's
+    helpers (run_state.py) call it."""
     modules = [module for module in (pipeline, run_state) if hasattr(module, name)]
     assert modules, name
     for module in modules:
@@ -266,7 +266,7 @@ def test_given_start_judges_learn_from_the_given_policys_real_rollouts(tmp_path,
 
 def test_collect_without_perturbation_keeps_the_policys_actions(tmp_path, monkeypatch) -> None:
     import wmrl_cli.evaluation.rollouts as collection
-    from wmrl_cli.coevolve.tasks import collect
+    from wmrl_cli.coevolve.stages import collect
 
     seen = []
 
@@ -495,7 +495,7 @@ def test_refinement_candidates_need_the_audit() -> None:
 
 
 def test_the_acceptance_prefers_the_current_world_model_on_a_tie() -> None:
-    from wmrl_cli.coevolve.tasks import choose_world_model
+    from wmrl_cli.coevolve.stages import choose_world_model
 
     assert choose_world_model({"current": 0.7, "a": 0.7, "b": 0.6}) == "current"
     assert choose_world_model({"current": 0.7, "a": 0.75, "b": 0.8}) == "b"

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.helpers.train_policy import args, metrics, options
-from wmrl_cli.coevolve import tasks
+from wmrl_cli.coevolve import stages
 from wmrl_cli.config import resolve_config
 from wmrl_cli.training.launch import RanksFailed
 
@@ -25,7 +25,7 @@ def stage_config(root, out):
 
 
 def stage(root, out, ranks: int, reset_set: str | None = None) -> str:
-    return tasks.rl(
+    return stages.rl(
         stage_config(root, out),
         out,
         str(root / "sft"),
@@ -149,7 +149,7 @@ def test_a_refinement_on_two_sharded_ranks(assets, tmp_path) -> None:
     }
     cfg = resolve_config(overrides=[f"{k}={v}" for k, v in sets.items()])
     out = tmp_path / "wm_evo1"
-    model = tasks.train_wm(cfg, str(assets / "demos"), out, str(assets / "wm"), 2, ranks=2)
+    model = stages.train_wm(cfg, str(assets / "demos"), out, str(assets / "wm"), 2, ranks=2)
     assert load_world_model(model).action_dim == 4
     ranks = [json.loads((out / "ranks" / f"rank_{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["weights_sha256"] != ranks[1]["weights_sha256"]  # each held its shards

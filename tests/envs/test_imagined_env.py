@@ -172,7 +172,7 @@ def test_actions_reach_the_world_model_in_its_convention(parts, monkeypatch) -> 
 
 def test_libero_runs_feed_the_world_model_libero_gripper_actions() -> None:
     from wmrl_cli.config.schema import RunConfig
-    from wmrl_cli.rl.setup import world_model_actions
+    from wmrl_cli.rl.assembly import world_model_actions
 
     assert world_model_actions(RunConfig()) is None  # Meta-World: as the policy emits them
     cfg = RunConfig.model_validate({"simulator": {"name": "libero", "suite": "libero_spatial"}})

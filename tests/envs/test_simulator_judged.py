@@ -217,7 +217,7 @@ def test_train_policy_audited_by_the_simulator_logs_the_truth(assets, tmp_path) 
 def test_co_evolve_rl_stage_is_audited_like_train_policy(assets, tmp_path) -> None:
     """co-evolve's RL stage builds its env as train-policy does: the audit is not dropped."""
     from tests.helpers.train_policy import options
-    from wmrl_cli.coevolve.tasks import rl
+    from wmrl_cli.coevolve.stages import rl
     from wmrl_cli.config import resolve_config
 
     sets = options(tmp_path / "unused", 2, "grpo", 4, eval_trials=0)

@@ -117,10 +117,10 @@ def test_coevolve_acceptance_audits_each_world_model_on_the_same_starts(
     assets,
     tmp_path,
 ) -> None:
-    """co-evolve's acceptance (coevolve/tasks.py: audit_world_models): each world model runs the
+    """co-evolve's acceptance (coevolve/stages.py: audit_world_models): each world model runs the
     same seeded episodes, so the same world model named twice gets the same tally, and the
     current one (first) wins the tie."""
-    from wmrl_cli.coevolve.tasks import audit_world_models
+    from wmrl_cli.coevolve.stages import audit_world_models
     from wmrl_cli.config import resolve_config
 
     sets = options(tmp_path / "unused", 1, "grpo", 4, eval_trials=0)[4:]

@@ -327,7 +327,7 @@ def _imagine(
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.data.imagined import imagined_starts
     from wmrl_cli.evaluation.rollouts import check_output_store, store_summary
-    from wmrl_cli.rl.setup import imagine_replay, load_replay_world_model
+    from wmrl_cli.rl.assembly import imagine_replay, load_replay_world_model
     from wmrl_cli.run_dirs import prepare_run_dir
     from wmrl_cli.runtime import configure_threads, seed_everything
 

@@ -39,7 +39,7 @@ rollouts and evaluations: their episodes' lengths; RL in imagination: 0); runnin
 command again skips finished stages, and the stage that was interrupted resumes from its own
 checkpoints (SFT, world model and RL trainers all resume). The RL stages' `env/real_steps`
 start at the real steps the pipeline's data collection consumed before them. What each stage
-does is in tasks.py.
+does is in stages.py.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from typing import Any
 
 from wmrl_cli.coevolve.report import SIMULATOR_CONTROL
 from wmrl_cli.coevolve.run_state import CoevolveRun
-from wmrl_cli.coevolve.tasks import (
+from wmrl_cli.coevolve.stages import (
     audit_world_models,
     collect,
     merge,

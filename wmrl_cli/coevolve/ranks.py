@@ -1,7 +1,7 @@
 """Co-evolve's training stages on several ranks (`wmrl co-evolve --num-processes N`).
 
 The pipeline stays one process: it evaluates, collects, merges and records the stages, and it
-never joins a process group. A stage that trains on ranks (RL, a world model; tasks.RANK_JOBS)
+never joins a process group. A stage that trains on ranks (RL, a world model; stages.RANK_JOBS)
 is started as N processes (torchrun, `training/launch.py`) of `python -m
 wmrl_cli.cli.stage_ranks JOB FOLDER SEED [ARGS]`. Each rank reads the stage's config from
 FOLDER/config.yaml, which the pipeline wrote, and runs the stage's own job, the function the

@@ -10,7 +10,7 @@ from typing import Any
 
 from wmrl_cli.coevolve.gate import check_world_model, enforce_gate
 from wmrl_cli.coevolve.stage_cache import StageCache
-from wmrl_cli.coevolve.tasks import (
+from wmrl_cli.coevolve.stages import (
     audit_trust,
     collect,
     eval_steps,

@@ -12,8 +12,8 @@ import torch
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
+from wmrl_cli.rl.assembly import build_imagined_env
 from wmrl_cli.rl.inputs import Inputs, resolve_inputs
-from wmrl_cli.rl.setup import build_imagined_env
 from wmrl_cli.sims.backends import resolve_simulator, simulator_class
 
 

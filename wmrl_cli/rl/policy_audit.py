@@ -20,10 +20,10 @@ import torch
 
 from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError
+from wmrl_cli.rl.assembly import build_env, load_policy
 from wmrl_cli.rl.buffer import collect_rollout
 from wmrl_cli.rl.inputs import Inputs, check_inputs
 from wmrl_cli.rl.judge_audit import JudgeAudit
-from wmrl_cli.rl.setup import build_env, load_policy
 
 
 def audit_config(cfg: RunConfig) -> RunConfig:
