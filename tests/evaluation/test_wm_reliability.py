@@ -347,7 +347,7 @@ def test_imagination_loads_sample_as_rl_does(monkeypatch, tmp_path) -> None:
     from types import SimpleNamespace
 
     from wmrl_cli.config import RunConfig
-    from wmrl_cli.envs import imagined
+    from wmrl_cli.world_models import loading
 
     class Loaded(torch.nn.Module):
         def __init__(self, null_action: bool = True) -> None:
@@ -358,18 +358,18 @@ def test_imagination_loads_sample_as_rl_does(monkeypatch, tmp_path) -> None:
                 transformer=SimpleNamespace(null_action=null_action),
             )
 
-    monkeypatch.setattr(imagined, "load_any_world_model", lambda *a: Loaded())
+    monkeypatch.setattr(loading, "load_any_world_model", lambda *a: Loaded())
     cfg = RunConfig.model_validate(
         {"world_model": {"num_inference_steps": 2, "action_guidance": 3.0}}
     )
-    model = imagined.load_imagining_world_model(tmp_path, 64, 64, cfg, "cpu")
+    model = loading.load_imagining_world_model(tmp_path, 64, 64, cfg, "cpu")
     assert model.config.num_inference_steps == 2 and model.config.action_guidance == 3.0
-    default = imagined.load_imagining_world_model(tmp_path, 64, 64, RunConfig(), "cpu")
+    default = loading.load_imagining_world_model(tmp_path, 64, 64, RunConfig(), "cpu")
     # the model's own when the run sets none
     assert default.config.num_inference_steps == 10 and default.config.action_guidance == 1.5
     # guidance needs the null action that action dropout trains: refused in one line
-    monkeypatch.setattr(imagined, "load_any_world_model", lambda *a: Loaded(null_action=False))
+    monkeypatch.setattr(loading, "load_any_world_model", lambda *a: Loaded(null_action=False))
     with pytest.raises(WmrlError, match="null action"):
-        imagined.load_imagining_world_model(tmp_path, 64, 64, cfg, "cpu")
+        loading.load_imagining_world_model(tmp_path, 64, 64, cfg, "cpu")
     unguided = RunConfig.model_validate({"world_model": {"action_guidance": 1.0}})
-    assert imagined.load_imagining_world_model(tmp_path, 64, 64, unguided, "cpu")
+    assert loading.load_imagining_world_model(tmp_path, 64, 64, unguided, "cpu")

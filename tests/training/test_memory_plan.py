@@ -217,7 +217,7 @@ def test_counts_of_checkpoint_directories_match_the_loaded_models(assets, tmp_pa
 def test_world_model_dtype_auto_is_bf16_on_a_gpu_and_float32_on_a_cpu(assets) -> None:
     """`world_model.dtype`: auto keeps a CPU's imagination float32 (unchanged) and is bf16 on a
     GPU; bf16 asked for loads the weights, the VAE's too, in bf16 (here on the CPU)."""
-    from wmrl_cli.envs.imagined import imagining_dtype, load_imagining_world_model
+    from wmrl_cli.world_models.loading import imagining_dtype, load_imagining_world_model
 
     cfg = resolve_config(overrides=["simulator.image_size=32"])
     assert imagining_dtype(cfg, "cpu") is None

@@ -31,18 +31,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from wmrl_cli.config import RunConfig
 from wmrl_cli.data.reset_set import ResetEntry
 from wmrl_cli.envs.interface import ChunkResult, Obs
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.rewards.base import RewardModel, round_scores
 from wmrl_cli.rewards.calibration import held_success
-from wmrl_cli.runtime import resolve_precision
 from wmrl_cli.world_models.interface import WorldModel
 
 
@@ -313,63 +310,3 @@ class ImaginedEnv:
 
     def close(self) -> None:
         pass
-
-
-# -- the world model as imagination runs it --------------------------------------------------
-
-
-def load_any_world_model(
-    path: Path,
-    height: int,
-    width: int,
-    cfg: RunConfig,
-    device: str,
-    dtype: torch.dtype | None = None,
-) -> WorldModel:
-    """A wmrl world model (run or model directory) or a published one (RLinf's Wan or OpenSora
-    directory, told apart by its files); frames of the reset set's size for published ones. A
-    damaged weights file is a one-line error. The same loader as `train-wm --init`'s; `dtype`
-    None keeps the weights float32."""
-    from wmrl_cli.world_models.factory import load_init_world_model
-
-    return load_init_world_model(path, height, width, cfg, device=device, dtype=dtype)
-
-
-def imagining_dtype(cfg: RunConfig, device: str) -> torch.dtype | None:
-    """`world_model.dtype` on `device`: bf16 (auto on a GPU, as RLinf's envs load their world
-    models), else None (float32, as loaded)."""
-    from wmrl_cli.world_models.factory import world_model_dtype_name
-
-    return (
-        torch.bfloat16 if world_model_dtype_name(cfg.world_model.dtype, device) == "bf16" else None
-    )
-
-
-def load_imagining_world_model(
-    path: Path, height: int, width: int, cfg: RunConfig, device: str
-) -> WorldModel:
-    """`load_any_world_model` in eval mode, its weights (the VAE's too) in `world_model.dtype`
-    (auto: bf16 on a GPU), its forward passes in `cfg.precision`, with the run's sampler settings
-    (steps, action guidance): the world model as imagination runs it (RL, `eval --world-model`,
-    co-evolve's check, imagined rollouts), so that a threshold calibrated by the check is
-    calibrated on the frames RL will see (the RL presets sample in 2 steps, models save 10)."""
-    dtype = imagining_dtype(cfg, device)
-    world_model = load_any_world_model(path, height, width, cfg, device, dtype).eval()
-    world_model.autocast_dtype = resolve_precision(cfg.precision, device)
-    world_model.vae_batch = cfg.world_model.vae_batch
-    if cfg.world_model.num_inference_steps is not None:
-        world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
-    guidance = cfg.world_model.action_guidance
-    if guidance is not None:
-        transformer = getattr(world_model.config, "transformer", None)
-        if guidance != 1.0 and not getattr(transformer, "null_action", False):
-            raise WmrlError(
-                f"world_model.action_guidance={guidance} needs a world model trained with a "
-                "null action (world_model.action_dropout > 0); this one has none"
-            )
-        world_model.config.action_guidance = guidance
-    if cfg.world_model.bf16_timesteps:
-        if not hasattr(world_model.config, "bf16_timesteps"):
-            raise WmrlError("world_model.bf16_timesteps applies to Wan world models only")
-        world_model.config.bf16_timesteps = True
-    return world_model

@@ -107,9 +107,9 @@ def check_world_model(
     and imagined frames. The report (a `ReliabilityReport`) is written to `out` and returned."""
     import torch
 
-    from wmrl_cli.envs.imagined import load_imagining_world_model
     from wmrl_cli.evaluation.reliability import evaluate_world_model
     from wmrl_cli.policies.registry import load_learned_policy
+    from wmrl_cli.world_models.loading import load_imagining_world_model
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rm = load_reward_model_from(reward_model).to(device)

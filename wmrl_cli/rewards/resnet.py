@@ -228,3 +228,21 @@ def rlinf_task_ids(instructions: list[str]) -> list[int]:
     `taskemb_resnet_rm.pth` was trained with those ids, not the benchmark's."""
     ranked = sorted(instructions)
     return [ranked.index(text) for text in instructions]
+
+
+def reorder_task_rows(model: TaskEmbedResnetRewModel, order: list[int], to_benchmark: bool) -> None:
+    """Move the task-embedding rows from RLinf's order into the benchmark's (`to_benchmark`),
+    or back: benchmark row t is RLinf's row order[t]."""
+    weight = model.task_embedding.weight
+    if weight.shape[0] != len(order):
+        raise WmrlError(
+            f"the task-embedding reward model has {weight.shape[0]} task rows, the suite "
+            f"{len(order)} tasks: their order cannot be matched"
+        )
+    with torch.no_grad():
+        if to_benchmark:
+            weight.copy_(weight[order].clone())
+        else:
+            rows = torch.empty_like(weight)
+            rows[order] = weight
+            weight.copy_(rows)

@@ -14,7 +14,7 @@ import torch
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.imagined import Start, check_source, imagine_store
-from wmrl_cli.envs.imagined import ImaginedEnv, load_imagining_world_model
+from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.interface import Env
 from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
 from wmrl_cli.envs.simulator_rl import SimulatorRLEnv, StoredStartsSimulatorEnv
@@ -32,6 +32,7 @@ from wmrl_cli.rl.inputs import (
 )
 from wmrl_cli.sims.backends import resolve_simulator, simulator_class
 from wmrl_cli.world_models.interface import WorldModel
+from wmrl_cli.world_models.loading import load_imagining_world_model
 
 
 def rl_simulator(cfg: RunConfig, num_envs: int, max_steps: int | None = None) -> Env:

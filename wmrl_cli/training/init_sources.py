@@ -1,5 +1,6 @@
-"""What `wmrl train-wm --init` and `wmrl train-reward --init` start from, and the way back to
-the publisher's layout (`--export-rlinf`).
+"""What `wmrl train-wm --init` and `wmrl train-reward --init` start from, and the reward
+model's way back to the publisher's layout (`--export-rlinf`; a world model's:
+world_models/loading.py).
 
 A source is a wmrl run or model directory, a folder in a publisher's layout (RLinf's Wan or
 OpenSora world-model folder, a folder holding an RLinf `*rm.pth`, or the `.pth` itself), or the
@@ -11,15 +12,13 @@ in the layout and key names of the published source it started from
 RLinf's task-embedding reward model numbers LIBERO's tasks in its own order
 (rewards/resnet.py: rlinf_task_ids). A published one fine-tuned on LIBERO episodes has its
 embedding rows put into the benchmark's order on loading, as every wmrl reward model directory
-numbers tasks, and back into RLinf's on export.
+numbers tasks, and back into RLinf's on export (rewards/resnet.py: reorder_task_rows).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import ConfigError, WmrlError
@@ -29,9 +28,7 @@ from wmrl_cli.rewards.loading import (
     load_reward_model,
     reward_model_source,
 )
-from wmrl_cli.world_models.factory import load_world_model, saved_world_model
-from wmrl_cli.world_models.published import published_layout
-from wmrl_cli.world_models.published_export import export_published_world_model
+from wmrl_cli.rewards.resnet import reorder_task_rows
 
 _SOURCES = (
     "a wmrl run or model directory, a published folder, or an asset name (wmrl download --list)"
@@ -50,42 +47,6 @@ def resolve_init(value: str | Path, assets_dir: str | Path | None) -> Path:
     if not path.exists():
         raise WmrlError(f"--init {value} does not exist; pass {_SOURCES}")
     return path
-
-
-# -- world models -------------------------------------------------------------------------------
-
-
-def world_model_backend(path: Path) -> str:
-    """'wan' or 'opensora': the backend of the world model in `path`, from its files alone."""
-    layout = published_layout(path)
-    if layout is not None:
-        return layout.removeprefix("rlinf-")
-    try:
-        return saved_world_model(path)[1]
-    except WmrlError:
-        raise WmrlError(
-            f"{path} is not a world model: expected a wmrl run or model directory (config.json), "
-            "RLinf's Wan folder (Wan2.2_VAE.pth + the DiT's *.safetensors) or its OpenSora "
-            "folder (config.json + *.safetensors + vae/)"
-        ) from None
-
-
-def check_world_model_export(source: Path, target: Path | None) -> None:
-    """Before anything runs: `--export-rlinf` needs a published source and a new folder."""
-    if target is None:
-        return
-    if published_layout(source) is None:
-        raise ConfigError(
-            f"--export-rlinf writes the published layout the model was loaded from, but --init "
-            f"{source} is not in one: start from RLinf's Wan or OpenSora folder (or its asset)"
-        )
-    if target.exists():
-        raise ConfigError(f"--export-rlinf {target} exists: the export writes a new folder")
-
-
-def export_world_model(model_dir: Path, source: Path, target: Path) -> Path:
-    """The saved (fine-tuned) world model in `model_dir`, written in `source`'s layout."""
-    return export_published_world_model(load_world_model(model_dir), source, target)
 
 
 # -- reward models ------------------------------------------------------------------------------
@@ -113,24 +74,6 @@ def rlinf_task_order(kind: str, source: Path, store: EpisodeStore) -> list[int] 
     from wmrl_cli.sims.libero_suites import get_libero_suite
 
     return rlinf_task_ids(get_libero_suite(suite).instructions)
-
-
-def reorder_task_rows(model: AnyRewardModel, order: list[int], to_benchmark: bool) -> None:
-    """Move the task-embedding rows from RLinf's order into the benchmark's (`to_benchmark`),
-    or back: benchmark row t is RLinf's row order[t]."""
-    weight = model.task_embedding.weight
-    if weight.shape[0] != len(order):
-        raise WmrlError(
-            f"the task-embedding reward model has {weight.shape[0]} task rows, the suite "
-            f"{len(order)} tasks: their order cannot be matched"
-        )
-    with torch.no_grad():
-        if to_benchmark:
-            weight.copy_(weight[order].clone())
-        else:
-            rows = torch.empty_like(weight)
-            rows[order] = weight
-            weight.copy_(rows)
 
 
 def reward_model_to_fine_tune(
