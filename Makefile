@@ -32,8 +32,8 @@ test: install
 	MUJOCO_GL=egl $(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 lint: install
-	$(BIN)/ruff check wmrl_cli tests benchmarks
-	$(BIN)/ruff format --check wmrl_cli tests benchmarks
+	$(BIN)/ruff check wmrl_cli tests benchmarks experiments
+	$(BIN)/ruff format --check wmrl_cli tests benchmarks experiments
 
 bench-sim: install
 	MUJOCO_GL=egl $(BIN)/python benchmarks/sim_fps.py

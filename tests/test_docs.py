@@ -1,7 +1,8 @@
 """The docs a clone can act on: no work-log "session N" references and no paths of one machine
-in the README, the docs, the package's code and presets or the benchmarks; and every fenced
-command in README.md and docs/ runs something the repository ships (a `wmrl` command, a make
-target, a script in benchmarks/) or is an ordinary set-up line from a short allowed list."""
+in the README, the docs, the package's code and presets, the benchmarks or the experiments; and
+every fenced command in README.md, docs/ and the READMEs of benchmarks/ and experiments/ runs
+something the repository ships (a `wmrl` command, a make target, a script in benchmarks/ or
+experiments/) or is an ordinary set-up line from a short allowed list."""
 
 from __future__ import annotations
 
@@ -29,17 +30,25 @@ ALLOWED_PREFIXES = (
 )
 SHELL_BLOCK = re.compile(r"^```(bash|sh|console)\s*$")
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=\S*$")
+SCRIPT_FOLDERS = ("benchmarks/", "experiments/")
 
 
 def doc_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    readmes = [
+        ROOT / "benchmarks" / "README.md",
+        *sorted((ROOT / "experiments").glob("*/README.md")),
+    ]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *readmes]
 
 
 def checked_files() -> list[Path]:
     code = sorted((ROOT / "wmrl_cli").rglob("*.py"))
     presets = sorted((ROOT / "wmrl_cli" / "presets").glob("*.yaml"))
-    benchmarks = sorted((ROOT / "benchmarks").glob("*.py"))
-    return [*doc_files(), *code, *presets, *benchmarks]
+    scripts = [
+        *sorted((ROOT / "benchmarks").rglob("*.py")),
+        *sorted((ROOT / "experiments").rglob("*.py")),
+    ]
+    return [*doc_files(), *code, *presets, *scripts]
 
 
 def offending_lines(pattern: re.Pattern, paths: list[Path]) -> list[str]:
@@ -102,7 +111,7 @@ def command_problem(line: str) -> str | None:
             return None
         script = next((w for w in words[1:] if not w.startswith("-")), None)
         suffix = ".sh" if shell else ".py"
-        if script and script.startswith("benchmarks/") and script.endswith(suffix):
+        if script and script.startswith(SCRIPT_FOLDERS) and script.endswith(suffix):
             if (ROOT / script).is_file():
                 return None
             return f"{script} is not in the repository"
@@ -141,6 +150,7 @@ def test_fenced_commands_run_what_the_repository_ships() -> None:
     [
         "python scratch/filter_store.py runs/a runs/b",
         "python benchmarks/no_such_script.py --help",
+        "python experiments/no-such-question/script.py",
         "CONFIRM=1 diag_fp.py runs/ce 20",
         "rm -rf runs",
     ],
@@ -169,7 +179,8 @@ def test_allowed_lines_pass() -> None:
         "accelerate launch --num_processes 2 -m wmrl_cli train-policy --preset p",
         "torchrun --nproc_per_node 2 -m wmrl_cli train-wm --data d",
         "python -m wmrl_cli eval --policy expert",
-        "python benchmarks/policy_move.py --help",
+        "python experiments/more-steps-on-a-gpu/policy_move.py --help",
+        "python benchmarks/sim_fps.py --rounds 2",
         "hf download org/model --local-dir assets/model",
         "make test",
     ]:

@@ -1,7 +1,8 @@
-"""Every relative link in README.md and docs/ (docs/notes/ included) resolves: the file exists
-and, where the link names an anchor, a heading or an `<a id=...>` of that file makes it, by
-GitHub's rule (lowercase; spaces to '-'; punctuation but '-' and '_' dropped; a repeated
-heading gets -1, -2, ...). Links in fenced code blocks and inline code are not links."""
+"""Every relative link in README.md, docs/ (docs/notes/ included) and the READMEs of benchmarks/
+and experiments/ resolves: the file exists and, where the link names an anchor, a heading or an
+`<a id=...>` of that file makes it, by GitHub's rule (lowercase; spaces to '-'; punctuation but
+'-' and '_' dropped; a repeated heading gets -1, -2, ...). Links in fenced code blocks and
+inline code are not links."""
 
 from __future__ import annotations
 
@@ -20,7 +21,11 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 
 
 def doc_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    readmes = [
+        ROOT / "benchmarks" / "README.md",
+        *sorted((ROOT / "experiments").glob("*/README.md")),
+    ]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *readmes]
 
 
 def prose_lines(text: str) -> list[tuple[int, str]]:
@@ -88,10 +93,15 @@ def test_relative_links_and_anchors_resolve() -> None:
     [
         ("Does the world model follow its actions?", "does-the-world-model-follow-its-actions"),
         ("Real rollouts in the judge's data", "real-rollouts-in-the-judges-data"),
-        ("Verified imagination, seed 0, 25 steps (2026-11-28)",
-         "verified-imagination-seed-0-25-steps-2026-11-28"),
+        (
+            "Verified imagination, seed 0, 25 steps (2026-11-28)",
+            "verified-imagination-seed-0-25-steps-2026-11-28",
+        ),
         ("`wmrl co-evolve`", "wmrl-co-evolve"),
-        ("Full size on one GPU: `benchmarks/gpu_fullsize.py`", "full-size-on-one-gpu-benchmarksgpu_fullsizepy"),
+        (
+            "Full size on one GPU: `benchmarks/gpu_fullsize.py`",
+            "full-size-on-one-gpu-benchmarksgpu_fullsizepy",
+        ),
     ],
 )
 def test_slug_follows_github(heading: str, anchor: str) -> None:
@@ -102,7 +112,7 @@ def test_a_broken_link_is_caught(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text("# Title\n\n## Part one\n\n## Part one\n", encoding="utf-8")
     doc = tmp_path / "b.md"
     doc.write_text(
-        "[ok](a.md#part-one) [ok](a.md#part-one-1) [ok](#here) <a id=\"here\"></a>\n"
+        '[ok](a.md#part-one) [ok](a.md#part-one-1) [ok](#here) <a id="here"></a>\n'
         "[bad](a.md#part-two) [bad](c.md) `[code](c.md)` [web](https://x.org/c.md)\n"
         "```bash\n[fenced](c.md)\n```\n",
         encoding="utf-8",

@@ -135,8 +135,9 @@ def test_no_file_is_over_600_lines() -> None:
 # -- the tests' own rules ------------------------------------------------------------------
 
 # Test folders besides the package's own: whole commands and pipelines, the benchmark scripts,
-# and what tests share that is not a fixture (not a test module: nothing there is collected).
-TEST_FOLDERS = {"e2e", "benchmarks", "helpers", "fixtures"}
+# the experiments' scripts, and what tests share that is not a fixture (not a test module:
+# nothing there is collected).
+TEST_FOLDERS = {"e2e", "benchmarks", "experiments", "helpers", "fixtures"}
 # Data that tests read as it was made (a LeRobot dataset written by lerobot): folders, no code.
 FIXTURES = TESTS / "fixtures"
 # A string that is a module's dotted name, maybe with an attribute: what `python -m` runs, a

@@ -71,7 +71,7 @@ def test_the_script_writes_table_json_and_plot(tmp_path) -> None:
     sim = fake_run(tmp_path / "sim", {5: [True] * 4 + BASE[4:]}, real_per_step=10_000)
     imag = fake_run(tmp_path / "imag", {5: [True] * 2 + BASE[2:]}, real_per_step=50, verified=True)
     out = tmp_path / "out"
-    script = ROOT / "benchmarks" / "real_steps_to_gain.py"
+    script = ROOT / "experiments" / "real-steps-to-gain" / "real_steps_to_gain.py"
     argv = [sys.executable, str(script), "--base", str(base_dir), "--arm", f"simulator={sim}",
             "--arm", f"verified={imag}", "--offset", "verified=20000", "--out", str(out),
             "--resamples", "200"]  # fmt: skip

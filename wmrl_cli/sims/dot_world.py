@@ -8,7 +8,8 @@ must read its actions, and one that ignores them can do no better than the avera
 
 Everything needed to score a model is analytic: `positions` replays any action sequence from a
 start position (the "simulator" for the response ratio), `render` draws it, `dot_centroid`
-finds the dot in a predicted frame. Used by `benchmarks/wm_control.py` and the slow test.
+finds the dot in a predicted frame. Used by `experiments/controllability/wm_control.py` and the
+slow test.
 """
 
 from __future__ import annotations

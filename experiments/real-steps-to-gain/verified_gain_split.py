@@ -1,8 +1,8 @@
 """Where verified imagination's paid success comes from: real success of the imagined actions,
 or the judge calling more of them?
 
-    python benchmarks/verified_gain_split.py --run RUN --policy NAME=POLICY [...] \
-        [--store NAME=STORE ...] --out DIR
+    python experiments/real-steps-to-gain/verified_gain_split.py --run RUN \
+        --policy NAME=POLICY [...] [--store NAME=STORE ...] --out DIR
 
 Verified imagination (`reward_model.source=verified`) pays an imagined episode when the judge
 calls a success and the real simulator, replaying the episode's actions from its stored start,

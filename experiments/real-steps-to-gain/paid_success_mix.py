@@ -1,6 +1,6 @@
 """Is verified imagination's rising paid success the policy, or the tasks RL draws?
 
-    python benchmarks/paid_success_mix.py --stage RUN/stage1 --out DIR
+    python experiments/real-steps-to-gain/paid_success_mix.py --stage RUN/stage1 --out DIR
 
 `env/success_once` in a verified run (`reward_model.source=verified`) is the fraction of the
 step's imagined episodes that the judge called and the simulator confirmed. It is taken over the

@@ -1,7 +1,8 @@
 """The synthetic controllability test: can a world model track a dot that only its actions move?
 
-    python benchmarks/wm_control.py --backend opensora --minutes 15 --out runs/control/os-base \
-        [--distractors] [--set world_model.action_tokens=true --set world_model.train_shift=3]
+    python experiments/controllability/wm_control.py --backend opensora --minutes 15 \
+        --out runs/control/os-base [--distractors]
+        [--set world_model.action_tokens=true --set world_model.train_shift=3]
 
 Generates the dot world (`wmrl_cli/sims/dot_world.py`: a dot moves 2 px x action per step under
 i.i.d. random actions, so nothing but the actions tells the next move), trains the configured

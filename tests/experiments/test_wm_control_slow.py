@@ -1,11 +1,10 @@
 """The synthetic controllability test end to end (slow: about 25 CPU minutes on one thread).
 
-The dot world's benchmark (`benchmarks/wm_control.py`) with the real `train-wm` code path: an
-OpenSora autoencoder, then a denoiser with the stronger action path and the fast recipe for 15
-CPU minutes. A model that follows its actions puts the dot where the actions lead: closer to
-the truth than copying the first frame with the true actions, and far from it with another
-episode's actions (docs/benchmarks.md, "Controllability").
-"""
+The dot world's experiment (`experiments/controllability/wm_control.py`) with the real `train-wm`
+code path: an OpenSora autoencoder, then a denoiser with the stronger action path and the fast
+recipe for 15 CPU minutes. A model that follows its actions puts the dot where the actions lead:
+closer to the truth than copying the first frame with the true actions, and far from it with another
+episode's actions (docs/benchmarks.md, "Controllability")."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-BENCHMARKS = ROOT / "benchmarks"
+CONTROLLABILITY = ROOT / "experiments" / "controllability"
 
 RECIPE = [
     "world_model.action_tokens=true",
@@ -30,7 +29,7 @@ RECIPE = [
 
 
 def _run(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.syspath_prepend(str(CONTROLLABILITY))
     import wm_control
 
     monkeypatch.setattr(sys, "argv", ["wm_control.py", *argv])

@@ -1,4 +1,5 @@
-"""benchmarks/task_split.py: per-task held-out successes and the sampler's counts per arm."""
+"""experiments/real-steps-to-gain/task_split.py: per-task held-out successes and the sampler's
+counts per arm."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from tests.helpers import ROOT
 
 
 def test_each_arm_reads_its_steps_evaluation_and_sampler_state(tmp_path, monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "real-steps-to-gain"))
     from task_split import markdown, task_split
 
     def report(path, rates):

@@ -1,5 +1,6 @@
-"""benchmarks/verified_gain_split.py's reading of labelled imagined episodes: a call is paid only
-where the simulator's success comes by it; recall over the episodes whose actions succeed."""
+"""experiments/real-steps-to-gain/verified_gain_split.py's reading of labelled imagined episodes: a
+call is paid only where the simulator's success comes by it; recall over the episodes whose actions
+succeed."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class ScriptedJudge:
 
 
 def test_paid_needs_the_real_success_by_the_call(expert_episodes, tmp_path, monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "real-steps-to-gain"))
     from verified_gain_split import split
 
     base = expert_episodes[0]

@@ -1,5 +1,5 @@
-"""benchmarks/paid_success_mix.py: the logged paid success as a draw-weighted mean of per-task
-paid rates, beside the equal-draws figure."""
+"""experiments/real-steps-to-gain/paid_success_mix.py: the logged paid success as a draw-weighted
+mean of per-task paid rates, beside the equal-draws figure."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tests.helpers import ROOT
 
 
 def test_a_draw_leaning_to_the_paid_task_raises_only_the_logged_figure(monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "real-steps-to-gain"))
     from paid_success_mix import mix_split
 
     # task 0 paid half the time, task 1 never; step 2 draws task 0 three times as often
@@ -32,7 +32,7 @@ def test_the_recorded_steps_are_found_from_the_calls_starts(tmp_path, monkeypatc
     """A rank summary written before `first_step` was recorded: the steps are those whose
     calls all started from their step's draws, not the newest call folder's (the last step
     made no call here, and an older step's folder is left from before the restart)."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "real-steps-to-gain"))
     from paid_success_mix import _first_step
 
     from wmrl_cli.errors import WmrlError

@@ -8,7 +8,7 @@ A run's `env/real_steps` counts its own real steps (the simulator's; verified im
 replays); `--offset NAME=STEPS` adds what an arm spent before its runs (the world and reward
 models' data, for imagination outside co-evolve, whose stages start from it already).
 
-    python benchmarks/real_steps_to_gain.py --base runs/eval-base \\
+    python experiments/real-steps-to-gain/real_steps_to_gain.py --base runs/eval-base \\
         --arm simulator=runs/sim-s0,runs/sim-s1,runs/sim-s2 \\
         --arm verified=runs/co-evolve-long-s0/stage1,runs/co-evolve-long-s1/stage1 \\
         --offset verified=0 --out runs/real-steps-to-gain

@@ -1,8 +1,8 @@
 """How far training moved a policy: per task, the mean per-token KL(base || trained) of the
 action distribution and how often the most likely action token stays the same, on real frames.
 
-    python benchmarks/policy_move.py --base BASE_POLICY --store STORE TRAINED [TRAINED ...]
-        [--episodes 120] [--every 4] [--seed 0]
+    python experiments/more-steps-on-a-gpu/policy_move.py --base BASE_POLICY --store STORE
+        TRAINED [TRAINED ...] [--episodes 120] [--every 4] [--seed 0]
 
 The frames are `--episodes` episodes drawn (seeded) from the episode store STORE, read at
 every `--every`-th chunk boundary, each with its episode's instruction. Both policies read the

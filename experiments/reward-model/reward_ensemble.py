@@ -1,7 +1,8 @@
 """Whether averaging reward models beats the best of them: frame precision, recall and F1 of
 each model and of their mean on stored episodes, overall and per task.
 
-    python benchmarks/reward_ensemble.py --data STORE RM RM [RM ...] [-n EPISODES_PER_TASK]
+    python experiments/reward-model/reward_ensemble.py --data STORE RM RM [RM ...]
+        [-n EPISODES_PER_TASK]
 
 Each RM is a `wmrl train-reward` run or model directory (or an RLinf `.pth`). Frames are
 labelled as `wmrl eval --reward-model` labels them (frame t is a success when the simulator's

@@ -2,8 +2,8 @@
 episodes the judge calls, the precision of those calls against the simulator by the end of the
 called chunk (what RL's episode ends on), and the recall of the real successes.
 
-    python benchmarks/held_verdict.py --reward-model RM --data STORE [--frames 1 4 8]
-        [--threshold T ...]
+    python experiments/verdict-under-rl/held_verdict.py --reward-model RM --data STORE
+        [--frames 1 4 8] [--threshold T ...]
 
 STORE holds imagined episodes run to their end and labelled by the simulator, as
 `wmrl rollout --world-model WM --policy P --reset-set RESET -n N` writes them (each chunk of

@@ -2,8 +2,8 @@
 frame of stored episodes on each, the largest and mean difference, and the frames whose call
 changes side of the threshold.
 
-    python benchmarks/judge_devices.py --reward-model RM --data STORE [--devices cpu cuda]
-        [-n EPISODES_PER_TASK] [--threshold T]
+    python experiments/verdict-under-rl/judge_devices.py --reward-model RM --data STORE
+        [--devices cpu cuda] [-n EPISODES_PER_TASK] [--threshold T]
 
 RM is a `wmrl train-reward` run or model directory (or an RLinf `.pth`); the threshold is the
 one RL would judge with (`--threshold`, else the model's own). A policy trained in imagination

@@ -2,8 +2,9 @@
 RL's first steps, does the judge stop making the false calls of the later steps, and keep the
 true ones?
 
-    python benchmarks/judge_hard_negatives.py --reward-model RM --calls STAGE/verified_calls \
-        --split S --data STORE [STORE ...] [--steps 1000] [--config STAGE/config.yaml] --out DIR
+    python experiments/judge-hard-negatives/judge_hard_negatives.py --reward-model RM \
+        --calls STAGE/verified_calls --split S --data STORE [STORE ...] [--steps 1000]
+        [--config STAGE/config.yaml] --out DIR
 
 STAGE/verified_calls/step_N holds the judge's calls of RL step N, each an imagined episode up
 to its call labelled by its replay (`reward_model.source=verified`; docs/formats.md). The

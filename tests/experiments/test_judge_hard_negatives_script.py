@@ -1,5 +1,6 @@
-"""benchmarks/judge_hard_negatives.py on tiny call stores: the expert episodes as one
-confirmed and two false calls per RL step, the judge fine-tuned on step 1, tested on step 2."""
+"""experiments/judge-hard-negatives/judge_hard_negatives.py on tiny call stores: the expert episodes
+as one confirmed and two false calls per RL step, the judge fine-tuned on step 1, tested on step
+2."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def test_fine_tunes_on_the_early_calls_and_rereads_the_later_ones(
         EpisodeStore(calls / f"step_{step:06d}").add(_calls(expert_episodes))
     out = tmp_path / "out"
     cmd = [
-        sys.executable, "benchmarks/judge_hard_negatives.py",
+        sys.executable, "experiments/judge-hard-negatives/judge_hard_negatives.py",
         "--reward-model", str(assets / "rm"), "--calls", str(calls), "--split", "1",
         "--data", str(assets / "demos"), "--steps", "3",
         "--out", str(out),

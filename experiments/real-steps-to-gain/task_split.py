@@ -3,7 +3,7 @@ successes per task (its `eval/step_N.json`) beside the base's, and the task samp
 trials and paid successes (`varied_outcome`'s state in `checkpoints/step_N/training_state`),
 which say how often RL drew each task and was paid there (docs/results.md, "A recall floor").
 
-    python benchmarks/task_split.py --base runs/ce-long-verified-s0/eval/base \\
+    python experiments/real-steps-to-gain/task_split.py --base runs/ce-long-verified-s0/eval/base \\
         --arm verified=runs/ce-long-verified-s0/stage1 --arm exact=runs/exact-long-s0 \\
         --arm floor25=runs/floor25-s0 --step 20 --out runs/task-split
 
@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the checkout's wmrl_cli
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the checkout's wmrl_cli
 
 from wmrl_cli.files import atomic_write_text  # noqa: E402
 
