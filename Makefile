@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # A CPU build of torch where there is no NVIDIA GPU; the default (CUDA) build otherwise.
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "torch" || echo "torch==2.13.0")
 
-.PHONY: install demo main smoke test lint bench-sim clean
+.PHONY: install demo main smoke test lint bench-sim memory-plan-check clean
 
 $(BIN)/wmrl: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,6 +37,11 @@ lint: install
 
 bench-sim: install
 	MUJOCO_GL=egl $(BIN)/python benchmarks/sim_fps.py
+
+# The memory plan against the code's own allocations at full size, on fake tensors (about a
+# minute; a slow test): its table as docs/benchmarks.md shows it.
+memory-plan-check: install
+	$(BIN)/python -m pytest -q -s -m slow tests/training/test_memory_plan_count.py -k full_size
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -43,7 +43,6 @@ docs/benchmarks.md.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import json
@@ -61,7 +60,8 @@ import torch
 # Run as `python benchmarks/gpu_fullsize.py` by a Python without wmrl installed (a lent
 # machine's own): the checkout's package, as if run from its root.
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(1, str(Path(__file__).resolve().parent))  # gpu_measure, when imported
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # gpu_measure, harness, when imported
+import harness  # noqa: E402
 from gpu_measure import (  # noqa: E402
     OOM,
     Budget,
@@ -675,8 +675,7 @@ def preflight() -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser = harness.parser(__doc__, out=True)
     parser.add_argument("--size", default="full", choices=sorted(SIZES))
     parser.add_argument(
         "--pass",
@@ -697,11 +696,11 @@ def main() -> None:
     if missing:
         sys.exit("gpu_fullsize: this Python cannot run the sections:\n  " + "\n  ".join(missing))
     result = run(args.size, args.out, args.budget_s or todo.budget_s, todo)
-    print(markdown(result))
+    harness.write(args, "gpu_fullsize", result, markdown(result))  # the files run() wrote, again
     failed = errors(result)
     if failed:  # both files are written: what did run is kept
         sys.exit(f"{len(failed)} measurement(s) failed: " + "; ".join(failed))
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(main)

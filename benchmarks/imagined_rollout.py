@@ -1,27 +1,29 @@
 """RL's imagined rollout with and without ended episodes skipping the world model, side by side.
 
-    python benchmarks/imagined_rollout.py --preset RUN_CONFIG.yaml [--envs 32] [--repeats 3]
+    python benchmarks/imagined_rollout.py --preset RUN_CONFIG.yaml [--envs 32] [--rounds 3]
+        [--warmup 0] [--out RESULT.json] [--markdown TABLE.md]
 
 RUN_CONFIG is a train-policy config in imagination (a run folder's config.yaml will do): its
-world model, reward model, policy and reset set are loaded as RL loads them. Each repeat
+world model, reward model, policy and reset set are loaded as RL loads them. Each round
 collects one rollout of `--envs` episodes, as one GRPO step does (`collect_rollout`, the same
 starts and policy seed in both arms), once with `WorldModel.predict_active` (ended episodes
 cost nothing) and once with every env predicted at every chunk (the behaviour before it), in
-alternating order. Printed per arm: wall seconds per rollout (median), world-model seconds,
-mean episode length; and the ratio of medians. Results: docs/benchmarks.md.
+alternating order, after `--warmup` untimed rollouts. Printed per arm: wall seconds per rollout
+(median), world-model seconds, mean episode length; and the ratio of medians (each arm's spread
+in the JSON). Results: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+import harness  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
-from rollout_timing import timed_rollout  # noqa: E402
+from rollout_timing import arm_seconds, timed_rollout  # noqa: E402
 
 from wmrl_cli.config.loading import validate_config  # noqa: E402
 from wmrl_cli.envs.reset_sampler import GroupResetSampler  # noqa: E402
@@ -30,11 +32,10 @@ from wmrl_cli.rl.inputs import resolve_inputs  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, rounds=3, warmup=0)
     parser.add_argument("--preset", required=True, help="a train-policy config in imagination")
-    parser.add_argument("--envs", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--envs", type=harness.positive, default=32)
+    parser.add_argument("--threads", type=harness.positive, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -51,32 +52,48 @@ def main() -> None:
         actions, generator
     )
 
+    for warm in range(args.warmup):  # untimed: the first chunks' one-time costs
+        timed_rollout(env, policy, sampler.sample(), max_chunks, cfg, -1 - warm)
     results: dict[str, list[tuple[float, float, float]]] = {"skip ended": [], "predict all": []}
-    for repeat in range(args.repeats):
+    for round_ in range(args.rounds):
         init_ids = sampler.sample()
-        arms = list(results) if repeat % 2 == 0 else list(results)[::-1]
+        arms = list(results) if round_ % 2 == 0 else list(results)[::-1]
         for arm in arms:
             env.world_model.predict_active = skip_ended if arm == "skip ended" else predict_all
             wall, world_model, rollout = timed_rollout(
-                env, policy, init_ids, max_chunks, cfg, repeat
+                env, policy, init_ids, max_chunks, cfg, round_
             )
             length = float(rollout.episode_len.float().mean())
             results[arm].append((wall, world_model, length))
             print(
-                f"repeat {repeat} {arm}: {wall:.1f} s, world model {world_model:.1f} s, "
+                f"round {round_} {arm}: {wall:.1f} s, world model {world_model:.1f} s, "
                 f"mean episode length {length:.1f}",
                 flush=True,
             )
 
-    medians = {arm: statistics.median(r[0] for r in rows) for arm, rows in results.items()}
-    for arm, rows in results.items():
-        print(
-            f"{arm}: median {medians[arm]:.1f} s per rollout of {args.envs}, world model "
-            f"{statistics.median(r[1] for r in rows):.1f} s, mean length "
-            f"{statistics.mean(r[2] for r in rows):.1f}"
-        )
-    print(f"skip ended / predict all: {medians['skip ended'] / medians['predict all']:.2f}")
+    seconds = {arm: arm_seconds(rows) for arm, rows in results.items()}
+    medians = {arm: spread["wall_s"].median for arm, spread in seconds.items()}
+    lines = [
+        f"{arm}: median {medians[arm]:.1f} s per rollout of {args.envs}, world model "
+        f"{statistics.median(r[1] for r in rows):.1f} s, mean length "
+        f"{statistics.mean(r[2] for r in rows):.1f}"
+        for arm, rows in results.items()
+    ]
+    ratio = medians["skip ended"] / medians["predict all"]
+    lines.append(f"skip ended / predict all: {ratio:.2f}")
+    result = {
+        "envs": args.envs,
+        "arms": {
+            arm: {
+                **{key: spread.as_dict() for key, spread in seconds[arm].items()},
+                "mean_episode_length": statistics.mean(r[2] for r in rows),
+            }
+            for arm, rows in results.items()
+        },
+        "skip_ended_over_predict_all": ratio,
+    }
+    harness.write(args, "imagined_rollout", result, "\n".join(lines))
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(main)

@@ -18,8 +18,6 @@ OUT/resume_host_memory.json and OUT/resume_host_memory.md.
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing as mp
 import sys
 import tempfile
@@ -27,9 +25,8 @@ from pathlib import Path
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the checkout's wmrl_cli
 
+import harness  # noqa: E402
 import torch  # noqa: E402
-
-from wmrl_cli.files import atomic_write_text  # noqa: E402
 
 MIB = 2**20
 
@@ -122,10 +119,11 @@ def table(results: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params-m", type=int, default=64, help="model size, M parameters")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--out", type=Path, required=True)
+    parser = harness.parser(__doc__, out=True)
+    parser.add_argument(
+        "--params-m", type=harness.positive, default=64, help="model size, M parameters"
+    )
+    parser.add_argument("--ranks", type=harness.positive, default=2)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = write_checkpoint(Path(tmp), args.params_m)
@@ -136,11 +134,8 @@ def main() -> None:
             "mapped": measure(checkpoint, args.params_m, args.ranks, mapped=True),
         }
     results["state_mib"] = results["mapped"][0]["state_mib"]
-    args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out / "resume_host_memory.json", json.dumps(results, indent=1))
-    atomic_write_text(args.out / "resume_host_memory.md", table(results))
-    print(table(results))
+    harness.write(args, "resume_host_memory", results, table(results))
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(main)

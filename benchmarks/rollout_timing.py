@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import harness
 import torch
 
 from wmrl_cli.rl.buffer import Rollout, collect_rollout
@@ -28,3 +29,11 @@ def timed_rollout(
     )
     wall = time.perf_counter() - start
     return wall, env.pop_timings()["world_model"], rollout
+
+
+def arm_seconds(rows: list[tuple]) -> dict[str, harness.Spread]:
+    """An arm's rounds of (wall seconds, world-model seconds, ...): each as a Spread."""
+    return {
+        "wall_s": harness.Spread.of([r[0] for r in rows]),
+        "world_model_s": harness.Spread.of([r[1] for r in rows]),
+    }

@@ -2,21 +2,24 @@
 each reset 32 Meta-World slots to a new mix of tasks, as varied-outcome GRPO in the simulator
 does (8 groups of 4 per rollout, 4 rollouts per update), rendering chunk ends only.
 
-    python benchmarks/sim_grpo_resets.py [--updates 2] [--steps 96]
+    python benchmarks/sim_grpo_resets.py [--rounds 2] [--warmup 1] [--steps 96]
+        [--out RESULT.json] [--markdown TABLE.md]
 
-One process, one thread: the work of one simulator worker. The first update (building the
-environments) is not timed. Prints env steps/s and environments built per timed update; pair
-two checkouts side by side to compare implementations. Results: docs/benchmarks.md.
+One process, one thread: the work of one simulator worker. Each round is one update; the
+`--warmup` updates (the first builds the environments) are not timed. Prints env steps/s over
+the timed updates and environments built per timed update (the median and spread of the
+updates' rates in the JSON); pair two checkouts side by side to compare implementations.
+Results: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+import harness  # noqa: E402
 import numpy as np  # noqa: E402
 
 from wmrl_cli.envs.reset_sampler import varied_outcome_probability  # noqa: E402
@@ -28,12 +31,11 @@ BASE_SUCCESS = np.array([0.0, 0.0, 0.4, 0.1, 0.05, 0.2, 0.65, 0.8, 0.05, 0.05])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--updates", type=int, default=2, help="timed updates")
-    parser.add_argument("--steps", type=int, default=96, help="env steps per rollout")
-    parser.add_argument("--num-envs", type=int, default=32)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--rollouts", type=int, default=4, help="rollouts per update")
+    parser = harness.parser(__doc__, rounds=2, warmup=1)
+    parser.add_argument("--steps", type=harness.positive, default=96, help="env steps a rollout")
+    parser.add_argument("--num-envs", type=harness.positive, default=32)
+    parser.add_argument("--group-size", type=harness.positive, default=4)
+    parser.add_argument("--rollouts", type=harness.positive, default=4, help="rollouts an update")
     args = parser.parse_args()
     suite = get_suite("mw10")
     n_tasks = len(suite.tasks)
@@ -51,30 +53,43 @@ def main() -> None:
 
     envs._make = counting_make
     chunks = args.steps // 8
+    steps = args.rollouts * args.num_envs * chunks * 8  # env steps an update
+
+    def update() -> tuple[float, int]:
+        start, built = time.perf_counter(), builds
+        for _ in range(args.rollouts):
+            tasks = rng.choice(n_tasks, args.num_envs // args.group_size, p=weights)
+            offsets = rng.integers(0, 1000, len(tasks))
+            init_ids = np.repeat(tasks + n_tasks * offsets, args.group_size)
+            envs.reset([int(i) for i in init_ids], None)
+            for _ in range(chunks):
+                envs.chunk_step(rng.uniform(-1, 1, (args.num_envs, 8, 4)))
+        return time.perf_counter() - start, builds - built
+
     try:
-        timed_steps, timed_s, timed_builds = 0, 0.0, 0
-        for update in range(1 + args.updates):
-            start, built = time.perf_counter(), builds
-            for _ in range(args.rollouts):
-                tasks = rng.choice(n_tasks, args.num_envs // args.group_size, p=weights)
-                offsets = rng.integers(0, 1000, len(tasks))
-                init_ids = np.repeat(tasks + n_tasks * offsets, args.group_size)
-                envs.reset([int(i) for i in init_ids], None)
-                for _ in range(chunks):
-                    envs.chunk_step(rng.uniform(-1, 1, (args.num_envs, 8, 4)))
-            if update:  # the first update builds the pool: not timed
-                timed_s += time.perf_counter() - start
-                timed_steps += args.rollouts * args.num_envs * chunks * 8
-                timed_builds += builds - built
-        print(
-            f"{args.rollouts} rollouts x {args.num_envs} envs (groups of {args.group_size}) x "
-            f"{chunks * 8} steps per update, {args.updates} timed updates: "
-            f"{timed_steps / timed_s:.1f} env steps/s, "
-            f"{timed_builds / args.updates:.1f} environments built per update"
-        )
+        timed = harness.repeat(update, args.rounds, args.warmup)  # warm-up: builds the pool
     finally:
         envs.close()
+    seconds = sum(s for s, _ in timed)
+    built = sum(b for _, b in timed) / args.rounds
+    rate = harness.Spread.of([steps / s for s, _ in timed])
+    line = (
+        f"{args.rollouts} rollouts x {args.num_envs} envs (groups of {args.group_size}) x "
+        f"{chunks * 8} steps per update, {args.rounds} timed updates: "
+        f"{steps * args.rounds / seconds:.1f} env steps/s, "
+        f"{built:.1f} environments built per update"
+    )
+    result = {
+        "env_steps_per_s": steps * args.rounds / seconds,
+        "env_steps_per_s_per_update": rate.as_dict(),
+        "environments_built_per_update": built,
+        "rollouts": args.rollouts,
+        "envs": args.num_envs,
+        "group_size": args.group_size,
+        "steps": chunks * 8,
+    }
+    harness.write(args, "sim_grpo_resets", result, line)
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(main)

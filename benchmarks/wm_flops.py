@@ -2,15 +2,14 @@
 
     python benchmarks/wm_flops.py --out DIR [--size full|tiny] [--envs 64]
 
-FLOPs of the Wan2.2-TI2V-5B and OpenSora configs at 256x256 in bf16, with RLinf's sampling
-steps (5 and 10), counted by torch's FlopCounterMode on fake tensors (shapes, no memory; the
-builders and the sampling schedule of benchmarks/memory_plan_check.py). One chunk of 8 frames
-for `--envs` envs, split into the denoiser (all its sampling steps), the VAE decode and the VAE
-encode of the window, and the reset's encode of the context, once per episode. Each per
-frame, with the frames/s that a GPU's dense bf16 peak would allow at a given utilization (model
-FLOPs utilization, MFU):
-fps = MFU x peak / FLOPs per frame. Only matmuls, convolutions and attention are counted
-(elementwise work, normalization and memory traffic are not), so the bound is optimistic.
+FLOPs of the Wan2.2-TI2V-5B and OpenSora configs at 256x256 in bf16, with RLinf's sampling steps (5
+and 10), counted by torch's FlopCounterMode on fake tensors (shapes, no memory; the builders of
+benchmarks/gpu_fullsize.py, the sampling schedule of benchmarks/fake_count.py). One chunk of 8
+frames for `--envs` envs, split into the denoiser (all its sampling steps), the VAE decode and the
+VAE encode of the window, and the reset's encode of the context, once per episode. Each per frame,
+with the frames/s that a GPU's dense bf16 peak would allow at a given utilization (model FLOPs
+utilization, MFU): fps = MFU x peak / FLOPs per frame. Only matmuls, convolutions and attention are
+counted (elementwise work, normalization and memory traffic are not), so the bound is optimistic.
 The measured frames/s are benchmarks/gpu_fullsize.py's (docs/benchmarks.md).
 """
 
@@ -25,8 +24,9 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the checkout's wmrl_cli
 sys.path.insert(1, str(Path(__file__).resolve().parent))  # the builders
+import fake_count as counting  # noqa: E402
 import gpu_fullsize as fullsize  # noqa: E402
-import memory_plan_check as counting  # noqa: E402
+import harness  # noqa: E402
 
 H100_BF16_PEAK = 989e12  # dense bf16 FLOP/s of an H100 SXM (NVIDIA's datasheet); H200: the same
 EPISODE_CHUNKS = 32  # LIBERO's 256 steps (RLinf's max_episode_steps) in chunks of 8
@@ -108,14 +108,15 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = counting.size_parser(__doc__)
+    parser = harness.parser(__doc__, out=True)
+    parser.add_argument("--size", default="full", choices=sorted(fullsize.SIZES))
     parser.add_argument(
-        "--envs", type=counting.positive, default=8, help="envs of the counted chunk"
+        "--envs", type=harness.positive, default=8, help="envs of the counted chunk"
     )
     args = parser.parse_args()
     rows = [world_model_flops(backend, args.size, args.envs) for backend in ("wan", "opensora")]
-    counting.write_results(args.out, "wm_flops", rows, markdown(rows))
+    harness.write(args, "wm_flops", rows, markdown(rows))
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(main)

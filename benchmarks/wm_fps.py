@@ -1,31 +1,33 @@
 """Imagined vs real frames per second, side by side in one run, over world-model settings.
 
     python benchmarks/wm_fps.py [--backend opensora] [--steps 1 2 4 10] [--envs 10 32 64]
-                                [--threads 2] [--chunks 3] [--flops]
+                                [--threads 2] [--rounds 3] [--warmup 1] [--flops]
                                 [--precision fp32 bf16] [--compile]
+                                [--out RESULT.json] [--markdown TABLE.md]
 
 Speed does not depend on the weights, so each setting uses a freshly built model of the
 configured size (tiny by default: the embedded default's world model, 64x64 frames). The real
-simulator (Meta-World, 2 worker processes) is measured in the same run with
-`benchmarks/sim_fps.py`'s loop. A world-model setting is timed over `--chunks` 8-frame chunks
-after one warm-up chunk. With `--flops`, each row also gives the floating-point operations per
-frame of the whole prediction and of its VAE decoder (counted by torch's FlopCounterMode on one
-chunk), the arithmetic rate the measured speed implies, and the frame rate the decoder alone
-would allow at that rate: an upper bound on any world model with that decoder.
+simulator (Meta-World, 2 worker processes, every frame rendered as the world model makes every
+frame) is measured in the same run with `benchmarks/sim_fps.py`'s loop, the best of 2 rounds.
+A world-model setting is timed over `--rounds` 8-frame chunks after `--warmup` untimed ones
+(frames/s over all of them; each chunk's seconds in the JSON). With `--flops`, each row also
+gives the floating-point operations per frame of the whole prediction and of its VAE decoder
+(counted by torch's FlopCounterMode on one chunk), the arithmetic rate the measured speed
+implies, and the frame rate the decoder alone would allow at that rate: an upper bound on any
+world model with that decoder.
 `--precision` times each setting under each autocast precision; `--compile` adds, per
 precision, the same model with its denoiser under torch.compile (`compile_world_model`), its
-compilation in the warm-up chunk.
+compilation in the warm-up chunk (so keep `--warmup` at 1 or more with it).
 Results: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import time
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+import harness  # noqa: E402
 import torch  # noqa: E402
 from sim_fps import measure as measure_sim  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
@@ -39,17 +41,16 @@ ACTION_DIM = 4  # Meta-World
 
 
 @torch.no_grad()
-def measure_world_model(model: WorldModel, cfg: RunConfig, envs: int, chunks: int) -> float:
+def measure_world_model(
+    model: WorldModel, cfg: RunConfig, envs: int, rounds: int, warmup: int = 1
+) -> harness.Spread:
+    """Seconds of each timed 8-frame chunk."""
     size, k, c = cfg.simulator.image_size, cfg.world_model.context_frames, 8
     gen = torch.Generator().manual_seed(0)
     frames = torch.randint(0, 256, (envs, k, size, size, 3), dtype=torch.uint8, generator=gen)
     model.reset_context(frames[:, 0], frames, torch.zeros(envs, k, ACTION_DIM))
     actions = torch.rand(envs, c, ACTION_DIM, generator=gen) * 2 - 1
-    model.predict(actions, generator=gen)  # warm-up
-    start = time.perf_counter()
-    for _ in range(chunks):
-        model.predict(actions, generator=gen)
-    return envs * c * chunks / (time.perf_counter() - start)
+    return harness.timed(lambda: model.predict(actions, generator=gen), rounds, warmup)
 
 
 @torch.no_grad()
@@ -72,14 +73,15 @@ def flops_per_frame(model: WorldModel, cfg: RunConfig, envs: int) -> tuple[float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, rounds=3, warmup=1)
     parser.add_argument("--backend", default="opensora", choices=["opensora", "wan"])
     parser.add_argument("--size", default="tiny", choices=["tiny", "full"])
-    parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument("--steps", type=int, nargs="+", default=[1, 2, 4, 10])
-    parser.add_argument("--envs", type=int, nargs="+", default=[10, 32, 64])
-    parser.add_argument("--threads", type=int, default=2, help="torch threads for the model")
-    parser.add_argument("--chunks", type=int, default=3)
+    parser.add_argument("--image-size", type=harness.positive, default=64)
+    parser.add_argument("--steps", type=harness.positive, nargs="+", default=[1, 2, 4, 10])
+    parser.add_argument("--envs", type=harness.positive, nargs="+", default=[10, 32, 64])
+    parser.add_argument(
+        "--threads", type=harness.positive, default=2, help="torch threads for the model"
+    )
     parser.add_argument("--flops", action="store_true", help="count FLOPs per frame as well")
     parser.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16"])
     parser.add_argument("--compile", action="store_true", help="also torch.compile the denoiser")
@@ -90,14 +92,18 @@ def main() -> None:
     sim_cfg = SimulatorConfig(
         suite="mw10", image_size=args.image_size, num_envs=n_tasks, num_workers=2, max_steps=104
     )
-    real = measure_sim(sim_cfg, steps=96, repeats=2)
-    print(f"real simulator (mw10, 2 workers, {args.image_size}px): {real:.1f} frames/s")
-    print(f"{args.backend} {args.size} world model, {args.threads} torch thread(s):")
+    real = measure_sim(sim_cfg, 96, 2, render_every_step=True).high
     columns = "| precision | compiled | sampling steps | envs | frames/s | ratio to real |"
     if args.flops:
         columns += " GFLOP/frame | decoder GFLOP/frame | GFLOP/s | decoder-only bound, frames/s |"
-    print(columns)
-    print("|" + "---|" * (columns.count("|") - 1))
+    lines = [
+        f"real simulator (mw10, 2 workers, {args.image_size}px): {real:.1f} frames/s",
+        f"{args.backend} {args.size} world model, {args.threads} torch thread(s):",
+        columns,
+        "|" + "---|" * (columns.count("|") - 1),
+    ]
+    print("\n".join(lines), flush=True)
+    result: dict = {"real_frames_per_s": real, "backend": args.backend, "rows": []}
     dtypes = {"fp32": None, "bf16": torch.bfloat16}
     compiled_too = [False, True] if args.compile else [False]
     variants = [(p, c) for p in args.precision for c in compiled_too]
@@ -118,7 +124,8 @@ def main() -> None:
                 model.autocast_dtype = dtypes[precision]
                 if compiled:
                     model.transformer = torch.compile(model.transformer)
-                fps = measure_world_model(model, cfg, envs, args.chunks)
+                seconds = measure_world_model(model, cfg, envs, args.rounds, args.warmup)
+                fps = envs * 8 / seconds.mean
                 row = (
                     f"| {precision} | {'yes' if compiled else 'no'} | {steps} | {envs} | "
                     f"{fps:.1f} | {fps / real:.2f}x |"
@@ -131,7 +138,19 @@ def main() -> None:
                         f" {rate / max(decoder, 1.0):.0f} |"
                     )
                 print(row, flush=True)
+                lines.append(row)
+                result["rows"].append(
+                    {
+                        "precision": precision,
+                        "compiled": compiled,
+                        "sampling_steps": steps,
+                        "envs": envs,
+                        "frames_per_s": fps,
+                        "chunk_seconds": seconds.as_dict(),
+                    }
+                )
+                harness.write(args, "wm_fps", result, "\n".join(lines) + "\n", echo=False)
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(main)

@@ -2,25 +2,26 @@
 imagined frames/s, the arithmetic rate they imply, and this machine's matmul peak.
 
     python benchmarks/wm_train.py [--backend opensora wan] [--threads 1] [--batch 16] [--rounds 3]
+        [--warmup 1] [--calls 2] [--out RESULT.json] [--markdown TABLE.md]
 
 Each model is the configured tiny world model (64x64, Meta-World's 4-dim actions) with random
 weights: speed does not depend on the weights. Training: one denoiser step (forward, backward,
 AdamW) on a batch of cached-latent windows, as `wmrl train-wm` runs it. Imagination: one
 8-frame chunk of `predict` for `--envs` envs at the mw-* presets' sampling steps. The two
-precisions are timed in alternation over `--rounds` rounds (the median is reported), so that
-load from other processes falls on both alike. FLOPs per step are counted once with torch's
-FlopCounterMode; the matmul peak is a 1024x1024 matmul loop in each precision, same threads,
-the best of `--rounds` alternating rounds (load only ever lowers it).
+precisions are timed in alternation over `--rounds` rounds of `--calls` calls, each after
+`--warmup` untimed calls (autocast caches, oneDNN primitives); the median is reported (the
+spread in the JSON), so that load from other processes falls on both alike. FLOPs per step are
+counted once with torch's FlopCounterMode; the matmul peak is a 1024x1024 matmul loop in each
+precision, same threads, the best of `--rounds` alternating rounds (load only ever lowers it).
 Results: docs/benchmarks.md ("bf16 on the CPU").
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import time
 from collections.abc import Callable
 
+import harness
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -92,21 +93,15 @@ def flops(fn: Callable[[], None]) -> float:
     return float(counter.get_total_flops())
 
 
-def timed(fn: Callable[[], None], repeats: int) -> float:
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    return (time.perf_counter() - start) / repeats
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, rounds=3, warmup=1)
     parser.add_argument("--backend", nargs="+", default=["opensora", "wan"])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch", type=int, default=16, help="training windows per step")
-    parser.add_argument("--envs", type=int, default=16, help="imagined envs per chunk")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=2, help="timed calls per round")
+    parser.add_argument("--threads", type=harness.positive, default=1)
+    parser.add_argument(
+        "--batch", type=harness.positive, default=16, help="training windows per step"
+    )
+    parser.add_argument("--envs", type=harness.positive, default=16, help="imagined envs a chunk")
+    parser.add_argument("--calls", type=harness.positive, default=2, help="timed calls a round")
     parser.add_argument(
         "--compile",
         action="store_true",
@@ -121,15 +116,15 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
             peak[name] = max(peak[name], matmul_gflops(dtype))
-    print(
+    lines = [
         f"matmul 1024^2, {args.threads} thread(s): fp32 {peak['fp32']:.0f} GFLOP/s, "
-        f"bf16 {peak['bf16']:.0f} GFLOP/s ({peak['bf16'] / peak['fp32']:.2f}x)"
-    )
-    extra = " bf16 compiled /s | compiled / fp32 |" if args.compile else ""
-    print(
-        "| backend | work | fp32 /s | bf16 /s | bf16 / fp32 | GFLOP/s fp32 | GFLOP/s bf16 |" + extra
-    )
-    print("|---|---|---|---|---|---|---|" + "---|---|" * args.compile)
+        f"bf16 {peak['bf16']:.0f} GFLOP/s ({peak['bf16'] / peak['fp32']:.2f}x)",
+        "| backend | work | fp32 /s | bf16 /s | bf16 / fp32 | GFLOP/s fp32 | GFLOP/s bf16 |"
+        + (" bf16 compiled /s | compiled / fp32 |" if args.compile else ""),
+        "|---|---|---|---|---|---|---|" + "---|---|" * args.compile,
+    ]
+    print("\n".join(lines), flush=True)
+    result: dict = {"matmul_gflops": peak, "threads": args.threads, "rows": []}
     for backend in args.backend:
         model = build(backend)
         model.config.num_inference_steps = SAMPLING_STEPS[backend]
@@ -158,20 +153,33 @@ def main() -> None:
                 for precision, (run, dtype) in runs.items():
                     if precision != "compiled":
                         model.autocast_dtype = dtype
-                    run()  # warm-up (autocast caches, oneDNN primitives)
-                    times[precision].append(timed(run, args.repeats))
-            rate = {p: items / statistics.median(t) for p, t in times.items()}
-            gflops = {p: count / statistics.median(t) / 1e9 for p, t in times.items()}
+                    one = harness.timed(run, 1, args.warmup, args.calls)
+                    times[precision].append(one.median)
+            spreads = {p: harness.Spread.of(t) for p, t in times.items()}
+            rate = {p: items / spread.median for p, spread in spreads.items()}
+            gflops = {p: count / spread.median / 1e9 for p, spread in spreads.items()}
             more = ""
             if compiled is not None:
                 more = f" {rate['compiled']:.1f} | {rate['compiled'] / rate['fp32']:.2f}x |"
-            print(
+            row = (
                 f"| {backend} | {name} | {rate['fp32']:.1f} | {rate['bf16']:.1f} | "
                 f"{rate['bf16'] / rate['fp32']:.2f}x | {gflops['fp32']:.0f} | "
-                f"{gflops['bf16']:.0f} |" + more,
-                flush=True,
+                f"{gflops['bf16']:.0f} |" + more
             )
+            print(row, flush=True)
+            lines.append(row)
+            result["rows"].append(
+                {
+                    "backend": backend,
+                    "work": name,
+                    "items": items,
+                    "flops": count,
+                    "per_s": rate,
+                    "seconds": {p: spread.as_dict() for p, spread in spreads.items()},
+                }
+            )
+            harness.write(args, "wm_train", result, "\n".join(lines) + "\n", echo=False)
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(main)

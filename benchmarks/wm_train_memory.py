@@ -11,7 +11,7 @@ whose latents come from the trainer's cache, encoded before training. Two steps 
 beside AdamW's moments, as every later one), with and without gradient checkpointing, for the
 Wan2.2-TI2V-5B and OpenSora configs at 256x256 frames, 4 context frames and chunks of 8 (the
 seeds' presets; `--frames K,C ...`: windows of K context frames and chunks of C, each).
-Counted on fake tensors by benchmarks/memory_plan_check.py's `StorageTracker` (shapes and
+Counted on fake tensors by benchmarks/fake_count.py's `StorageTracker` (shapes and
 dtypes, no memory), beside the arithmetic of weights, gradients, moments and the EMA copy.
 
 Not counted: the latent cache and the episodes (host memory), validation (an open-loop rollout
@@ -21,7 +21,7 @@ memory plan of `train-wm` (training/world_model_memory.py) for the same step.
 
 `--gpu`: the same steps on real tensors on the GPU (random weights built there), their peaks
 read from torch's CUDA allocator (allocated and reserved): what the count leaves out, measured
-(benchmarks/gpu_fullsize_device.sh runs it after gpu_fullsize.py). Writes
+(benchmarks/gpu/gpu_fullsize_device.sh runs it after gpu_fullsize.py). Writes
 DIR/wm_train_memory.json and .md. Results: docs/benchmarks.md.
 """
 
@@ -40,8 +40,9 @@ import torch
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the checkout's wmrl_cli
 sys.path.insert(1, str(Path(__file__).resolve().parent))  # the builders and the tracker
+import fake_count as counting  # noqa: E402
 import gpu_fullsize as fullsize  # noqa: E402
-import memory_plan_check as counting  # noqa: E402
+import harness  # noqa: E402
 
 from wmrl_cli.errors import WmrlError  # noqa: E402
 from wmrl_cli.training.denoiser_sharding import shard_denoiser  # noqa: E402
@@ -179,19 +180,19 @@ def _train_step_peaks(
         tracker = CudaMeter() if gpu else counting.StorageTracker()
         for tensor in [*model.parameters(), *model.buffers(), inputs["latents"]]:
             tracker.add(tensor)
-        weights = counting._gib(tracker.now)
+        weights = counting.gib(tracker.now)
         with tracker:
             ema = {n: p.detach().clone() for n, p in model.transformer.named_parameters()}
             params = [p for p in model.transformer.parameters() if p.requires_grad]
             optimizer = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, foreach=True)
-            held = counting._gib(tracker.now)
+            held = counting.gib(tracker.now)
             update, step = [], []
             for _ in range(2):
                 tracker.reset_peak()
                 model.transformer.train()
                 loss = model(inputs, generator=gen)
                 loss.backward()
-                update.append(counting._gib(tracker.peak))
+                update.append(counting.gib(tracker.peak))
                 tracker.reset_peak()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
                 optimizer.step()
@@ -199,12 +200,12 @@ def _train_step_peaks(
                 with torch.no_grad():
                     for name, p in model.transformer.named_parameters():
                         ema[name].lerp_(p.detach(), 0.01)
-                step.append(counting._gib(tracker.peak))
+                step.append(counting.gib(tracker.peak))
             validation = sharded_validation_peak(model, tracker, image) if ranks > 1 else None
     trained = sum(p.numel() for p in params)
     frozen = sum(p.numel() for p in model.parameters()) - trained
     # this rank's gradients, two moments and EMA (float32; a DTensor counts its whole shape)
-    arithmetic = counting._gib(trained * 4 * 4 / ranks)
+    arithmetic = counting.gib(trained * 4 * 4 / ranks)
     settings = TrainingSettings(
         backend,
         image,
@@ -243,7 +244,7 @@ def _train_step_peaks(
         "seconds": time.perf_counter() - start,
     }
     if gpu:
-        row["reserved_peak_gib"] = counting._gib(tracker.reserved_peak)
+        row["reserved_peak_gib"] = counting.gib(tracker.reserved_peak)
     del model, ema, optimizer, params, inputs
     if gpu:
         torch.cuda.empty_cache()
@@ -262,7 +263,7 @@ def sharded_validation_peak(model, tracker: Any, image: int) -> float:
     sampling = counting.real_sampling_schedule()
     with tracker, torch.no_grad(), sampling, gathered_units(model.transformer):
         fullsize.imagine_chunk(model, VALIDATION_BATCH, image)
-    return counting._gib(tracker.peak)
+    return counting.gib(tracker.peak)
 
 
 def markdown(rows: list[dict], where: str) -> str:
@@ -294,9 +295,10 @@ def markdown(rows: list[dict], where: str) -> str:
 
 
 def main() -> None:
-    parser = counting.size_parser(__doc__)
+    parser = harness.parser(__doc__, out=True)
+    parser.add_argument("--size", default="full", choices=sorted(fullsize.SIZES))
     parser.add_argument(
-        "--batch", type=counting.positive, default=4, help="windows per GPU (WMPO: 4)"
+        "--batch", type=harness.positive, default=4, help="windows per GPU (WMPO: 4)"
     )
     parser.add_argument("--real", action="store_true", help="real CPU tensors (tiny size)")
     parser.add_argument("--gpu", action="store_true", help="real tensors on the GPU, measured")
@@ -308,11 +310,11 @@ def main() -> None:
         help="windows K,C: K context frames, chunks of C (a multiple of 4); default 4,8",
     )
     parser.add_argument(
-        "--image", type=counting.positive, default=None, help="frame size (default: 256, tiny 32)"
+        "--image", type=harness.positive, default=None, help="frame size (default: 256, tiny 32)"
     )
     parser.add_argument(
         "--ranks",
-        type=counting.positive,
+        type=harness.positive,
         nargs="+",
         default=[1],
         help="rank 0 of N, the denoiser sharded (world_model.sharding=fsdp), --batch windows each",
@@ -325,11 +327,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.gpu and args.ranks != [1]:
-        sys.exit("wm_train_memory: --gpu counts one GPU; --ranks needs the fake process group")
+        raise harness.BenchmarkError("--gpu counts one GPU; --ranks needs the fake process group")
     if args.real and args.size == "full":
-        sys.exit("wm_train_memory: --real at full size needs over 100 GB of memory")
+        raise harness.BenchmarkError("--real at full size needs over 100 GB of memory")
     if args.gpu and not torch.cuda.is_available():
-        sys.exit("wm_train_memory: --gpu needs a CUDA GPU")
+        raise harness.BenchmarkError("--gpu needs a CUDA GPU")
     counted = OnGpu() if args.gpu else counting.Counted(args.real)
     where = torch.cuda.get_device_name() if args.gpu else "fake tensors (counted)"
     rows = []
@@ -345,7 +347,7 @@ def main() -> None:
                     print(f"{backend} {window} checkpointing={checkpointing}: {peak}", flush=True)
                     # after each row, so that a run cut short keeps what it measured
                     table = markdown(rows, where)
-                    counting.write_results(args.out, "wm_train_memory", rows, table)
+                    harness.write(args, "wm_train_memory", rows, table)
 
 
 def measured_row(
@@ -398,4 +400,4 @@ def window_frames(text: str) -> tuple[int, int]:
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(main)

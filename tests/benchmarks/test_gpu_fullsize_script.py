@@ -94,7 +94,7 @@ def _device_script(tmp_path, gpus: int, *args: str) -> tuple[int, list[str], str
         "LOG": str(log),
         "GPUS": str(gpus),
     }
-    cmd = ["bash", "benchmarks/gpu_fullsize_device.sh", str(tmp_path / "out"), *args]
+    cmd = ["bash", "benchmarks/gpu/gpu_fullsize_device.sh", str(tmp_path / "out"), *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     calls = [line.split(" --out")[0] for line in log.read_text().splitlines()]
     return proc.returncode, calls, proc.stdout + proc.stderr

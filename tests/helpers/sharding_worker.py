@@ -128,7 +128,7 @@ def main(out: Path, variants: list[str]) -> None:
     for variant in variants:  # one process start for all: a start costs more than a variant
         AcceleratorState._reset_state(reset_partial_state=False)
         mixed = "no" if variant == "full" else "bf16"
-        cpu = os.environ.get("WMRL_SHARDING_DEVICE") != "cuda"  # benchmarks/fsdp2_cuda.sh: NCCL
+        cpu = os.environ.get("WMRL_SHARDING_DEVICE") != "cuda"  # benchmarks/gpu/fsdp2_cuda.sh: NCCL
         run(out, variant, Accelerator(cpu=cpu, mixed_precision=mixed))
 
 

@@ -107,7 +107,7 @@ def test_activations_estimate_and_checkpointing(full_policy) -> None:
     """Per Llama layer and token 16 h + (7 h + 4 i) x 2 bytes in bf16, and the projector's
     linears and GELUs; checkpointing keeps the stack's input and each block's output in the
     residual stream's dtype (float32 under float32 weights) and one block's activations
-    (benchmarks/memory_plan_check.py counts them at full size)."""
+    (tests/helpers/memory_plan_count.py counts them at full size)."""
     llama = full_policy.stacks[0]
     assert llama.tokens == 1 + 256 + 32 + 56 + 1
     projector = 256 * (2176 + 2 * 8704 + 2 * 4096) * 2  # fused towers: D -> 4D -> H -> H
@@ -259,7 +259,7 @@ def test_offload_during_update_moves_the_frozen_models_out_and_back(assets, tmp_
 
 def test_imagination_working_set_and_the_vae_batch_where_the_plan_needs_it() -> None:
     """64 envs on one GPU: the VAE decode of all at once holds 43 GiB (Wan, 256x256, counted by
-    benchmarks/memory_plan_check.py); unset, `world_model.vae_batch` becomes 4 where that is
+    tests/helpers/memory_plan_count.py); unset, `world_model.vae_batch` becomes 4 where that is
     what fits, and set, it is kept (and named where it does not fit)."""
     cfg = resolve_config("wan-spatial-grpo", overrides=["training.lora_rank=32"])
     wan = full_world_model_params("wan")
@@ -471,7 +471,7 @@ def test_plan_flag_refuses_what_the_launch_refuses(tmp_path, monkeypatch) -> Non
     assert launched.exit_code == 2 and "--plan runs in one process" in launched.output
 
 
-# benchmarks/memory_plan_check.py at full size on fake tensors, bf16, 256 x 256 (GiB; the table
+# tests/helpers/memory_plan_count.py at full size on fake tensors, bf16, 256 x 256 (GiB; the table
 # of docs/benchmarks.md): (backend, context frames, chunk) -> the working set of 1 env decoded
 # at once, and of 64 envs decoded 4 at a time
 COUNTED_WINDOWS = {

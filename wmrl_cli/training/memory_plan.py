@@ -29,7 +29,7 @@ in the residual stream's dtype (float32 under float32 weights, whose embeddings 
 plus one block recomputed at a time. Frozen vision towers (LoRA) keep nothing; the projector
 keeps its linears' inputs and GELUs' outputs. A micro-batch is `algorithm.minibatch_trajectories`
 x ceil(max_episode_steps / chunk) sequences of 1 + patches + 32 prompt + C x A action + 1 tokens
-(every step valid: the worst case). `benchmarks/memory_plan_check.py` counts what the code
+(every step valid: the worst case). `tests/helpers/memory_plan_count.py` counts what the code
 allocates at full size on fake tensors: the plan's peak phase is within 1% of the count on one
 GPU and on rank 0 of 8 FSDP ranks; the update phase of full fine-tuning it overstates by 8-12%,
 which matters only with bf16 moments, where that phase is the peak (docs/benchmarks.md). Not
@@ -110,7 +110,7 @@ def _opensora_256(context_frames: int, chunk: int) -> tuple[float, float, int]:
 
 
 # GiB per env at 256x256 in bf16 (RLinf's settings), by the window's frames: the VAE's work,
-# the denoiser's share and the frames it decodes. Counted by benchmarks/memory_plan_check.py on
+# the denoiser's share and the frames it decodes. Counted by tests/helpers/memory_plan_count.py on
 # fake tensors for the published configs, 4 to 16 context frames and chunks of 4 to 16
 # (docs/benchmarks.md). Other frame sizes scale by pixels (counted at 128x128 and 512x512:
 # within 2.6%). The decode and the denoiser hardly overlap: the peak is the larger of the two,

@@ -1,24 +1,18 @@
-"""benchmarks/memory_plan_check.py: its storage count on fake tensors equals the count on real
-ones (tiny size, byte for byte), the count itself, and the full-size check of the memory plan
-(slow: about a minute on fake tensors, nothing allocated)."""
+"""The memory plan (training/memory_plan.py) against the bytes the code allocates
+(tests/helpers/memory_plan_count.py): the storage count on fake tensors equals the count on real
+ones (tiny size, byte for byte), the count itself, FSDP's shards, and at full size the plan
+holds every count within 15% (slow: about a minute on fake tensors, nothing allocated;
+`make memory-plan-check` runs it and prints the table of docs/benchmarks.md)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tests.helpers import ROOT
+from tests.helpers import memory_plan_count as check
 
 
-@pytest.fixture
-def check(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import memory_plan_check
-
-    return memory_plan_check
-
-
-def test_a_storage_counts_once_whatever_its_views_and_leaves_when_freed(check) -> None:
+def test_a_storage_counts_once_whatever_its_views_and_leaves_when_freed() -> None:
     tracker = check.StorageTracker()
     with tracker:
         a = torch.zeros(1024)  # 4 KiB
@@ -36,7 +30,7 @@ def _bytes(row: dict) -> dict:
 
 
 @pytest.mark.slow  # the suite's 15-minute budget (2026-11-29: the suite had reached 17.6)
-def test_fake_tensors_count_the_bytes_real_ones_allocate(check, monkeypatch) -> None:
+def test_fake_tensors_count_the_bytes_real_ones_allocate(monkeypatch) -> None:
     lora = {"lora_rank": 32}
     real = check.policy_variant("tiny", check.Counted(real=True), lora, 4)
     fake = check.policy_variant("tiny", check.Counted(real=False), lora, 4)
@@ -54,12 +48,12 @@ def test_fake_tensors_count_the_bytes_real_ones_allocate(check, monkeypatch) -> 
         assert batched["working_set_gib"] < whole["working_set_gib"]
 
 
-def test_rank_zero_of_eight_fake_fsdp_ranks_holds_an_eighth_of_the_state(check) -> None:
+def test_rank_zero_of_eight_fake_fsdp_ranks_holds_an_eighth_of_the_state() -> None:
     """wmrl's FSDP sharding in a process group whose collectives move nothing: rank 0 holds
     its shard of the weights, gradients and moments, and the group is gone afterwards."""
     import torch.distributed as dist
 
-    model = check.fullsize.build_policy("tiny", check.META)
+    model = check.fullsize.build_policy("tiny", torch.device("meta"))
     shard = sum(p.numel() for p in model.parameters()) * 4 / 8 / 2**30  # float32, one rank's
     eight = check.policy_variant("tiny", check.Counted(real=False), {}, 4, 8)
     assert eight["gradients_gib"] == pytest.approx(shard, rel=0.05)  # FSDP pads each shard
@@ -69,14 +63,14 @@ def test_rank_zero_of_eight_fake_fsdp_ranks_holds_an_eighth_of_the_state(check) 
 
 
 @pytest.mark.slow
-def test_the_memory_plan_holds_the_full_size_count_within_fifteen_percent(check) -> None:
-    for overrides, sequences, ranks in check.POLICY_VARIANTS.values():
-        counted = check.Counted(real=False)
-        row = check.policy_variant("full", counted, overrides, sequences or 32, ranks)
+def test_the_memory_plan_holds_the_full_size_count_within_fifteen_percent() -> None:
+    result = check.run("full", real=False)
+    print("\n" + check.markdown(result))  # the table of docs/benchmarks.md (make memory-plan-check)
+    for row in result["policy"]:
         # the plan may overstate (it adds every gradient to every activation, which backward
         # frees as it makes them) but must not understate what the code allocates
-        assert 0.85 < row["ratio"] < 1.05, (overrides, row["peak_gib"], row["plan_gib"])
+        assert 0.85 < row["ratio"] < 1.05, (row["variant"], row["peak_gib"], row["plan_gib"])
         rollout = row["rollout_peak_gib"] / row["plan_rollout_gib"]  # rarely the peak: apart
-        assert 0.85 < rollout < 1.05, (overrides, row["rollout_peak_gib"], row["plan_rollout_gib"])
-    for r in check.imagination_section("full", check.Counted(real=False)):
+        assert 0.85 < rollout < 1.05, (row["variant"], row["rollout_peak_gib"])
+    for r in result["imagination"]:
         assert 0.85 < r["working_set_gib"] / r["plan_gib"] < 1.05, r

@@ -3,10 +3,10 @@
 # runs it on 2 gloo ranks: float32, bf16 compute, and LoRA with activation checkpointing
 # (tests/helpers/sharding_worker.py). What a CPU cannot see: CPU tensors in an NCCL collective,
 # NCCL's own teardown. Writes OUT/result_2_<variant>.pt and OUT/fsdp2.txt (each variant's loss
-# and gradient norm). Usage: bash benchmarks/fsdp2_cuda.sh OUT (benchmarks/gpu_fullsize_device.sh
+# and gradient norm). Usage: bash benchmarks/gpu/fsdp2_cuda.sh OUT (benchmarks/gpu/gpu_fullsize_device.sh
 # --all runs it where the machine has 2 GPUs or more).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out="${1:?usage: fsdp2_cuda.sh OUT}"
 mkdir -p "$out"
 WMRL_SHARDING_DEVICE=cuda python3 -m torch.distributed.run --nproc_per_node 2 \

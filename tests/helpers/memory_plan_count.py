@@ -1,12 +1,10 @@
-"""The memory plan against the bytes the code allocates, at full size, on a CPU.
+"""The memory plan against the bytes the code allocates, at full size, on a CPU: what
+tests/training/test_memory_plan_count.py checks (`make memory-plan-check` prints the table of
+docs/benchmarks.md, "The memory plan against the code's own allocations").
 
-    python benchmarks/memory_plan_check.py --out DIR [--size full|tiny] [--real]
-
-A fake tensor (torch's FakeTensorMode) has a shape, a dtype and a device but no memory, and
-every operation of the real code runs on it: the same modules, bf16 autocast, activation
-checkpointing, LoRA, AdamW. So what a full-size run would hold can be counted on a machine with
-24 GiB: `StorageTracker` adds each storage an operation creates and subtracts it when it is
-freed, and keeps the peak. Two sections, each beside `training/memory_plan.py`'s figures:
+Every operation of the real code runs on fake tensors (benchmarks/fake_count.py: the same
+modules, bf16 autocast, activation checkpointing, LoRA, AdamW), its storages counted. Two
+sections, each beside `training/memory_plan.py`'s figures:
 
 1. the 7.5 B policy's GRPO micro-batch (32 sequences of 256x256 frames, the seeds' micro batch)
    with wmrl's own casting, checkpointing and sharding (`PolicySharding.prepare_model`) and an
@@ -14,9 +12,8 @@ freed, and keeps the peak. Two sections, each beside `training/memory_plan.py`'s
    moments, as every later one): for LoRA rank 32 on float32 weights, full fine-tuning on
    float32 weights, full fine-tuning on bf16 weights (RLinf's), full fine-tuning with bf16
    moments (wmrl's per-tensor AdamW), LoRA without checkpointing on 4 sequences (the plan's
-   per-block formula), and full fine-tuning sharded by FSDP as rank 0
-   of 8 (a process group of torch's fake backend: collectives move nothing, shards and gathers
-   keep their sizes);
+   per-block formula), and full fine-tuning sharded by FSDP as rank 0 of 8 (a process group of
+   torch's fake backend: collectives move nothing, shards and gathers keep their sizes);
 2. imagination: the Wan2.2-5B and OpenSora configs at 256x256 in bf16, one chunk (reset and
    predict) at several env counts, all envs through the VAE at once and `world_model.vae_batch`
    at a time: what the world model holds beyond its weights.
@@ -26,167 +23,35 @@ rounding and fragmentation, library workspaces (cuBLAS, attention), the CUDA con
 stand-ins: CPU autocast's op lists for CUDA's (linear, matmul and convolution run in bf16 on
 both), and AdamW's multi-tensor (`foreach`) step, torch's default for CUDA parameters, asked for
 explicitly since the CPU's default is the per-tensor one. Attention is SDPA's fused kernel on
-both devices: no attention matrix is kept.
-
-`--size tiny` runs the same code on the tiny configs; `--real` runs it on real CPU tensors
-instead of fake ones (tests/benchmarks/test_memory_plan_check.py checks that both count the
-same). Writes DIR/memory_plan_check.json and .md. Results: docs/benchmarks.md.
+both devices: no attention matrix is kept. `size="tiny"` runs the same code on the tiny
+configs, and `Counted(real=True)` on real CPU tensors instead of fake ones.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
 import sys
 import time
-import weakref
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the checkout's wmrl_cli
-sys.path.insert(1, str(Path(__file__).resolve().parent))  # gpu_fullsize's builders
+from tests.helpers import ROOT
+
+# the benchmarks' builders (gpu_fullsize.py) and counting tools (fake_count.py): scripts of
+# benchmarks/, not a package
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(1, str(ROOT / "benchmarks"))
 import gpu_fullsize as fullsize  # noqa: E402
-
-GIB = 2**30
-META = torch.device("meta")
-CPU = torch.device("cpu")
-
-
-class StorageTracker(TorchDispatchMode):
-    """Live bytes of the storages that operations create (and of those `add`ed), and their
-    peak. A storage is counted once however many views share it, follows its `resize_` (FSDP
-    frees and refills its gathered parameters that way) and leaves the count when it is
-    freed. A DTensor counts as its local shard."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live: dict[int, int] = {}
-        self.now = 0
-        self.peak = 0
-
-    def add(self, tensor: torch.Tensor) -> None:
-        self._count(getattr(tensor, "_local_tensor", tensor).untyped_storage())
-
-    def _count(self, storage: torch.UntypedStorage) -> None:
-        key = storage._cdata
-        if key not in self.live:
-            self.live[key] = 0
-            weakref.finalize(storage, self._freed, key)
-        self.now += storage.nbytes() - self.live[key]
-        self.live[key] = storage.nbytes()
-        self.peak = max(self.peak, self.now)
-
-    def _freed(self, key: int) -> None:
-        self.now -= self.live.pop(key, 0)
-
-    def reset_peak(self) -> None:
-        self.peak = self.now
-
-    def __enter__(self) -> StorageTracker:
-        # a storage's resize_ is not an operation a dispatch mode sees
-        self._resize = resize = torch.UntypedStorage.resize_
-
-        def counted_resize(storage: torch.UntypedStorage, size: int) -> Any:
-            out = resize(storage, size)
-            self._count(storage)
-            return out
-
-        torch.UntypedStorage.resize_ = counted_resize
-        return super().__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        torch.UntypedStorage.resize_ = self._resize
-        super().__exit__(*exc)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for leaf in tree_flatten(out)[0]:
-            if isinstance(leaf, torch.Tensor):
-                self.add(leaf)
-        return out
-
-
-def fake_copy(module: torch.nn.Module, mode: Any) -> None:
-    """Swap a meta-device module's parameters and buffers, in place, for fake CPU tensors of
-    the same shapes and dtypes (shared ones stay shared)."""
-    made: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (original, fake)
-
-    def fake(t: torch.Tensor) -> torch.Tensor:
-        if id(t) not in made:
-            data = t.data if isinstance(t, torch.nn.Parameter) else t
-            made[id(t)] = (t, mode.fake_tensor_converter.from_meta_and_device(mode, data, CPU))
-        return made[id(t)][1]
-
-    for sub in module.modules():
-        for name, param in list(sub._parameters.items()):
-            if param is not None:
-                sub._parameters[name] = torch.nn.Parameter(fake(param), param.requires_grad)
-        for name, buffer in list(sub._buffers.items()):
-            if buffer is not None:
-                sub._buffers[name] = fake(buffer)
-
-
-class Counted:
-    """Where the tensors live (fake or real CPU) and the tracker counting them."""
-
-    def __init__(self, real: bool) -> None:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        self.real = real
-        self.mode = None if real else FakeTensorMode(allow_non_fake_inputs=True)
-        self.build_device = CPU if real else META
-
-    def place(self, module: torch.nn.Module) -> None:
-        if self.mode is not None:
-            fake_copy(module, self.mode)
-
-    def context(self):
-        return contextlib.nullcontext() if self.mode is None else self.mode
-
-
-class Numbers(list):
-    """A sampling schedule as plain floats that slices and `tolist`s like a tensor."""
-
-    def __getitem__(self, index):
-        item = super().__getitem__(index)
-        return Numbers(item) if isinstance(index, slice) else item
-
-    def tolist(self) -> list:
-        return list(self)
-
-
-@contextlib.contextmanager
-def real_sampling_schedule():
-    """The sampling loop reads its noise levels as numbers (`tolist`), which a fake tensor
-    has none of: the schedule (a few floats) is computed on real tensors and handed over as
-    numbers."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    from wmrl_cli.world_models import flow_matching
-
-    schedule = flow_matching.inference_sigmas
-
-    def real(*args: Any, **kwargs: Any) -> Numbers:
-        with unset_fake_temporarily():
-            return Numbers(schedule(*args, **kwargs).tolist())
-
-    flow_matching.inference_sigmas = real
-    try:
-        yield
-    finally:
-        flow_matching.inference_sigmas = schedule
-
-
-def _gib(n: float) -> float:
-    return n / GIB
-
+from fake_count import (  # noqa: E402
+    CPU,
+    Counted,
+    StorageTracker,
+    fake_ranks,
+    gib,
+    real_sampling_schedule,
+)
 
 # -- 1. the policy ----------------------------------------------------------------------------
 
@@ -213,23 +78,6 @@ def policy_plan(cfg, config, sequences: int, ranks: int = 1, envs: int = 0):
 
     settings = training_settings(cfg, ranks, sequences, envs=envs)
     return plan_memory(PlanSizes(policy_size(config, settings.lora_rank)), settings)
-
-
-@contextlib.contextmanager
-def fake_ranks(ranks: int):
-    """A process group of `ranks` whose collectives move nothing (torch's fake backend): this
-    process is rank 0 of an FSDP run, its shards and gathers the sizes they would be."""
-    if ranks == 1:
-        yield
-        return
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=ranks)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def policy_variant(
@@ -271,7 +119,7 @@ def _policy_variant(
     with counted.context():
         for tensor in [*model.parameters(), *model.buffers()]:
             tracker.add(tensor)
-        row["weights_gib"] = _gib(tracker.now)
+        row["weights_gib"] = gib(tracker.now)
         trained = [p for p in model.parameters() if p.requires_grad]
         optimizer = sharding.optimizer(
             [{"params": trained, "lr": t.lr}],
@@ -296,17 +144,17 @@ def _policy_variant(
                 before = tracker.now
                 with autocast:
                     out = model(images, [fullsize.INSTRUCTION] * sequences, tokens, 1.6)
-                row["kept_for_backward_gib"] = _gib(tracker.now - before)
+                row["kept_for_backward_gib"] = gib(tracker.now - before)
                 loss = -(out.log_probs * advantages).mean()
                 del out
                 loss.backward()
                 del loss
-                row["micro_batch_peak_gib"] = _gib(tracker.peak)
-                row["gradients_gib"] = _gib(tracker.now - before)
+                row["micro_batch_peak_gib"] = gib(tracker.peak)
+                row["gradients_gib"] = gib(tracker.now - before)
                 tracker.reset_peak()
                 optimizer.step()
-                row["optimizer_step_peak_gib"] = _gib(tracker.peak)
-            row["moments_gib"] = _gib(tracker.now) - row["weights_gib"] - row["gradients_gib"]
+                row["optimizer_step_peak_gib"] = gib(tracker.peak)
+            row["moments_gib"] = gib(tracker.now) - row["weights_gib"] - row["gradients_gib"]
             # a rollout: the next chunk's forward for this rank's envs, the policy gathered
             optimizer.zero_grad(set_to_none=True)
             tracker.reset_peak()
@@ -318,7 +166,7 @@ def _policy_variant(
                     tokens[:1].repeat(envs, 1, 1),
                     1.6,
                 )
-            row.update(rollout_envs=envs, rollout_peak_gib=_gib(tracker.peak))
+            row.update(rollout_envs=envs, rollout_peak_gib=gib(tracker.peak))
     phases = ("micro_batch_peak_gib", "optimizer_step_peak_gib", "rollout_peak_gib")
     row["peak_gib"] = max(row[phase] for phase in phases)
     row["plan"] = {label: phases for label, *phases in plan.rows if any(phases)}
@@ -392,11 +240,11 @@ def imagined_chunk_row(
         tracker = StorageTracker()
         for tensor in [*model.parameters(), *model.buffers()]:
             tracker.add(tensor)
-        weights = _gib(tracker.now)
+        weights = gib(tracker.now)
         tracker.reset_peak()
         with tracker:
             fullsize.imagine_chunk(model, envs, image, chunk=chunk)
-    working = _gib(tracker.peak) - weights
+    working = gib(tracker.peak) - weights
     cost = imagination_cost(backend, image, image, context, chunk)
     print(
         f"{backend} {context}+{chunk} at {image}: x{envs} ({vae_batch}): {weights:.2f} + "
@@ -412,7 +260,7 @@ def imagined_chunk_row(
         "weights_gib": weights,
         "working_set_gib": working,
         "per_env_gib": working / envs,
-        "plan_gib": _gib(imagination_bytes(cost, envs, vae_batch)),
+        "plan_gib": gib(imagination_bytes(cost, envs, vae_batch)),
         "seconds": time.perf_counter() - start,
     }
 
@@ -422,8 +270,8 @@ def imagined_chunk_row(
 
 def markdown(result: dict) -> str:
     lines = [
-        f"# memory_plan_check ({result['size']}, {'real' if result['real'] else 'fake'} "
-        f"tensors), torch {result['torch']}",
+        f"# The memory plan against the count ({result['size']}, "
+        f"{'real' if result['real'] else 'fake'} tensors), torch {result['torch']}",
         "",
         "| policy variant | sequences | weights | kept for backward | micro-batch peak (plan) "
         "| AdamW step peak (plan) | rollout peak (plan) | peak / plan |",
@@ -455,46 +303,9 @@ def markdown(result: dict) -> str:
 
 
 def run(size: str, real: bool) -> dict:
-    if real and size == "full":
-        raise SystemExit("memory_plan_check: --real at full size needs about 150 GB of memory")
+    """Both sections: the rows of the table that `markdown` writes."""
     counted = Counted(real)
     result: dict[str, Any] = {"size": size, "real": real, "torch": torch.__version__}
     result["policy"] = policy_section(size, counted)
     result["imagination"] = imagination_section(size, counted)
     return result
-
-
-def main() -> None:
-    parser = size_parser(__doc__)
-    parser.add_argument("--real", action="store_true", help="real CPU tensors (tiny size)")
-    args = parser.parse_args()
-    result = run(args.size, args.real)
-    write_results(args.out, "memory_plan_check", result, markdown(result))
-
-
-def size_parser(doc: str) -> argparse.ArgumentParser:
-    """The counting scripts' arguments: --out DIR and --size full|tiny (this one's, wm_flops'
-    and wm_train_memory's)."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--size", default="full", choices=sorted(fullsize.SIZES))
-    return parser
-
-
-def positive(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (else exit 2 with one line)."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return int(text)
-
-
-def write_results(out: Path, name: str, result: Any, table: str) -> None:
-    """OUT/NAME.json and OUT/NAME.md, and the table on stdout (this script's and wm_flops')."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
-    (out / f"{name}.md").write_text(table)
-    print(table)
-
-
-if __name__ == "__main__":
-    main()

@@ -5,7 +5,7 @@
 # activation_checkpointing_enable), but no diffusers or pydantic (docs/benchmarks.md, "Full
 # size on one GPU"). Versions: the project's, as installed by `make install`.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 mkdir -p .whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
