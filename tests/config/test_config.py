@@ -118,6 +118,14 @@ def test_co_evolve_from_sft_refuses_libero_before_writing(tmp_path: Path) -> Non
         ("opensora-object-grpo", "opensora-spatial-grpo"),
         ("mw-wan-grpo", "mw-opensora-grpo"),
         ("mw-wan-ppo", "mw-wan-grpo"),
+        ("opensora-spatial-grpo", "wan-spatial-grpo"),
+        ("wan-spatial-coevolve", "wan-spatial-grpo"),
+        ("opensora-spatial-coevolve", "wan-spatial-coevolve"),
+        ("mw-sim-ppo", "mw-sim-grpo"),
+        ("mw-opensora-grpo", "mw-sim-grpo"),
+        ("mw-coevolve", "mw-sim-grpo"),
+        ("mw-coevolve-smoke", "mw-coevolve"),
+        ("mw-coevolve-long", "mw-coevolve"),
     ],
 )
 def test_a_family_member_differs_from_its_parent_only_where_it_says(child, parent) -> None:
@@ -142,3 +150,32 @@ def test_a_family_member_differs_from_its_parent_only_where_it_says(child, paren
     a = flat(yaml.safe_load(dump_config(resolve_config(child))))
     b = flat(yaml.safe_load(dump_config(resolve_config(parent))))
     assert {k for k in a if a[k] != b.get(k)} <= written
+
+
+def _settings(value, prefix: str = "") -> dict:
+    """A preset file's own settings as {dotted key: value}."""
+    if isinstance(value, dict):
+        pairs = [_settings(item, f"{prefix}{key}.").items() for key, item in value.items()]
+        return {k: v for items in pairs for k, v in items}
+    return {prefix[:-1]: repr(value)}
+
+
+def test_no_preset_repeats_more_than_ten_settings_of_another() -> None:
+    """Presets composed, not copied (issue 66): what two presets share lives in the one the
+    other inherits, so no file writes more than 10 of the settings another writes too."""
+    from wmrl_cli.config.loading import preset_dir
+
+    own = {}
+    for path in sorted(preset_dir().glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        data.pop("description", None)
+        data.pop("inherits", None)
+        own[path.stem] = set(_settings(data).items())
+    names = sorted(own)
+    repeated = {
+        (a, b): len(own[a] & own[b])
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+        if len(own[a] & own[b]) > 10
+    }
+    assert not repeated, f"settings two presets both write (compose with inherits:): {repeated}"
