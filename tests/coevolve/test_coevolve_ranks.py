@@ -132,6 +132,9 @@ def test_co_evolve_checks_the_given_start_memory_plans_before_it_writes(
     assert not out.exists()
 
 
+# the suite's 15-minute budget (2026-11-29); the denoiser's 2-rank sharded training stays in the
+# default suite (tests/training/test_denoiser_sharding.py)
+@pytest.mark.slow
 def test_a_refinement_on_two_sharded_ranks(assets, tmp_path) -> None:
     from wmrl_cli.world_models.factory import load_world_model
 

@@ -32,6 +32,9 @@ from wmrl_cli.coevolve.stage_cache import StageCache
 from wmrl_cli.data.episodes import EpisodeStore
 
 
+# the suite's 15-minute budget (2026-11-29: 15:54 on 2 cores); a kill then a rerun that matches
+# stays in the default suite as test_random_kill's train-wm case and train-policy's resume tests
+@pytest.mark.slow
 def test_sft_killed_then_rerun_matches_uninterrupted(tmp_path) -> None:
     """Demonstrations collected and cached, killed before the first checkpoint (the rerun
     starts over from the cached demos), killed again right after it (the rerun resumes)."""
