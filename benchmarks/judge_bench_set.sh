@@ -13,7 +13,7 @@
 #      (benchmarks/judge_bench.py build; sampling seed 1000, never a training seed);
 #   4. today's judge and the per-task threshold scored on it (judge_bench.py score).
 # Each step resumes where it stopped when the script is run again. On the 2-core CPU alone:
-# about 74 minutes for 1, 20 x 5.5-6 minutes for 2 (RL=simulator: about 15), the set about 20.
+# 2.5 h (measured) for 1, 20 x 5.5-6 minutes for 2 (RL=simulator: about 15), the set about 20.
 #
 #   [RL=exact|simulator] bash benchmarks/judge_bench_set.sh [SEED] [RUNS] [--dry-run]
 set -euo pipefail
