@@ -371,6 +371,9 @@ def score(args: argparse.Namespace) -> None:
     from wmrl_cli.rewards.calibration import judge_threshold
     from wmrl_cli.rewards.loading import load_reward_model
 
+    unknown = (args.only or set()) - {label for label, _ in _labels(args.set)}
+    if unknown:
+        raise WmrlError(f"--only: {','.join(sorted(unknown))} not among the set's policies")
     torch.set_num_threads(args.threads)
     cfg = resolve_config(args.preset) if args.preset else resolve_config()
     results = {}
@@ -481,9 +484,6 @@ def main(argv: list[str] | None = None) -> None:
         help="LABEL,...: score these policies' episodes only (those a refined judge never saw)",
     )
     args = parser.parse_args(argv)
-    unknown = args.only - {label for label, _ in _labels(args.set)} if args.only else None
-    if args.command == "score" and unknown:
-        raise WmrlError(f"--only: {','.join(sorted(unknown))} not among the set's policies")
     (build if args.command == "build" else score)(args)
 
 

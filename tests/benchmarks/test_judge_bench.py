@@ -116,6 +116,13 @@ def test_scores_verdicts_per_task_and_group(tmp_path, capsys) -> None:
         judge_bench.main(["score", "--set", str(tmp_path / "set"), *judges[:2], "--only", "rl99"])
 
 
+def test_build_checks_its_own_arguments(tmp_path) -> None:
+    """build has no --only: its first check is its own (the base policy), not score's."""
+    with pytest.raises(judge_bench.WmrlError, match="--policy base=PATH is required"):
+        judge_bench.main(["build", "--world-model", "wm", "--reset-set", "demos",
+                          "--policy", "rl05=p", "--out", str(tmp_path / "set")])  # fmt: skip
+
+
 def test_ranking_auc_counts_ties_half() -> None:
     from judge_bench import Scored, ranking_auc
 
