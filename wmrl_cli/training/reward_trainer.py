@@ -216,14 +216,18 @@ def new_reward_model(rc, num_tasks: int) -> AnyRewardModel:
 
 def clip_rows(episode_ids: np.ndarray, window: int) -> np.ndarray:
     """rows[i, k]: the rows of the `window`-frame clip that ends at row i of frames stored
-    episode after episode (`episode_ids` [N], each episode's rows contiguous); a clip that
-    would begin before its episode's first frame repeats that frame (rewards/videomae.py:
-    clip_indices, as the model scores a whole video)."""
-    change = np.flatnonzero(np.diff(episode_ids)) + 1
-    first = np.concatenate([[0], change])
-    starts = np.repeat(first, np.diff(np.concatenate([first, [len(episode_ids)]])))
-    ends = np.arange(len(episode_ids))[:, None] - window + 1 + np.arange(window)[None, :]
-    return np.maximum(starts[:, None], ends)
+    episode after episode (`episode_ids` [N], each episode's rows contiguous): each episode's
+    clips as the model scores a whole video (rewards/videomae.py: clip_indices, which repeats
+    the first frame where a clip would begin before it), offset to the episode's rows."""
+    from wmrl_cli.rewards.videomae import clip_indices
+
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(episode_ids)) + 1, [len(episode_ids)]])
+    return np.concatenate(
+        [
+            start + clip_indices(int(end - start), window).numpy()
+            for start, end in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+    )
 
 
 def policy_episode_metrics(
