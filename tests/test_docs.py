@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SESSION = re.compile(r"\bsessions?\s+\d|\bsession's", re.IGNORECASE)
 MACHINE_PATH = re.compile(r"/tmp/|/work/|/root/|/home/")
 # The project's planning notes are not in the repository: cite the public source instead.
-PRIVATE_SOURCE = re.compile(r"REFERENCE\.md|REFERENCE's")
+PRIVATE_SOURCE = re.compile(
+    r"REFERENCE\.md|REFERENCE's|shared/(ARCHITECTURE|MEASUREMENTS)\.md|shared/seeds"
+)
 
 # Ordinary shell, pip and git lines a fenced block may hold beside wmrl's own commands.
 ALLOWED_FIRST_WORDS = {"cd", "export", "mkdir", "ls", "cp"}
