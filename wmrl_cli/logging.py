@@ -83,20 +83,22 @@ def progress_task(
     enabled: bool = True,
     every_s: float = 30.0,
     announce: bool = False,
+    completed: int = 0,
 ) -> Iterator[Any]:
     """A progress bar for one loop, with the time left; yields a callable `advance(n=1)`.
     Where stderr is no terminal, plain lines instead ("description: done/total, elapsed, about
     T left"), at most one per `every_s` seconds and one at the end, so that a batch job's log
-    shows the loop moving; `announce`: one at the start too (a loop whose first step is long)."""
+    shows the loop moving; `announce`: one at the start too (a loop whose first step is long);
+    `completed`: the steps a resumed loop already has, counted done but not in the pace."""
     with make_progress(enabled) as progress:
-        task = progress.add_task(description, total=total)
+        task = progress.add_task(description, total=total, completed=completed)
         if not enabled or not progress.disable:
             yield lambda n=1: progress.advance(task, n)
             return
         start = last = time.monotonic()
-        done = 0
+        done = completed
         if announce:
-            err_console.print(f"{description}: 0/{total}")
+            err_console.print(f"{description}: {done}/{total}")
 
         def advance(n: int = 1) -> None:
             nonlocal done, last
@@ -105,8 +107,9 @@ def progress_task(
             if now - last >= every_s or done >= total:
                 last = now
                 line = f"{description}: {done}/{total}, {now - start:.0f} s"
-                if 0 < done < total:
-                    line += f", about {_duration((now - start) / done * (total - done))} left"
+                if completed < done < total:
+                    pace = (now - start) / (done - completed)
+                    line += f", about {_duration(pace * (total - done))} left"
                 err_console.print(line)
 
         yield advance

@@ -239,6 +239,18 @@ def test_progress_lines_say_the_time_left(capsys) -> None:
     assert lines[2] == "loop: 1/4, 0 s, about 0 s left" and lines[3] == "loop: 4/4, 0 s"
 
 
+def test_a_resumed_loop_paces_only_its_own_steps(monkeypatch, capsys) -> None:
+    """A world model resumed at step 1200 of 2400 said "about 3 min left" after 130 steps in
+    193 s: the pace counted the steps of the run before as done in this one (2026-11-29)."""
+    clock = iter([0.0, 10.0, 20.0])
+    monkeypatch.setattr("wmrl_cli.logging.time.monotonic", lambda: next(clock))
+    with progress_task("world model", 300, every_s=0.0, completed=200) as advance:
+        advance()  # one step in 10 s: 99 left, about 990 s
+        advance(99)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["world model: 201/300, 10 s, about 16 min left", "world model: 300/300, 20 s"]
+
+
 def test_a_rank_whose_peer_is_gone_says_nothing(monkeypatch, capsys) -> None:
     """Ctrl-C during a 2-rank checkpoint save printed rank 1's ~210-line traceback (gloo's
     "Connection closed by peer": rank 0 had stopped first); the process that started the ranks

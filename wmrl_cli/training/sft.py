@@ -187,9 +187,11 @@ def train_bc(cfg: RunConfig, run_dir: Path, store: EpisodeStore, resume: bool = 
         restore_rng(rng_state)
     t0 = time.time()
     with progress_task(
-        "behaviour cloning", s.steps, cfg.logging.progress and accelerator.is_main_process
+        "behaviour cloning",
+        s.steps,
+        cfg.logging.progress and accelerator.is_main_process,
+        completed=start,
     ) as advance:
-        advance(start)
         for step in range(start, s.steps):
             rng = np.random.default_rng([cfg.simulator.seed, step, rank])
             idx = rng.integers(0, len(data), per_rank)

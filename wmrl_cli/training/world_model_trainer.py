@@ -251,8 +251,7 @@ class WorldModelTrainer:
         t0 = time.time()
         deadline = None if wm.time_limit_min is None else self.t_run + 60 * wm.time_limit_min
         show = self.cfg.logging.progress and self.main
-        with progress_task("world model", wm.steps, show) as advance:
-            advance(start)
+        with progress_task("world model", wm.steps, show, completed=start) as advance:
             for step in range(start, wm.steps):
                 model.transformer.train()
                 rng = np.random.default_rng([self.cfg.simulator.seed, 3, step])
