@@ -23,7 +23,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("trackers",),
     ("logging",),
     ("config",),
-    ("runtime", "run_dirs"),
+    ("runtime", "run_dirs", "ranks"),
     ("world_models", "rewards"),
     ("data",),
     ("envs", "assets"),

@@ -1,10 +1,10 @@
-"""Seeding, threads, precision and other process-level plumbing (run directories: run_dirs.py)."""
+"""Seeding, threads, precision, the device's memory and other process-level plumbing (run
+directories: run_dirs.py; ranks: ranks.py)."""
 
 from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,49 +32,6 @@ def stage_seed(seed: int, stage: str) -> int:
 def seed_stage(seed: int, stage: str) -> None:
     """Seeds Python's, numpy's and torch's global RNGs with `stage_seed(seed, stage)`."""
     seed_everything(stage_seed(seed, stage))
-
-
-def _requested_processes(launcher_argv: list[str]) -> int:
-    """The `--num_processes N` of an `accelerate launch` command line (1 when not given); the
-    arguments after the script or module (`-m`) are the script's own."""
-    for i, arg in enumerate(launcher_argv):
-        if arg in ("-m", "--module") or "wmrl" in arg:
-            break
-        name, _, value = arg.partition("=")
-        if name in ("--num_processes", "--num-processes"):
-            if not value and i + 1 < len(launcher_argv):
-                value = launcher_argv[i + 1]
-            try:
-                return int(value)
-            except ValueError:
-                return 1
-    return 1
-
-
-def check_not_single_rank_launch() -> None:
-    """Refuses, in one line, a command that `accelerate launch --num_processes N` (N > 1)
-    started as its only process: accelerate's simple launcher, used for `--cpu` and without
-    `--multi_gpu`, starts one process whatever N says, and the run would quietly train on one
-    rank. (The launcher marks its child with ACCELERATE_USE_CPU; ranks have WORLD_SIZE.)"""
-    from wmrl_cli.errors import ConfigError
-
-    if "ACCELERATE_USE_CPU" not in os.environ or "WORLD_SIZE" in os.environ:
-        return
-    try:
-        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
-    except OSError:
-        return
-    argv = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-    if "launch" not in argv:
-        return
-    requested = _requested_processes(argv[argv.index("launch") + 1 :])
-    if requested > 1:
-        raise ConfigError(
-            f"accelerate launch --num_processes {requested} started a single process "
-            "(its simple launcher, used with --cpu or without --multi_gpu, starts one); "
-            f"use `torchrun --nproc_per_node {requested} -m wmrl_cli ...` "
-            f"(train-policy, train-wm: --num-processes {requested})"
-        )
 
 
 def configure_threads(num_threads: int) -> None:
@@ -194,33 +151,6 @@ def fresh_accelerator(dist_timeout_minutes: float, **kwargs: Any) -> Any:
     AcceleratorState._reset_state(reset_partial_state=False)  # Accelerate's own tests do this
     timeout = InitProcessGroupKwargs(timeout=timedelta(minutes=dist_timeout_minutes))
     return Accelerator(kwargs_handlers=[timeout], **kwargs)
-
-
-def end_ranks() -> None:
-    """A rank's last act after its command finished, where a process group was made: every rank
-    waits for the others (the main process may still be writing the policy), then the group is
-    destroyed while the interpreter is whole. Left to the interpreter's exit, gloo's and NCCL's
-    threads could be torn down in any order, and one of 31 finished 2-rank runs ended in
-    "terminate called without an active exception" (a non-zero status). Not called after a
-    failure: torchrun stops the other ranks, which would never reach the barrier."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
-
-
-def run_then_end_ranks(app: Callable[[], Any]) -> None:
-    """Runs `app` (a Typer app, which ends in SystemExit) and, where it finished (status 0),
-    ends this rank's process group in order (`end_ranks`): `wmrl`'s entry point."""
-    try:
-        app()
-    except SystemExit as exc:
-        if exc.code in (0, None):
-            end_ranks()
-        raise
 
 
 def release_memory() -> None:

@@ -120,7 +120,7 @@ def test_ranks_start_quiet(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from wmrl_cli.training.launch import rank_environment
+    from wmrl_cli.ranks import rank_environment
 
     env = rank_environment()
     assert env["OMP_NUM_THREADS"]
@@ -130,7 +130,7 @@ def test_ranks_start_quiet(tmp_path: Path) -> None:
     script = tmp_path / "rank.py"
     script.write_text("import os, sys\nsys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
     args = ["--nproc_per_node=2", "--master_port=0", str(script)]
-    cmd = [sys.executable, "-m", "wmrl_cli.training.launch", *args]
+    cmd = [sys.executable, "-m", "wmrl_cli.ranks", *args]
     failed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert failed.returncode == 3
     assert failed.stdout == failed.stderr == "", failed.stderr

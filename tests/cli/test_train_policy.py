@@ -109,7 +109,7 @@ def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, 
 
 
 # the simulator's variant in the slow suite (the 15-minute budget); test_distributed_eval and
-# test_rank_teardown run 2 simulator ranks in the default suite
+# test_ranks run 2 simulator ranks in the default suite
 @pytest.mark.parametrize("where", ["imagined", pytest.param("simulator", marks=pytest.mark.slow)])
 def test_two_ranks_stay_in_sync(assets, tmp_path, where) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

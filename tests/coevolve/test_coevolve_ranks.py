@@ -1,4 +1,4 @@
-"""Co-evolve's RL stages on several ranks (coevolve/ranks.py): a stage started on 2 ranks from
+"""Co-evolve's RL stages on several ranks (ranks.py `on_ranks`): a stage started on 2 ranks from
 the pipeline's process is `train-policy --num-processes 2` with the stage's config, and the
 ranks' failure is the pipeline's, with their exit status."""
 
@@ -14,7 +14,7 @@ import pytest
 from tests.helpers.train_policy import args, metrics, options
 from wmrl_cli.coevolve import stages
 from wmrl_cli.config import resolve_config
-from wmrl_cli.training.launch import RanksFailed
+from wmrl_cli.ranks import RanksFailed
 
 
 def stage_config(root, out):

@@ -258,7 +258,7 @@ def test_a_rank_whose_peer_is_gone_says_nothing(monkeypatch, capsys) -> None:
     import typer
 
     from wmrl_cli.cli.common import handle_errors
-    from wmrl_cli.training.launch import LAUNCHED_BY_WMRL
+    from wmrl_cli.ranks import LAUNCHED_BY_WMRL
 
     @handle_errors
     def collective() -> None:
@@ -316,7 +316,7 @@ def test_the_resume_notice_is_said_by_rank_0_alone(tmp_path, monkeypatch, capsys
 def test_ctrl_c_on_two_ranks_prints_no_rank_traceback(capfd) -> None:
     """The reproduction on real ranks: rank 0 stops on the Ctrl-C, rank 1's gloo collective
     fails on the closed connection; nothing but the launcher's status comes out."""
-    from wmrl_cli.training.launch import run_ranks
+    from wmrl_cli.ranks import run_ranks
 
     ended = run_ranks(2, "tests.helpers.rank_interrupt", [])
     out, err = capfd.readouterr()

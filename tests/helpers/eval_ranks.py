@@ -1,7 +1,7 @@
 """RL's real-simulator evaluation on ranks, as the trainer calls it (rl/assembly.py
 `real_eval_callback`), for tests/rl/test_distributed_eval.py:
 
-    python -m tests.helpers.eval_ranks POLICY OUT    (on ranks: training/launch.py `run_ranks`)
+    python -m tests.helpers.eval_ranks POLICY OUT    (on ranks: ranks.py `run_ranks`)
 
 Every rank evaluates its share of mw3's episodes (3 trials per task, 2 envs at a time: 5
 batches, the last one short) with the tiny policy POLICY and writes OUT/rank_R.json: the

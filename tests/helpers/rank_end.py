@@ -1,7 +1,7 @@
-"""A rank that finishes a command as `wmrl` does (cli/app.py `main`: runtime.run_then_end_ranks),
-for tests/training/test_rank_teardown.py:
+"""A rank that finishes a command as `wmrl` does (cli/app.py `main`: ranks.run_then_end_ranks),
+for tests/test_ranks.py:
 
-    python -m tests.helpers.rank_end OUT    (on ranks: training/launch.py `run_ranks`)
+    python -m tests.helpers.rank_end OUT    (on ranks: ranks.py `run_ranks`)
 
 Each rank makes the process group as a command does (rl/train_policy.py `make_accelerator`)
 and reduces a tensor; rank 0 then works on alone for a moment (as it writes the policy). At
@@ -22,8 +22,8 @@ import torch.distributed as dist
 import typer
 
 from wmrl_cli.config import resolve_config
+from wmrl_cli.ranks import run_then_end_ranks
 from wmrl_cli.rl.train_policy import make_accelerator
-from wmrl_cli.runtime import run_then_end_ranks
 
 command = typer.Typer()
 reduced: list[int] = []

@@ -1,7 +1,7 @@
 """Ranks that stop on a user's error, as a command's ranks do (`handle_errors`), for
-tests/training/test_launch.py:
+tests/test_ranks.py:
 
-    python -m tests.helpers.rank_error MODE    (on ranks: training/launch.py `run_ranks`)
+    python -m tests.helpers.rank_error MODE    (on ranks: ranks.py `run_ranks`)
 
 MODE `all`: every rank stops with the same line; `one`: rank 1 alone stops (rank 0 succeeds);
 anything else: every rank succeeds.

@@ -2,7 +2,7 @@
 (KeyboardInterrupt) while rank 1 waits in a gloo collective, which fails because its peer is
 gone (tests/e2e/test_faults_cli.py):
 
-    python -m tests.helpers.rank_interrupt    (on ranks: training/launch.py `run_ranks`)
+    python -m tests.helpers.rank_interrupt    (on ranks: ranks.py `run_ranks`)
 """
 
 from __future__ import annotations

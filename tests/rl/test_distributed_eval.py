@@ -8,7 +8,7 @@ import json
 
 from tests.helpers.eval_ranks import OVERRIDES
 from wmrl_cli.evaluation.policy_eval import rank_share
-from wmrl_cli.training.launch import run_ranks
+from wmrl_cli.ranks import run_ranks
 
 
 def test_ranks_share_whole_batches_round_robin() -> None:

@@ -63,6 +63,6 @@ app.add_typer(presets_app, name="presets")
 
 
 def main() -> None:
-    from wmrl_cli.runtime import run_then_end_ranks
+    from wmrl_cli.ranks import run_then_end_ranks
 
     run_then_end_ranks(app)  # several ranks: the process group closed in order

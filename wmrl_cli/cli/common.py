@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -18,14 +17,8 @@ from wmrl_cli.config import RunConfig, resolve_config
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import environment_error
 from wmrl_cli.logging import console, err_console
+from wmrl_cli.ranks import LAUNCHED_BY_WMRL, RanksFailed, write_rank_error
 from wmrl_cli.run_dirs import close_run_dirs, discard_unused_run_dirs
-from wmrl_cli.training.launch import (
-    LAUNCHED_BY_WMRL,
-    RanksFailed,
-    check_local_gpus,
-    run_ranks,
-    write_rank_error,
-)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -211,26 +204,3 @@ def _reported(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             for line in lines:  # several ranks' distinct lines: one each
                 err_console.print(Text.assemble(("error: ", "bold red"), line), soft_wrap=True)
         raise typer.Exit(failed.exit_code) from None
-
-
-def relaunch_ranks(num_processes: int) -> None:
-    """Start N ranks with torchrun (gloo on CPU, NCCL on GPUs), this command without the flag;
-    exits with their status."""
-    argv, skip = [], False
-    for arg in sys.argv[1:]:
-        if skip:
-            skip = False
-            continue
-        if arg == "--num-processes":
-            skip = True
-            continue
-        if arg.startswith("--num-processes="):
-            continue
-        argv.append(arg)
-    check_local_gpus(num_processes)
-    ended = run_ranks(num_processes, "wmrl_cli", argv)
-    if ended.code == 130:  # a Ctrl-C that reached the ranks alone: "interrupted", once, here
-        raise KeyboardInterrupt
-    if ended.errors:  # said once here (handle_errors), whatever the number of ranks
-        raise RanksFailed(ended.errors, ended.code)
-    raise typer.Exit(ended.code)

@@ -1,9 +1,9 @@
 """`python -m wmrl_cli.cli.stage_ranks JOB FOLDER SEED [ARGS]`: one rank of a co-evolve stage
-that trains on several ranks (`wmrl co-evolve --num-processes N`; coevolve/ranks.py starts N of
-them through torchrun). It runs the stage's job (coevolve/stages.py `RANK_JOBS`) with the config
-the pipeline wrote to FOLDER/config.yaml and ARGS, its threads as the config says and its global
-RNGs seeded with SEED (the stage's); the main rank writes the result for the pipeline. Errors as
-a command's rank has them: one line, for the pipeline to say once, and its exit code."""
+that trains on several ranks (`wmrl co-evolve --num-processes N`; ranks.py `on_ranks` starts N
+of them through torchrun). It runs the stage's job (coevolve/stages.py `RANK_JOBS`) with the
+config the pipeline wrote to FOLDER/config.yaml and ARGS, its threads as the config says and its
+global RNGs seeded with SEED (the stage's); the main rank writes the result for the pipeline.
+Errors as a command's rank has them: one line, for the pipeline to say once, and its exit code."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ import typer
 import yaml
 
 from wmrl_cli.cli.common import handle_errors
-from wmrl_cli.runtime import end_ranks
+from wmrl_cli.ranks import end_ranks, write_result
 
 
 @handle_errors
 def run_stage_job(job: str, folder: Path, seed: int, args: list[str]) -> None:
-    from wmrl_cli.coevolve.ranks import write_result
     from wmrl_cli.coevolve.stages import RANK_JOBS
     from wmrl_cli.config.loading import validate_config
     from wmrl_cli.runtime import configure_threads, seed_everything
@@ -39,7 +38,7 @@ def main(argv: list[str]) -> int:
         run_stage_job(job, Path(folder), int(seed), args)
     except typer.Exit as exc:
         return exc.exit_code
-    end_ranks()  # the process group closed in order (runtime.end_ranks)
+    end_ranks()  # the process group closed in order (ranks.end_ranks)
     return 0
 
 

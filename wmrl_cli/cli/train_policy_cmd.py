@@ -20,11 +20,11 @@ from wmrl_cli.cli.common import (
     SetOpt,
     build_config,
     handle_errors,
-    relaunch_ranks,
     say_done,
 )
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.logging import err_console
+from wmrl_cli.ranks import check_not_single_rank_launch, relaunch_ranks
 
 
 @handle_errors
@@ -81,8 +81,6 @@ def train_policy_command(
     ] = False,
 ) -> None:
     """GRPO/PPO in imagination (the policy and the world model alternate chunk by chunk, the reward model scores every frame) or, with --env simulator, in the real simulator; token-level clipped updates; periodic evaluation in the real simulator. Starting the same command again resumes from RUN/checkpoints."""  # noqa: E501
-    from wmrl_cli.runtime import check_not_single_rank_launch
-
     check_not_single_rank_launch()
     cfg = build_config(
         preset,

@@ -19,13 +19,13 @@ from wmrl_cli.cli.common import (
     TrainSeedOpt,
     build_config,
     handle_errors,
-    relaunch_ranks,
     say_done,
 )
 from wmrl_cli.cli.completion import complete_assets
 from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.logging import console
+from wmrl_cli.ranks import check_not_single_rank_launch, relaunch_ranks
 
 
 @handle_errors
@@ -89,7 +89,7 @@ def train_wm_command(
 
     from wmrl_cli.assets.datasets import open_episode_data
     from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
-    from wmrl_cli.runtime import check_not_single_rank_launch, configure_threads, seed_everything
+    from wmrl_cli.runtime import configure_threads, seed_everything
     from wmrl_cli.training.init_sources import resolve_init
     from wmrl_cli.training.world_model_memory import check_world_model_training
     from wmrl_cli.training.world_model_trainer import WorldModelTrainer, make_accelerator

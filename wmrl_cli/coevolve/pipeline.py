@@ -76,10 +76,10 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
     at stage 1."""
 
     from wmrl_cli.data.reset_set import reset_frame_size
+    from wmrl_cli.ranks import check_local_gpus
     from wmrl_cli.rl.inputs import exact_groups, resolve_inputs
     from wmrl_cli.rl.schedule import check_world_size
     from wmrl_cli.sims.backends import resolve_simulator, simulator_class
-    from wmrl_cli.training.launch import check_local_gpus
     from wmrl_cli.training.memory_budget import check_rl_memory
     from wmrl_cli.training.world_model_batches import check_batch_split
     from wmrl_cli.training.world_model_memory import check_world_model_training

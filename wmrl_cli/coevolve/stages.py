@@ -11,10 +11,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from wmrl_cli.coevolve.ranks import on_ranks
 from wmrl_cli.config import RunConfig, dump_config
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.files import atomic_write_text
+from wmrl_cli.ranks import on_ranks
 
 REAL_STEPS_FILE = "real_steps_before.json"  # in an RL stage's folder: env/real_steps at start
 

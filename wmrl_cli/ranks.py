@@ -1,19 +1,27 @@
-"""Starting ranks: `run_ranks` runs a module on N processes through torchrun (`train-policy`,
-`train-wm` and `sft --num-processes N`, co-evolve's stages on ranks), and this module is the
-torchrun it starts.
+"""Ranks, in one place: starting them, what they say, and how they end.
 
-`python -m wmrl_cli.training.launch TORCHRUN-ARGS`: torchrun without its own output; torchrun's
-log lines and its ChildFailedError traceback would repeat the ranks' error in 30 lines. Exits
-with the status of the rank that failed first (128 + N for a rank killed by signal N), or
-128 + N when torchrun itself got signal N (Ctrl-C: 130).
+Starting: `run_ranks` runs a module on N processes through torchrun, and this module is the
+torchrun it starts; `relaunch_ranks` runs the command itself on N ranks (`train-policy` and
+`train-wm --num-processes N`); `on_ranks` runs one job of a co-evolve stage on N ranks
+(`wmrl co-evolve --num-processes N`, each rank `python -m wmrl_cli.cli.stage_ranks`).
+
+`python -m wmrl_cli.ranks TORCHRUN-ARGS`: torchrun without its own output; torchrun's log
+lines and its ChildFailedError traceback would repeat the ranks' error in 30 lines. Exits with
+the status of the rank that failed first (128 + N for a rank killed by signal N), or 128 + N
+when torchrun itself got signal N (Ctrl-C: 130).
 
 A rank that stops on a user's error (the CLI's one line) writes that line for the process that
 started it (`write_rank_error`) rather than printing it, and `run_ranks` returns the distinct
 lines: eight ranks that fail alike say it once; ranks that fail differently are named. A bug's
-traceback is printed by its rank, as it happens."""
+traceback is printed by its rank, as it happens.
+
+In a rank: `check_not_single_rank_launch` refuses an `accelerate launch` that started one
+process where it was asked for several; `end_ranks` closes the process group in order once the
+command finished (`run_then_end_ranks`: `wmrl`'s entry point)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -23,11 +31,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from wmrl_cli.errors import ConfigError, WmrlError
+from wmrl_cli.files import atomic_write_text
 
 # A parameter whose gradient has a size-1 dimension of another stride (a vision tower's
 # register tokens at batch 1, a slice of the grad of a concatenation) makes DDP warn once
@@ -184,6 +194,147 @@ def run_ranks(num_processes: int, module: str, argv: list[str]) -> RanksOutcome:
             signal.signal(sig, handler)
         if errors is not None:
             shutil.rmtree(errors, ignore_errors=True)
+
+
+def relaunch_ranks(num_processes: int) -> None:
+    """Start N ranks with torchrun (gloo on CPU, NCCL on GPUs), this command without the flag;
+    exits with their status."""
+    import typer
+
+    argv, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if arg == "--num-processes":
+            skip = True
+            continue
+        if arg.startswith("--num-processes="):
+            continue
+        argv.append(arg)
+    check_local_gpus(num_processes)
+    ended = run_ranks(num_processes, "wmrl_cli", argv)
+    if ended.code == 130:  # a Ctrl-C that reached the ranks alone: "interrupted", once, here
+        raise KeyboardInterrupt
+    if ended.errors:  # said once here (handle_errors), whatever the number of ranks
+        raise RanksFailed(ended.errors, ended.code)
+    raise typer.Exit(ended.code)
+
+
+# -- a co-evolve stage's job on ranks --------------------------------------------------------------
+# The pipeline stays one process: it evaluates, collects, merges and records the stages, and it
+# never joins a process group. A stage that trains on ranks (RL, a world model; coevolve/stages.py
+# `RANK_JOBS`) is started as N processes of `python -m wmrl_cli.cli.stage_ranks JOB FOLDER SEED
+# [ARGS]`. Each rank reads the stage's config from FOLDER/config.yaml, which the pipeline wrote,
+# and runs the stage's own job, the function the one-process stage calls, as `wmrl train-policy
+# --num-processes N` (or `train-wm`) would with that config; the main rank writes the job's
+# result to FOLDER/ranks_result.json, where the pipeline reads it. The pipeline stops with the
+# ranks' exit status and says their error once, naming the stage.
+
+RESULT_FILE = "ranks_result.json"
+WORKER = "wmrl_cli.cli.stage_ranks"
+
+
+def on_ranks(job: str, folder: Path, ranks: int, args: list[str] | None = None) -> str:
+    """Job `job` of the stage in `folder` run on `ranks` processes, with `args` after the
+    stage's config; its result (the main rank's). The ranks seed their global RNGs as this
+    process's stage was seeded (`StageCache.run`: torch's initial seed), so that they start from
+    what the stage would draw here. Ctrl-C stops the ranks and then this process
+    (KeyboardInterrupt); SIGTERM stops them too (the stage fails with their status)."""
+    import torch
+
+    result = folder / RESULT_FILE
+    result.unlink(missing_ok=True)  # a result of an earlier attempt is not this one's
+    argv = [job, str(folder), str(torch.initial_seed()), *(args or [])]
+    ended = run_ranks(ranks, WORKER, argv)  # Ctrl-C: KeyboardInterrupt, once they stopped
+    if ended.code == 130:  # a Ctrl-C that reached the ranks alone
+        raise KeyboardInterrupt
+    if ended.errors:  # what the ranks said, once, naming the stage
+        said = [f"{folder.name} on {ranks} ranks: {line}" for line in ended.errors]
+        raise RanksFailed(said, ended.code)
+    if ended.code != 0:  # a bug's traceback or a signal: the rank printed what it could
+        raise RanksFailed(
+            [f"{folder.name}: its {ranks} ranks stopped (exit status {ended.code})"], ended.code
+        )
+    if not result.is_file():
+        raise WmrlError(f"{folder.name}: its {ranks} ranks finished without writing {result}")
+    return json.loads(result.read_text())["result"]
+
+
+def write_result(folder: Path, result: str) -> None:
+    """The main rank's result of the stage's job, for `on_ranks`."""
+    atomic_write_text(folder / RESULT_FILE, json.dumps({"result": result}))
+
+
+# -- in a rank -------------------------------------------------------------------------------------
+
+
+def _requested_processes(launcher_argv: list[str]) -> int:
+    """The `--num_processes N` of an `accelerate launch` command line (1 when not given); the
+    arguments after the script or module (`-m`) are the script's own."""
+    for i, arg in enumerate(launcher_argv):
+        if arg in ("-m", "--module") or "wmrl" in arg:
+            break
+        name, _, value = arg.partition("=")
+        if name in ("--num_processes", "--num-processes"):
+            if not value and i + 1 < len(launcher_argv):
+                value = launcher_argv[i + 1]
+            try:
+                return int(value)
+            except ValueError:
+                return 1
+    return 1
+
+
+def check_not_single_rank_launch() -> None:
+    """Refuses, in one line, a command that `accelerate launch --num_processes N` (N > 1)
+    started as its only process: accelerate's simple launcher, used for `--cpu` and without
+    `--multi_gpu`, starts one process whatever N says, and the run would quietly train on one
+    rank. (The launcher marks its child with ACCELERATE_USE_CPU; ranks have WORLD_SIZE.)"""
+    if "ACCELERATE_USE_CPU" not in os.environ or "WORLD_SIZE" in os.environ:
+        return
+    try:
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return
+    argv = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    if "launch" not in argv:
+        return
+    requested = _requested_processes(argv[argv.index("launch") + 1 :])
+    if requested > 1:
+        raise ConfigError(
+            f"accelerate launch --num_processes {requested} started a single process "
+            "(its simple launcher, used with --cpu or without --multi_gpu, starts one); "
+            f"use `torchrun --nproc_per_node {requested} -m wmrl_cli ...` "
+            f"(train-policy, train-wm: --num-processes {requested})"
+        )
+
+
+def end_ranks() -> None:
+    """A rank's last act after its command finished, where a process group was made: every rank
+    waits for the others (the main process may still be writing the policy), then the group is
+    destroyed while the interpreter is whole. Left to the interpreter's exit, gloo's and NCCL's
+    threads could be torn down in any order, and one of 31 finished 2-rank runs ended in
+    "terminate called without an active exception" (a non-zero status). Not called after a
+    failure: torchrun stops the other ranks, which would never reach the barrier."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def run_then_end_ranks(app: Callable[[], Any]) -> None:
+    """Runs `app` (a Typer app, which ends in SystemExit) and, where it finished (status 0),
+    ends this rank's process group in order (`end_ranks`): `wmrl`'s entry point."""
+    try:
+        app()
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            end_ranks()
+        raise
 
 
 def main(argv: list[str]) -> int:
