@@ -27,8 +27,8 @@ from rollout_timing import arm_seconds, timed_rollout  # noqa: E402
 
 from wmrl_cli.config.loading import validate_config  # noqa: E402
 from wmrl_cli.envs.reset_sampler import GroupResetSampler  # noqa: E402
-from wmrl_cli.rl.assembly import build_imagined_env, load_policy  # noqa: E402
-from wmrl_cli.rl.inputs import resolve_inputs  # noqa: E402
+from wmrl_cli.jobs.assembly import build_imagined_env, load_policy  # noqa: E402
+from wmrl_cli.jobs.inputs import resolve_inputs  # noqa: E402
 
 
 def main() -> None:

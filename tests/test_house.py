@@ -32,6 +32,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("evaluation",),
     ("training",),
     ("rl",),
+    ("jobs",),
     ("coevolve",),
     ("cli",),
     ("__main__",),

@@ -102,7 +102,7 @@ def read_stage(stage: Path) -> tuple[list[list[int]], list[list[int]], list[str]
     """(drawn tasks per step, confirmed-call tasks per step, task names, first step) of a
     verified RL run folder, for the steps its rank summaries recorded (the last start's)."""
     from wmrl_cli.config import resolve_config
-    from wmrl_cli.rl.inputs import load_reset_set, resolve_inputs
+    from wmrl_cli.jobs.inputs import load_reset_set, resolve_inputs
 
     cfg = resolve_config(str(stage / "config.yaml"))
     entries, names = load_reset_set(cfg, resolve_inputs(cfg).reset_set)

@@ -13,7 +13,7 @@ those that do (its recall on them). Only the first is real progress.
 For each policy (a co-evolve run's base, its stage-1 checkpoints), this imagines
 `coevolve.reward_policy_rollouts_per_task` episodes per task in RUN's first world model from
 RL's starts (RUN/data/base_merged), seeded as the run's `labelled_base` stage (the same starts
-in the same order), labelled step by step by the simulator (`rl/labelled_rollouts.py`, what
+in the same order), labelled step by step by the simulator (`jobs/imagine_policy.py`, what
 co-evolve's `labelled_base` stage runs; `--store NAME=STORE` reuses such a store, the run's own
 `data/labelled_base` for its base policy). On each episode it reads stage 1's judge as stage 1
 did (its threshold, `success_frames` and rounding) and reports: the imagined actions' real

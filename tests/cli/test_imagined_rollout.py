@@ -108,7 +108,7 @@ def test_imagined_store_follows_its_source(assets, tmp_path) -> None:
 
 def test_imagined_store_refuses_simulator_uses(assets, tmp_path) -> None:
     from wmrl_cli.evaluation.reliability import evaluate_world_model
-    from wmrl_cli.rl.inputs import load_reset_set
+    from wmrl_cli.jobs.inputs import load_reset_set
 
     out = tmp_path / "imagined"
     assert imagine(assets, out, "--horizon", "4").exit_code == 0

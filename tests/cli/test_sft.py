@@ -27,7 +27,7 @@ def test_sft_resume_matches_uninterrupted_run(tmp_path, demo_store, monkeypatch)
     straight = run_sft(tmp_path / "a", demo_store, 4, "--set", "sft.save_every=2")
     assert straight.exit_code == 0, straight.output
 
-    import wmrl_cli.training.sft as sft
+    import wmrl_cli.jobs.sft as sft
 
     real_save = sft.save_checkpoint
 

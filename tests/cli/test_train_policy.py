@@ -392,7 +392,7 @@ def test_a_resumed_run_loads_the_base_only_for_its_kl_anchor(assets, tmp_path, m
     """A resumed run trains its checkpoint's policy: the base policy loads only as the KL
     anchor (once held beside the trained policy for the whole run: a second 7.5 B policy at
     full size), and the anchored run's metrics match an uninterrupted one's."""
-    import wmrl_cli.rl.train_policy as train_policy
+    import wmrl_cli.jobs.train_policy as train_policy
 
     options = ["--set", f"algorithm.kl_coef={kl}"]
     straight = runner.invoke(app, [*sim_args(assets, tmp_path / "a", 2, algo="ppo"), *options])

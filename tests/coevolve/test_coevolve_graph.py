@@ -30,7 +30,7 @@ def patch(monkeypatch, name: str, value: Any) -> None:
 def recorded(monkeypatch) -> list[tuple]:
     """The tasks co_evolve calls, as (task, its arguments that name models and data)."""
     import wmrl_cli.coevolve.report as coevolve_report
-    import wmrl_cli.training.sft as sft
+    import wmrl_cli.jobs.sft as sft
 
     calls: list[tuple] = []
 
@@ -265,7 +265,7 @@ def test_given_start_judges_learn_from_the_given_policys_real_rollouts(tmp_path,
 
 
 def test_collect_without_perturbation_keeps_the_policys_actions(tmp_path, monkeypatch) -> None:
-    import wmrl_cli.evaluation.rollouts as collection
+    import wmrl_cli.jobs.collect_rollouts as collection
     from wmrl_cli.coevolve.stages import collect
 
     seen = []

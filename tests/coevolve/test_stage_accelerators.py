@@ -8,7 +8,7 @@ import pytest
 from accelerate.state import AcceleratorState
 
 from wmrl_cli.config import resolve_config
-from wmrl_cli.rl.train_policy import make_accelerator as rl_accelerator
+from wmrl_cli.jobs.train_policy import make_accelerator as rl_accelerator
 from wmrl_cli.training.world_model_trainer import make_accelerator as wm_accelerator
 
 

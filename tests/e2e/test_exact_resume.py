@@ -40,7 +40,7 @@ def test_sft_killed_then_rerun_matches_uninterrupted(tmp_path) -> None:
     starts over from the cached demos), killed again right after it (the rerun resumes)."""
 
     run(sft_args(tmp_path / "a"))
-    save = "wmrl_cli.training.sft:save_checkpoint"
+    save = "wmrl_cli.jobs.sft:save_checkpoint"
     run(sft_args(tmp_path / "b"), f"{save} before 1")
     assert (tmp_path / "b" / "demos" / "index.json").is_file()
     assert not (tmp_path / "b" / "checkpoints").exists()

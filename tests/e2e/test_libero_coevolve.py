@@ -83,8 +83,8 @@ def test_libero_rollout_states_replay_exactly_and_export(tmp_path: Path) -> None
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.data.reset_set import reset_set_from_store
     from wmrl_cli.envs.simulator_rl import StoredStartsSimulatorEnv
-    from wmrl_cli.rl.assembly import rl_simulator
-    from wmrl_cli.rl.inputs import load_reset_set
+    from wmrl_cli.jobs.assembly import rl_simulator
+    from wmrl_cli.jobs.inputs import load_reset_set
     from wmrl_cli.sims.libero_suites import from_libero_actions
 
     assets, out = tmp_path / "assets", tmp_path / "rollouts"

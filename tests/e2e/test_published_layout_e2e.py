@@ -197,7 +197,7 @@ def test_wan_vae_sizes_come_from_the_weights() -> None:
 
 def test_reset_instructions_give_libero_task_ids(tmp_path: Path) -> None:
     from wmrl_cli.config import resolve_config
-    from wmrl_cli.rl.inputs import load_reset_set
+    from wmrl_cli.jobs.inputs import load_reset_set
 
     stove = "Pick up the black bowl on the stove and place it on the plate."  # case, period
     write_rlinf_reset_set(tmp_path, [*LIBERO_INSTRUCTIONS[:2], stove], size=16, kir=False)
@@ -212,12 +212,12 @@ def test_reset_instructions_give_libero_task_ids(tmp_path: Path) -> None:
 
 
 def test_unavailable_evaluation_simulator_stops_before_writing(tmp_path: Path, monkeypatch) -> None:
-    import wmrl_cli.rl.inputs as rl_inputs
+    import wmrl_cli.jobs.inputs as job_inputs
 
     def unavailable(cfg):
         raise WmrlError("LIBERO is not installed: run `pip install wmrl[libero]`")
 
-    monkeypatch.setattr(rl_inputs, "simulator_class", unavailable)
+    monkeypatch.setattr(job_inputs, "simulator_class", unavailable)
     assets = tmp_path / "assets"
     write_wan_libero(assets / "wan-libero-spatial")
     write_openvla_oft_sft(assets / POLICY[0])

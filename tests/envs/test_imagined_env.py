@@ -172,7 +172,7 @@ def test_actions_reach_the_world_model_in_its_convention(parts, monkeypatch) -> 
 
 def test_libero_runs_feed_the_world_model_libero_gripper_actions() -> None:
     from wmrl_cli.config.schema import RunConfig
-    from wmrl_cli.rl.assembly import world_model_actions
+    from wmrl_cli.jobs.assembly import world_model_actions
 
     assert world_model_actions(RunConfig()) is None  # Meta-World: as the policy emits them
     cfg = RunConfig.model_validate({"simulator": {"name": "libero", "suite": "libero_spatial"}})
@@ -350,7 +350,7 @@ def test_one_confirming_world_model_per_draw(parts) -> None:
         ImaginedEnv(_CountWorld(), _WhiteJudge(), parts[2], ["a", "b"], 4, 16,
                     confirm_draws=2, confirm_models=[_CountWorld()])  # fmt: skip
     from wmrl_cli.config.schema import RunConfig
-    from wmrl_cli.rl.inputs import resolve_inputs
+    from wmrl_cli.jobs.inputs import resolve_inputs
 
     cfg = RunConfig.model_validate({"reward_model": {"confirm_world_models": ["wm"]}})
     with pytest.raises(ConfigError, match="one per confirming draw"):

@@ -382,7 +382,7 @@ class _RecordedActions:
 def test_labels_hold_the_simulators_successes(judged_parts, expert_episodes, tmp_path) -> None:
     """The recorded expert actions, acted out in imagination: every episode is labelled a
     success from the step its recording first succeeded, on imagined frames."""
-    from wmrl_cli.envs.imagined_policy import imagine_policy_store
+    from wmrl_cli.jobs.imagine_policy import imagine_policy_store
 
     world_model, entries = judged_parts
     imagined = ImaginedEnv(

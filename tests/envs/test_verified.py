@@ -349,7 +349,7 @@ def test_a_recall_floor_it_cannot_apply_is_one_line(assets, tmp_path, settings, 
 )
 def test_the_recall_floors_groups_round_half_up(fraction, envs, groups) -> None:
     from wmrl_cli.config import RunConfig
-    from wmrl_cli.rl.inputs import exact_groups
+    from wmrl_cli.jobs.inputs import exact_groups
 
     cfg = RunConfig()
     cfg.reward_model.source, cfg.reward_model.exact_fraction = "verified", fraction
@@ -359,7 +359,7 @@ def test_the_recall_floors_groups_round_half_up(fraction, envs, groups) -> None:
 
 def test_the_judge_audit_of_a_run_with_a_recall_floor_replays_every_episode() -> None:
     from wmrl_cli.config import RunConfig
-    from wmrl_cli.rl.policy_audit import audit_config
+    from wmrl_cli.jobs.audit_policy import audit_config
 
     cfg = RunConfig()
     cfg.reward_model.path, cfg.reward_model.source = "rm", "verified"

@@ -18,7 +18,6 @@ from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.data.kir import Keyframe
 from wmrl_cli.data.reset_set import reset_set_from_store
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.evaluation.checks import episodes_per_task
 from wmrl_cli.evaluation.reliability import (
     evaluate_world_model,
     imagined_successes,
@@ -26,6 +25,7 @@ from wmrl_cli.evaluation.reliability import (
     success_agreement,
 )
 from wmrl_cli.evaluation.simulator_replay import replay_sim_config
+from wmrl_cli.jobs.check_models import episodes_per_task
 from wmrl_cli.rewards.calibration import binary_metrics, held_success
 from wmrl_cli.rewards.loading import save_reward_model
 from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model

@@ -1,4 +1,4 @@
-"""RL's real-simulator evaluation on ranks, as the trainer calls it (rl/assembly.py
+"""RL's real-simulator evaluation on ranks, as the trainer calls it (jobs/assembly.py
 `real_eval_callback`), for tests/rl/test_distributed_eval.py:
 
     python -m tests.helpers.eval_ranks POLICY OUT    (on ranks: ranks.py `run_ranks`)
@@ -41,9 +41,9 @@ def group_timeout_minutes() -> float | None:
 
 def main(policy: str, out: Path) -> None:
     from wmrl_cli.config import resolve_config
+    from wmrl_cli.jobs.assembly import real_eval_callback
+    from wmrl_cli.jobs.train_policy import make_accelerator
     from wmrl_cli.policies.checkpoint import from_pretrained
-    from wmrl_cli.rl.assembly import real_eval_callback
-    from wmrl_cli.rl.train_policy import make_accelerator
 
     cfg = resolve_config(overrides=OVERRIDES)
     accelerator = make_accelerator(cfg)

@@ -3,7 +3,7 @@ for tests/test_ranks.py:
 
     python -m tests.helpers.rank_end OUT    (on ranks: ranks.py `run_ranks`)
 
-Each rank makes the process group as a command does (rl/train_policy.py `make_accelerator`)
+Each rank makes the process group as a command does (jobs/train_policy.py `make_accelerator`)
 and reduces a tensor; rank 0 then works on alone for a moment (as it writes the policy). At
 the interpreter's exit each writes OUT/rank_R.txt: the sum it got, and whether its process
 group was still open.
@@ -22,8 +22,8 @@ import torch.distributed as dist
 import typer
 
 from wmrl_cli.config import resolve_config
+from wmrl_cli.jobs.train_policy import make_accelerator
 from wmrl_cli.ranks import run_then_end_ranks
-from wmrl_cli.rl.train_policy import make_accelerator
 
 command = typer.Typer()
 reduced: list[int] = []

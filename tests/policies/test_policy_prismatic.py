@@ -95,8 +95,8 @@ def test_loads_in_the_training_weights_dtype_with_float32_normalization(prismati
     read into float32 and cast: twice the memory at load); the pixel statistics stay float32
     (a bf16 buffer would round ImageNet's 0.485 to 0.484), so the towers' inputs are those of
     the float32 load."""
-    from wmrl_cli.rl.assembly import load_policy
-    from wmrl_cli.rl.inputs import Inputs
+    from wmrl_cli.jobs.assembly import load_policy
+    from wmrl_cli.jobs.inputs import Inputs
 
     _, directory = prismatic_dir
     inputs = Inputs(directory, None, None, None, unnorm_key="libero_spatial")

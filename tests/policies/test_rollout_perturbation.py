@@ -267,7 +267,7 @@ def test_bad_settings_are_config_errors() -> None:
 
 
 def test_noise_std_targets_the_configured_noise(monkeypatch) -> None:
-    import wmrl_cli.evaluation.rollouts as collection
+    import wmrl_cli.jobs.collect_rollouts as collection
 
     seen = []
     monkeypatch.setattr(

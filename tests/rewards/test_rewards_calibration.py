@@ -147,7 +147,7 @@ def test_verdict_threshold_is_the_runs_own(tmp_path) -> None:
     """Reports measure RL's verdict: a train-reward run directory's model records where its
     threshold came from; with `round_scores` the threshold on raw scores is p > 0.5."""
     from wmrl_cli.config.reward_model import RewardModelConfig
-    from wmrl_cli.evaluation.checks import verdict_threshold
+    from wmrl_cli.jobs.check_models import verdict_threshold
 
     model_dir = tmp_path / "reward_model"
     model_dir.mkdir()

@@ -1,4 +1,4 @@
-"""RL's real-simulator evaluation spread over the ranks (rl/assembly.py `real_eval_callback`):
+"""RL's real-simulator evaluation spread over the ranks (jobs/assembly.py `real_eval_callback`):
 each rank runs its share of the batches and every rank gets the report a single rank makes,
 episode for episode; the process group waits `training.dist_timeout_minutes`."""
 

@@ -247,7 +247,7 @@ def test_libero_goal_task_ids_equal_rlinfs_for_all_ten_tasks() -> None:
 
 
 def test_setup_maps_goal_tasks_for_the_published_task_embedding_model() -> None:
-    from wmrl_cli.rl.inputs import reward_task_ids
+    from wmrl_cli.jobs.inputs import reward_task_ids
 
     cfg = resolve_config("wan-goal-grpo")
     mapping = reward_task_ids(cfg, "taskemb_resnet", Path("taskemb_resnet_rm.pth"))

@@ -168,8 +168,8 @@ def test_train_policy_prints_the_plan_and_refuses_over_budget(assets, tmp_path, 
     def never(*a, **k):
         raise AssertionError("loaded before the memory plan refused")
 
-    monkeypatch.setattr("wmrl_cli.rl.train_policy.load_policy", never)
-    monkeypatch.setattr("wmrl_cli.rl.train_policy.build_env", never)
+    monkeypatch.setattr("wmrl_cli.jobs.train_policy.load_policy", never)
+    monkeypatch.setattr("wmrl_cli.jobs.train_policy.build_env", never)
     over = runner.invoke(
         app, [*args(assets, tmp_path / "over", 1), "--set", "training.memory_budget_gb=0.0001"]
     )
@@ -349,7 +349,7 @@ def test_a_published_world_model_is_planned_at_its_reset_sets_frame_size(assets,
     only where the reset set cannot be read."""
     from tests.helpers.published_layouts import write_wan_libero
     from wmrl_cli.data.reset_set import reset_frame_size
-    from wmrl_cli.rl.inputs import Inputs
+    from wmrl_cli.jobs.inputs import Inputs
     from wmrl_cli.training.memory_budget import check_rl_memory
     from wmrl_cli.training.param_counts import world_model_geometry
 

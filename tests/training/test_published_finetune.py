@@ -5,7 +5,7 @@ tiny LIBERO-like episode store (7-dimensional actions, suite libero_spatial) for
 in wmrl's format and exported with `--export-rlinf`. The exported files must have the source's file
 names, shards and key names, and load again the way `train-policy` loads them
 (world_models/loading.py: load_any_world_model; rewards/loading.py: reward_model_source;
-rl/inputs.py: reward_task_ids) to the very model that was fine-tuned: the same sampled frames for
+jobs/inputs.py: reward_task_ids) to the very model that was fine-tuned: the same sampled frames for
 the same inputs and noise seed, the same scores.
 """
 
@@ -29,8 +29,8 @@ from tests.helpers.published_layouts import (
 from wmrl_cli.cli.app import app
 from wmrl_cli.config import resolve_config
 from wmrl_cli.data.episodes import Episode, EpisodeStore
+from wmrl_cli.jobs.inputs import reward_task_ids
 from wmrl_cli.rewards.loading import load_reward_model, reward_model_source, save_reward_model
-from wmrl_cli.rl.inputs import reward_task_ids
 from wmrl_cli.world_models.factory import load_world_model
 from wmrl_cli.world_models.loading import load_any_world_model
 

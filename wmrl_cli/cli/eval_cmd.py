@@ -163,8 +163,9 @@ def eval_command(
     if baseline is not None and (world_model is not None or reward_model is not None):
         raise WmrlError("--baseline compares policy evaluations: drop --world-model/--reward-model")
     check_out_dir(out, overwrite)
-    from wmrl_cli.evaluation import checks
-    from wmrl_cli.evaluation.policy_eval import baseline_table, evaluate_in_simulator
+    from wmrl_cli.evaluation.policy_eval import baseline_table
+    from wmrl_cli.jobs import check_models
+    from wmrl_cli.jobs.evaluate_policy import evaluate_in_simulator
     from wmrl_cli.sims.backends import resolve_simulator
 
     cfg = build_config(
@@ -192,11 +193,13 @@ def eval_command(
         _audit_policy(cfg)
         return
     if world_model is not None:
-        report = checks.eval_world_model(
+        report = check_models.eval_world_model(
             cfg, data, lambda: _claim(cfg, "eval-wm"), with_policy=policy is not None
         )
     elif reward_model is not None:
-        report = checks.eval_reward_model(cfg, data, lambda: _claim(cfg, "eval-rm", seed=False))
+        report = check_models.eval_reward_model(
+            cfg, data, lambda: _claim(cfg, "eval-rm", seed=False)
+        )
     else:
         cfg.simulator = resolve_simulator(cfg.simulator)  # its config.yaml: as it ran
         report = evaluate_in_simulator(
@@ -224,9 +227,9 @@ def _claim(cfg: RunConfig, command: str, seed: bool = True) -> Path:
 
 def _audit_policy(cfg: RunConfig) -> None:
     """`wmrl eval --audit`: the judge's verdict on the policy's imagined episodes against the
-    simulator's replay of them (rl/policy_audit.py)."""
-    from wmrl_cli.rl.inputs import check_inputs
-    from wmrl_cli.rl.policy_audit import audit_config, audit_policy
+    simulator's replay of them (jobs/audit_policy.py)."""
+    from wmrl_cli.jobs.audit_policy import audit_config, audit_policy
+    from wmrl_cli.jobs.inputs import check_inputs
 
     # A config that cannot be audited, or a missing input, fails before the run folder exists.
     inputs = check_inputs(audit_config(cfg))

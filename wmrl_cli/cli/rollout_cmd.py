@@ -147,7 +147,7 @@ def rollout_command(
     ] = "wmrl",
 ) -> None:
     """Run a policy (its actions optionally perturbed: --noise-kind, --random-chunk-prob) for N episodes per task in Meta-World or LIBERO (--suite libero_*) and store every frame, action, reward and success flag, with the exact simulator state at each chunk boundary; with --world-model and --replay, store the world model's imagined episodes under the recorded actions instead, labelled with the recorded success; with --world-model, --policy and --reset-set, store the policy's own imagined episodes from the store's starts, labelled by executing its actions in the simulator."""  # noqa: E501
-    from wmrl_cli.evaluation.rollouts import collect_rollouts
+    from wmrl_cli.jobs.collect_rollouts import collect_rollouts
 
     given = locals()
     if format_ != "wmrl":
@@ -299,8 +299,8 @@ def _check_policy_imagined_options(world_model: Path | None, policy: str | None,
 def _imagine_policy(cfg: RunConfig, append: bool, overwrite: bool) -> None:
     """Checks the output and inputs (nothing is written before they pass), hands over."""
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.evaluation.rollouts import check_output_store, store_summary
-    from wmrl_cli.rl.labelled_rollouts import imagine_policy, resolve_labelling_inputs
+    from wmrl_cli.jobs.collect_rollouts import check_output_store, store_summary
+    from wmrl_cli.jobs.imagine_policy import imagine_policy, resolve_labelling_inputs
     from wmrl_cli.run_dirs import prepare_run_dir
     from wmrl_cli.runtime import configure_threads
 
@@ -326,8 +326,8 @@ def _imagine(
 
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.data.imagined import imagined_starts
-    from wmrl_cli.evaluation.rollouts import check_output_store, store_summary
-    from wmrl_cli.rl.assembly import imagine_replay, load_replay_world_model
+    from wmrl_cli.jobs.assembly import imagine_replay, load_replay_world_model
+    from wmrl_cli.jobs.collect_rollouts import check_output_store, store_summary
     from wmrl_cli.run_dirs import prepare_run_dir
     from wmrl_cli.runtime import configure_threads, seed_everything
 

@@ -96,7 +96,7 @@ def train_policy_command(
         simulator__seed=seed,
         output_dir=out,
     )
-    from wmrl_cli.rl.inputs import check_inputs, exact_groups
+    from wmrl_cli.jobs.inputs import check_inputs, exact_groups
     from wmrl_cli.rl.schedule import check_world_size
     from wmrl_cli.run_dirs import adopt_recorded_config, claim_run_dir, default_run_dir
 
@@ -128,7 +128,7 @@ def train_policy_command(
                 "--plan runs in one process: start it without accelerate launch or torchrun, "
                 "with --num-processes N for N ranks"
             )
-        from wmrl_cli.rl.launch_plan import print_launch_plan
+        from wmrl_cli.jobs.plan import print_launch_plan
 
         print_launch_plan(effective, num_processes)
         return
@@ -144,7 +144,7 @@ def train_policy_command(
         )
         relaunch_ranks(num_processes)
 
-    from wmrl_cli.rl.train_policy import make_accelerator, train_policy
+    from wmrl_cli.jobs.train_policy import make_accelerator, train_policy
     from wmrl_cli.runtime import configure_threads, seed_everything
 
     inputs = check_inputs(effective)

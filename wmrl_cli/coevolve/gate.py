@@ -34,7 +34,7 @@ def check_world_model(
     out/report.json; with coevolve.videos, the real episodes beside the world model's
     imagination of them, out/videos/open_loop_truth_vs_model.mp4)."""
     from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.evaluation import checks
+    from wmrl_cli.jobs import check_models
     from wmrl_cli.training.world_model_batches import split_episodes
 
     store = EpisodeStore.open(data)
@@ -42,7 +42,7 @@ def check_world_model(
     ids = val_ids[: cfg.coevolve.check_episodes]
     if not ids:
         raise WmrlError(f"{data}: no validation episode to check the world model on")
-    report = checks.check_world_model(
+    report = check_models.check_world_model(
         cfg,
         world_model,
         reward_model,

@@ -76,8 +76,8 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
     at stage 1."""
 
     from wmrl_cli.data.reset_set import reset_frame_size
+    from wmrl_cli.jobs.inputs import exact_groups, resolve_inputs
     from wmrl_cli.ranks import check_local_gpus
-    from wmrl_cli.rl.inputs import exact_groups, resolve_inputs
     from wmrl_cli.rl.schedule import check_world_size
     from wmrl_cli.sims.backends import resolve_simulator, simulator_class
     from wmrl_cli.training.memory_budget import check_rl_memory
@@ -130,7 +130,7 @@ def _after(*names: str | None) -> tuple[str, ...]:
 
 def _sft_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     """Stage 1 from scratch; (its result, the base data, the stage that made it)."""
-    from wmrl_cli.training.sft import collect_demos, train_bc
+    from wmrl_cli.jobs.sft import collect_demos, train_bc
 
     cfg, run_dir, p, ce = run.cfg, run.run_dir, run.cache, run.cfg.coevolve
     seed = cfg.simulator.seed

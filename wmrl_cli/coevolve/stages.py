@@ -56,7 +56,7 @@ def collect(
     keyframes; the actions perturbed as `rollout.perturbation` says, or (`perturbed` false) as
     the policy chose them."""
     from wmrl_cli.config.schema import PerturbationConfig
-    from wmrl_cli.evaluation.rollouts import collect_rollouts
+    from wmrl_cli.jobs.collect_rollouts import collect_rollouts
 
     if (out / "index.json").is_file():
         return str(out)
@@ -98,7 +98,7 @@ def merge(stores: list[str], out: Path, cfg: RunConfig) -> str:
 def evaluate(cfg: RunConfig, policy_dir: str, out: Path, videos: bool) -> dict[str, Any]:
     """The policy (a run, a checkpoint or a policy asset) on every task x `eval_trials` in the
     configured simulator (`eval --policy`'s job)."""
-    from wmrl_cli.evaluation.policy_eval import evaluate_in_simulator
+    from wmrl_cli.jobs.evaluate_policy import evaluate_in_simulator
 
     sub = sub_config(cfg, out, policy__name=policy_dir)
     report = evaluate_in_simulator(sub, cfg.coevolve.eval_trials, out, videos=videos)
@@ -150,7 +150,7 @@ def imagine(cfg: RunConfig, world_model: str, data: str, out: Path) -> str:
     import torch
 
     from wmrl_cli.data.imagined import imagined_starts
-    from wmrl_cli.rl.assembly import imagine_replay, load_replay_world_model
+    from wmrl_cli.jobs.assembly import imagine_replay, load_replay_world_model
 
     if (out / "index.json").is_file():
         return str(out)
@@ -173,8 +173,8 @@ def imagine_policy(
     `world_model` from `reset_set`'s starts, labelled by the simulator: the reward model's
     training data on the policy's own imagined rollouts. Written to a temporary store, then
     renamed: a finished store is reused, an interrupted one redone."""
-    from wmrl_cli.rl.labelled_rollouts import imagine_policy as roll
-    from wmrl_cli.rl.labelled_rollouts import resolve_labelling_inputs
+    from wmrl_cli.jobs.imagine_policy import imagine_policy as roll
+    from wmrl_cli.jobs.imagine_policy import resolve_labelling_inputs
 
     if (out / "index.json").is_file():
         return str(out)
@@ -314,8 +314,8 @@ def _train_policy(sub: RunConfig, out: Path, real_steps: int, ranks: int) -> str
 def train_policy_job(sub: RunConfig, out: Path) -> str:
     """An RL stage's training on this process's rank, from what `_train_policy` wrote in `out`
     (the stage's config, the real steps before it); the saved policy's folder."""
-    from wmrl_cli.rl.inputs import resolve_inputs
-    from wmrl_cli.rl.train_policy import make_accelerator, train_policy
+    from wmrl_cli.jobs.inputs import resolve_inputs
+    from wmrl_cli.jobs.train_policy import make_accelerator, train_policy
 
     real_steps = int(json.loads((out / REAL_STEPS_FILE).read_text()))
     accelerator = make_accelerator(sub)
@@ -355,8 +355,8 @@ def _audit(
     """`eval --audit` of an RL stage's inputs (policy, world model, judge, starts, threshold):
     `per_task` imagined episodes per task, judged as the stage would judge them and replayed;
     the tally written to out/judge_audit.json, printed, and returned (a `JudgeAudit`)."""
+    from wmrl_cli.jobs.audit_policy import audit_policy
     from wmrl_cli.logging import console
-    from wmrl_cli.rl.policy_audit import audit_policy
 
     audit = audit_policy(rl_config(cfg, out, *inputs), per_task, out=out)
     console.print(audit.table(title))

@@ -26,7 +26,7 @@ FORMAT = "wmrl-episodes"
 VERSION = 1
 
 # `imagined.labels` of imagined episodes whose actions the real simulator executed to label them
-# (envs/imagined_policy.py): their steps are real steps.
+# (jobs/imagine_policy.py): their steps are real steps.
 SIMULATOR_LABELS = "simulator"
 # ... and of verified imagination's calls (envs/verified.py), labelled by a replay up to the
 # call whose steps RL's `env/real_steps` already counted: not counted again.

@@ -53,7 +53,7 @@ class SimulatorJudgedEnv:
         (success threshold above every score) so that only the simulator decides success;
         judge="model": `imagined` decides everything as it would alone and the simulator's
         success is recorded beside it. `sim` holds as many envs, terminates on success (or, to
-        label data, never: envs/imagined_policy.py) and truncates no earlier than the imagined
+        label data, never: jobs/imagine_policy.py) and truncates no earlier than the imagined
         env, whose step count (keyframe entries: from their step or from 0, `kir_step_reset`)
         decides truncation."""
         check_resettable(imagined, "simulator")

@@ -369,7 +369,7 @@ def evaluate_world_model(
     policy: a learned policy whose action distribution on imagined frames is compared with the
     one on real frames (`policy_shift_eval`), at `policy_temperature`. success_frames: the
     imagined env's rule (consecutive frames at the threshold), as RL uses it. threshold: on
-    raw scores (`evaluation/checks.py: verdict_threshold`), with `threshold_source` for
+    raw scores (`jobs/check_models.py: verdict_threshold`), with `threshold_source` for
     the report; None: the reward model's own, else RLinf's.
     """
     from wmrl_cli.sims.backends import resolve_simulator, simulator_suite

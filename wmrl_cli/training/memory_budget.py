@@ -452,8 +452,8 @@ def check_sft_memory(cfg, world_size: int = 1) -> CheckedPlan | None:
 def check_rl_memory(
     cfg, inputs, world_size: int, device: str | None = None, host: bool = False
 ) -> CheckedPlan:
-    """The RL plan from the inputs' files (`rl.inputs.Inputs`), before any of them loads:
-    `train-policy` checks it before starting its ranks, `rl.train_policy` before loading the
+    """The RL plan from the inputs' files (`jobs.inputs.Inputs`), before any of them loads:
+    `train-policy` checks it before starting its ranks, `jobs.train_policy` before loading the
     policy. A ConfigError (exit 2) naming what to change where it does not fit. A published
     asset not downloaded yet (`Inputs.not_downloaded`, only `train-policy --plan` resolves
     one) counts at its published size: the full-size policy and world model, 256 x 256 frames.

@@ -1,7 +1,7 @@
 """How a policy trains on its ranks: replicated (`training.sharding: none`, data parallel
 through Accelerate, as before) or sharded (`fsdp`: torch's FSDP2, `fully_shard`), with the
 parameter and optimizer-state dtypes, activation checkpointing and CPU offload of
-`cfg.training`. Used by `train-policy` (rl/trainer.py), `sft` (training/sft.py) and
+`cfg.training`. Used by `train-policy` (rl/trainer.py), `sft` (jobs/sft.py) and
 co-evolve's RL stages (through the same trainer).
 
 Sharding is torch's `fully_shard` applied here, on GPUs and CPUs alike, not Accelerate's FSDP

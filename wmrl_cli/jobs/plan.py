@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 
 from wmrl_cli.config import RunConfig
+from wmrl_cli.jobs.inputs import resolve_inputs
 from wmrl_cli.logging import console
-from wmrl_cli.rl.inputs import resolve_inputs
 from wmrl_cli.training.memory_budget import (
     CheckedPlan,
     OverBudget,

@@ -20,9 +20,9 @@ import torch
 
 from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError
-from wmrl_cli.rl.assembly import build_env, load_policy
+from wmrl_cli.jobs.assembly import build_env, load_policy
+from wmrl_cli.jobs.inputs import Inputs, check_inputs
 from wmrl_cli.rl.buffer import collect_rollout
-from wmrl_cli.rl.inputs import Inputs, check_inputs
 from wmrl_cli.rl.judge_audit import JudgeAudit
 
 
@@ -59,7 +59,7 @@ def audit_policy(
     out/judge_audit.json where `out` is given). Starts, the policy's sampling and the world
     model's noise are seeded by `simulator.seed`. `inputs`: `check_inputs` of
     `audit_config(cfg)` where the caller has checked them already."""
-    from wmrl_cli.envs.imagined_policy import start_ids
+    from wmrl_cli.jobs.imagine_policy import start_ids
     from wmrl_cli.logging import progress_task
 
     cfg = audit_config(cfg)

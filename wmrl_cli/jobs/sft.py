@@ -93,7 +93,7 @@ def collect_demos(cfg: RunConfig, run_dir: Path) -> EpisodeStore:
     and renamed, so an interrupted collection is redone, never half-used)."""
     import shutil
 
-    from wmrl_cli.evaluation.rollouts import collect_rollouts
+    from wmrl_cli.jobs.collect_rollouts import collect_rollouts
 
     final = run_dir / "demos"
     if (final / "index.json").is_file():

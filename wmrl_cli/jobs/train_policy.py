@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from wmrl_cli.config import RunConfig
+from wmrl_cli.jobs.assembly import build_env, load_policy, real_eval_callback, verdict_line
+from wmrl_cli.jobs.inputs import Inputs
 from wmrl_cli.logging import console
-from wmrl_cli.rl.assembly import build_env, load_policy, real_eval_callback, verdict_line
-from wmrl_cli.rl.inputs import Inputs
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Assembling RL from its resolved inputs (rl/inputs.py): the policy, the env of this rank
+"""Assembling RL from its resolved inputs (jobs/inputs.py): the policy, the env of this rank
 (imagined; verified or judged by the real simulator with `reward_model.source`; or the real
 simulator with `algorithm.env=simulator`), the line that names its verdict, and the
 real-simulator evaluation callback."""
@@ -20,8 +20,7 @@ from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
 from wmrl_cli.envs.simulator_rl import SimulatorRLEnv, StoredStartsSimulatorEnv
 from wmrl_cli.envs.verified import VerifiedEnv
 from wmrl_cli.errors import ConfigError
-from wmrl_cli.rewards.calibration import judge_threshold
-from wmrl_cli.rl.inputs import (
+from wmrl_cli.jobs.inputs import (
     Inputs,
     evaluation_simulator,
     exact_groups,
@@ -30,6 +29,7 @@ from wmrl_cli.rl.inputs import (
     resolve_inputs,
     reward_task_ids,
 )
+from wmrl_cli.rewards.calibration import judge_threshold
 from wmrl_cli.sims.backends import resolve_simulator, simulator_class
 from wmrl_cli.world_models.interface import WorldModel
 from wmrl_cli.world_models.loading import load_imagining_world_model
