@@ -41,7 +41,7 @@ bench-sim: install
 # The memory plan against the code's own allocations at full size, on fake tensors (about a
 # minute; a slow test): its table as docs/benchmarks.md shows it.
 memory-plan-check: install
-	$(BIN)/python -m pytest -q -s -m slow tests/training/test_memory_plan_count.py -k full_size
+	$(BIN)/python -m pytest -q -s -m slow tests/memory/test_memory_plan_count.py -k full_size
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

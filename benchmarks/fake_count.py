@@ -3,7 +3,7 @@
 modules, and `StorageTracker` adds each storage an operation creates, subtracts it when it is
 freed, and keeps the peak. So what a full-size run holds can be counted on a machine with
 24 GiB. Shared by the memory benchmarks (wm_train_memory.py, wm_flops.py) and the memory plan's
-test (tests/training/test_memory_plan_count.py), which checks the count against real CPU
+test (tests/memory/test_memory_plan_count.py), which checks the count against real CPU
 tensors byte for byte.
 """
 

@@ -321,7 +321,7 @@ def micro_batch(model, sequences: int, image: int) -> float:
 
 
 def plan_for(cfg, model, device: torch.device, world_model_params: int = 0):
-    from wmrl_cli.training.memory_budget import rl_memory_plan
+    from wmrl_cli.memory.budget import rl_memory_plan
 
     cfg.training.memory_budget_gb = 1e6  # the estimate, whatever the device holds
     return rl_memory_plan(cfg, model.config, world_model_params, 0, 1, str(device)).plan

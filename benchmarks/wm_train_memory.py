@@ -17,7 +17,7 @@ dtypes, no memory), beside the arithmetic of weights, gradients, moments and the
 Not counted: the latent cache and the episodes (host memory), validation (an open-loop rollout
 under no_grad, on the EMA weights swapped in; the trained ones wait on the CPU), and what only a
 GPU adds (allocator rounding, library workspaces, the CUDA context). Beside each count, the
-memory plan of `train-wm` (training/world_model_memory.py) for the same step.
+memory plan of `train-wm` (memory/world_model.py) for the same step.
 
 `--gpu`: the same steps on real tensors on the GPU (random weights built there), their peaks
 read from torch's CUDA allocator (allocated and reserved): what the count leaves out, measured
@@ -45,8 +45,8 @@ import gpu_fullsize as fullsize  # noqa: E402
 import harness  # noqa: E402
 
 from wmrl_cli.errors import WmrlError  # noqa: E402
+from wmrl_cli.memory.world_model import TrainingSettings, plan_training  # noqa: E402
 from wmrl_cli.training.denoiser_sharding import shard_denoiser  # noqa: E402
-from wmrl_cli.training.world_model_memory import TrainingSettings, plan_training  # noqa: E402
 
 PRESET_FRAMES, ACTION_DIM = (4, 8), 7  # LIBERO's, as the seeds' presets train
 
@@ -255,8 +255,8 @@ def sharded_validation_peak(model, tracker: Any, image: int) -> float:
     """The peak of the trainer's sharded validation after the steps (the gradients freed, the
     EMA weights swapped in place): the whole denoiser gathered on the rank (`gathered_units`)
     and one chunk of an open-loop rollout's batch of episodes, under no_grad."""
+    from wmrl_cli.memory.world_model import VALIDATION_BATCH
     from wmrl_cli.training.sharding import gathered_units
-    from wmrl_cli.training.world_model_memory import VALIDATION_BATCH
 
     model.eval()
     tracker.reset_peak()

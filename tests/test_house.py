@@ -31,6 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("policies",),
     ("evaluation",),
     ("training",),
+    ("memory",),
     ("rl",),
     ("jobs",),
     ("coevolve",),

@@ -107,7 +107,7 @@ def test_co_evolve_checks_the_given_start_memory_plans_before_it_writes(
 ) -> None:
     from typer.testing import CliRunner
 
-    import wmrl_cli.training.memory_budget as memory_budget
+    import wmrl_cli.memory.budget as memory_budget
     from wmrl_cli.cli.app import app
 
     if plan == "refinement":  # the RL stages fit: the refinement's plan is checked too

@@ -1,10 +1,10 @@
 """The memory plan against the bytes the code allocates, at full size, on a CPU: what
-tests/training/test_memory_plan_count.py checks (`make memory-plan-check` prints the table of
+tests/memory/test_memory_plan_count.py checks (`make memory-plan-check` prints the table of
 docs/benchmarks.md, "The memory plan against the code's own allocations").
 
 Every operation of the real code runs on fake tensors (benchmarks/fake_count.py: the same
 modules, bf16 autocast, activation checkpointing, LoRA, AdamW), its storages counted. Two
-sections, each beside `training/memory_plan.py`'s figures:
+sections, each beside `memory/plan.py`'s figures:
 
 1. the 7.5 B policy's GRPO micro-batch (32 sequences of 256x256 frames, the seeds' micro batch)
    with wmrl's own casting, checkpointing and sharding (`PolicySharding.prepare_model`) and an
@@ -72,9 +72,9 @@ ROLLOUT_ENVS = {"full": 64, "tiny": 8}  # the presets' algorithm.num_envs, over 
 def policy_plan(cfg, config, sequences: int, ranks: int = 1, envs: int = 0):
     """The plan of a micro-batch of `sequences` and a rollout of `envs` on one of `ranks` GPUs,
     for `cfg.training`'s settings."""
-    from wmrl_cli.training.memory_budget import training_settings
-    from wmrl_cli.training.memory_plan import PlanSizes, plan_memory
-    from wmrl_cli.training.param_counts import policy_size
+    from wmrl_cli.memory.budget import training_settings
+    from wmrl_cli.memory.param_counts import policy_size
+    from wmrl_cli.memory.plan import PlanSizes, plan_memory
 
     settings = training_settings(cfg, ranks, sequences, envs=envs)
     return plan_memory(PlanSizes(policy_size(config, settings.lora_rank)), settings)
@@ -231,7 +231,7 @@ def imagined_chunk_row(
     model, counted: Counted, backend: str, frames: tuple[int, int], envs: int, vae_batch
 ) -> dict:
     """The weights and one chunk's working set beyond them, beside the plan's."""
-    from wmrl_cli.training.memory_plan import imagination_bytes, imagination_cost
+    from wmrl_cli.memory.plan import imagination_bytes, imagination_cost
 
     image, (context, chunk) = model.height, frames
     model.vae_batch = vae_batch

@@ -54,10 +54,10 @@ def sft_command(
     """Collect scripted-expert demonstrations (or read --data), behaviour-clone a tiny OpenVLA-OFT policy with cross-entropy over action tokens, and save it to RUN_DIR/policy. Evaluate with `wmrl eval --policy RUN_DIR`."""  # noqa: E501
     from wmrl_cli.assets.datasets import open_episode_data
     from wmrl_cli.jobs.sft import collect_demos, train_bc
+    from wmrl_cli.memory.budget import check_sft_memory
     from wmrl_cli.ranks import check_not_single_rank_launch
     from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
     from wmrl_cli.runtime import configure_threads, seed_everything
-    from wmrl_cli.training.memory_budget import check_sft_memory
 
     check_not_single_rank_launch()
     cfg = build_config(

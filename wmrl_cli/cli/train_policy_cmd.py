@@ -135,7 +135,7 @@ def train_policy_command(
     if num_processes > 1 and "LOCAL_RANK" not in os.environ:
         if cfg.output_dir is None:
             raise ConfigError("--num-processes needs --out so that every rank writes one run")
-        from wmrl_cli.training.memory_budget import check_rl_memory
+        from wmrl_cli.memory.budget import check_rl_memory
 
         launched = check_inputs(effective)
         check_rl_memory(effective, launched, num_processes, host=True)  # before any rank

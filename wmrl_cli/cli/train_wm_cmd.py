@@ -88,10 +88,10 @@ def train_wm_command(
     from rich.table import Table
 
     from wmrl_cli.assets.datasets import open_episode_data
+    from wmrl_cli.memory.world_model import check_world_model_training
     from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
     from wmrl_cli.runtime import configure_threads, seed_everything
     from wmrl_cli.training.init_sources import resolve_init
-    from wmrl_cli.training.world_model_memory import check_world_model_training
     from wmrl_cli.training.world_model_trainer import WorldModelTrainer, make_accelerator
     from wmrl_cli.world_models.loading import (
         check_world_model_export,

@@ -77,12 +77,12 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
 
     from wmrl_cli.data.reset_set import reset_frame_size
     from wmrl_cli.jobs.inputs import exact_groups, resolve_inputs
+    from wmrl_cli.memory.budget import check_rl_memory
+    from wmrl_cli.memory.world_model import check_world_model_training
     from wmrl_cli.ranks import check_local_gpus
     from wmrl_cli.rl.schedule import check_world_size
     from wmrl_cli.sims.backends import resolve_simulator, simulator_class
-    from wmrl_cli.training.memory_budget import check_rl_memory
     from wmrl_cli.training.world_model_batches import check_batch_split
-    from wmrl_cli.training.world_model_memory import check_world_model_training
 
     cfg.simulator = resolve_simulator(cfg.simulator)
     ce = cfg.coevolve

@@ -325,7 +325,7 @@ class TrainingConfig(Section):
     keep_checkpoints: int = Field(
         2, ge=0, description="step checkpoints kept on disk, the newest (0: every one)"
     )
-    # Memory at full size (training/memory_plan.py, training/sharding.py; docs/libero.md).
+    # Memory at full size (memory/plan.py, training/sharding.py; docs/libero.md).
     sharding: Literal["none", "fsdp"] = Field(
         "none",
         description="none: every rank holds the whole policy and its optimizer state (data "

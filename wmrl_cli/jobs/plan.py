@@ -17,7 +17,7 @@ import torch
 from wmrl_cli.config import RunConfig
 from wmrl_cli.jobs.inputs import resolve_inputs
 from wmrl_cli.logging import console
-from wmrl_cli.training.memory_budget import (
+from wmrl_cli.memory.budget import (
     CheckedPlan,
     OverBudget,
     check_rl_memory,

@@ -18,10 +18,10 @@ from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import MetricsLogger, console, progress_task
+from wmrl_cli.memory.budget import sft_memory_plan, sft_policy_config
 from wmrl_cli.runtime import fresh_accelerator, seed_stage
 from wmrl_cli.trackers import tracked
 from wmrl_cli.training.checkpoints import latest_checkpoint, restore_rng, save_checkpoint
-from wmrl_cli.training.memory_budget import sft_memory_plan, sft_policy_config
 from wmrl_cli.training.sharding import PolicySharding
 
 POLICY_DIR = "policy"

@@ -53,8 +53,8 @@ def train_policy(
     """RL of `inputs.policy` as `cfg` says, into `run_dir`. `evaluate`: the periodic evaluation
     in the real simulator (`algorithm.eval_every`, spread over the ranks); `real_steps`: where
     `env/real_steps` starts (the real steps spent before this run, e.g. co-evolve's data)."""
+    from wmrl_cli.memory.budget import check_rl_memory
     from wmrl_cli.rl.trainer import PolicyTrainer
-    from wmrl_cli.training.memory_budget import check_rl_memory
 
     device = str(accelerator.device)
     # the memory plan's refusal before anything large loads (the trainer prints the table)

@@ -35,6 +35,7 @@ from wmrl_cli.envs.reset_sampler import GroupResetSampler, task_ids
 from wmrl_cli.envs.verified import TaskRecall
 from wmrl_cli.files import atomic_dir
 from wmrl_cli.logging import MetricsLogger, console, progress_task
+from wmrl_cli.memory.budget import env_memory_plan
 from wmrl_cli.rl import (
     band_filter,
     broadcast_advantages,
@@ -60,7 +61,6 @@ from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_ba
 from wmrl_cli.run_dirs import write_rank_summary
 from wmrl_cli.trackers import tracked
 from wmrl_cli.training.checkpoints import latest_checkpoint, save_checkpoint
-from wmrl_cli.training.memory_budget import env_memory_plan
 from wmrl_cli.training.sharding import PolicySharding, frozen_models, offloaded
 
 POLICY_DIR = "policy"

@@ -1,4 +1,4 @@
-"""The memory plan of a world model's training (training/world_model_memory.py): at one rank it
+"""The memory plan of a world model's training (memory/world_model.py): at one rank it
 gives benchmarks/wm_train_memory.py's counts of the full-size step (docs/benchmarks.md), sharded
 it divides the state, and over budget it is one line naming what fits, before any model loads
 (train-wm, co-evolve's refinement)."""
@@ -12,8 +12,8 @@ from wmrl_cli.cli.app import app
 from wmrl_cli.config import resolve_config
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import ConfigError
-from wmrl_cli.training.param_counts import world_model_param_split
-from wmrl_cli.training.world_model_memory import (
+from wmrl_cli.memory.param_counts import world_model_param_split
+from wmrl_cli.memory.world_model import (
     TrainingSettings,
     check_training_memory,
     check_world_model_training,

@@ -12,7 +12,7 @@ Three phases, the largest one is the peak:
 - AdamW's step: weights, gradients, moments and torch's multi-tensor step's temporary (one
   moment's size); the activations are gone by then.
 
-Sizes come from parameter counts (`training/param_counts.py`, built on the meta device) and
+Sizes come from parameter counts (`memory/param_counts.py`, built on the meta device) and
 bytes per element: float32 4, bf16 2. Sharding (FSDP) divides weights, gradients and optimizer
 state by the ranks; CPU offload moves all three to CPU memory. With float32 weights and bf16
 compute, the float32 weights are the master copy (of what trains: LoRA's frozen base is kept
@@ -35,14 +35,14 @@ GPU and on rank 0 of 8 FSDP ranks; the update phase of full fine-tuning it overs
 which matters only with bf16 moments, where that phase is the peak (docs/benchmarks.md). Not
 counted: the CUDA context (~0.5 GiB), library workspaces and allocator fragmentation (the GPU
 rows of `benchmarks/gpu_fullsize.py`). Whether a plan fits, and what to change where it does
-not: `training/memory_budget.py`.
+not: `memory/budget.py`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wmrl_cli.training.param_counts import PolicySize, Stack
+from wmrl_cli.memory.param_counts import PolicySize, Stack
 
 GIB = 2**30
 BYTES = {"float32": 4, "fp32": 4, "bf16": 2, "bfloat16": 2}

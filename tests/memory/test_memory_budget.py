@@ -1,4 +1,4 @@
-"""The plan's budget (training/memory_budget.py `device_budget`): a GPU's memory less a stated
+"""The plan's budget (memory/budget.py `device_budget`): a GPU's memory less a stated
 reserve for what the plan cannot see, read without a CUDA context in the launcher; a CPU run
 against the host memory available."""
 
@@ -11,8 +11,8 @@ import torch
 
 from wmrl_cli.config import resolve_config
 from wmrl_cli.errors import ConfigError
+from wmrl_cli.memory.budget import device_budget, gpu_reserve, sft_memory_plan
 from wmrl_cli.policies.config import tiny_config
-from wmrl_cli.training.memory_budget import device_budget, gpu_reserve, sft_memory_plan
 
 
 def test_a_gpu_budget_keeps_a_reserve_for_what_the_plan_cannot_see() -> None:
@@ -68,10 +68,10 @@ def test_a_cpu_run_is_checked_against_the_host_memory_its_ranks_share(monkeypatc
 
 def _wan_plan(budget: float, ranks: int = 16):
     """The seeds' Wan preset with 128 envs, published sizes, planned as a GPU runs it."""
+    from wmrl_cli.memory.budget import rl_memory_plan
+    from wmrl_cli.memory.param_counts import full_world_model_params, published_reward_bytes
+    from wmrl_cli.memory.plan import imagination_cost
     from wmrl_cli.policies.config import full_config
-    from wmrl_cli.training.memory_budget import rl_memory_plan
-    from wmrl_cli.training.memory_plan import imagination_cost
-    from wmrl_cli.training.param_counts import full_world_model_params, published_reward_bytes
 
     overrides = ["algorithm.num_envs=128", "world_model.dtype=bf16"]
     cfg = resolve_config(

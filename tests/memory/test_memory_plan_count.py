@@ -1,4 +1,4 @@
-"""The memory plan (training/memory_plan.py) against the bytes the code allocates
+"""The memory plan (memory/plan.py) against the bytes the code allocates
 (tests/helpers/memory_plan_count.py): the storage count on fake tensors equals the count on real
 ones (tiny size, byte for byte), the count itself, FSDP's shards, and at full size the plan
 holds every count within 15% (slow: about a minute on fake tensors, nothing allocated;

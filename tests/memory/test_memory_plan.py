@@ -1,4 +1,4 @@
-"""The memory plan (training/memory_plan.py): parameter counts of the full-size configs built
+"""The memory plan (memory/plan.py): parameter counts of the full-size configs built
 on the meta device, the plan's arithmetic, and the refusal of a run that cannot fit."""
 
 from __future__ import annotations
@@ -14,9 +14,13 @@ from tests.helpers.train_policy import args
 from wmrl_cli.cli.app import app
 from wmrl_cli.config import resolve_config
 from wmrl_cli.errors import ConfigError
-from wmrl_cli.policies.config import full_config
-from wmrl_cli.training.memory_budget import rl_memory_plan
-from wmrl_cli.training.memory_plan import (
+from wmrl_cli.memory.budget import rl_memory_plan
+from wmrl_cli.memory.param_counts import (
+    full_world_model_params,
+    policy_size,
+    published_reward_bytes,
+)
+from wmrl_cli.memory.plan import (
     GIB,
     PlanSettings,
     PlanSizes,
@@ -24,11 +28,7 @@ from wmrl_cli.training.memory_plan import (
     imagination_cost,
     plan_memory,
 )
-from wmrl_cli.training.param_counts import (
-    full_world_model_params,
-    policy_size,
-    published_reward_bytes,
-)
+from wmrl_cli.policies.config import full_config
 
 runner = CliRunner()
 
@@ -198,8 +198,8 @@ def test_counts_of_checkpoint_directories_match_the_loaded_models(assets, tmp_pa
         write_openvla_oft_sft,
         write_wan_libero,
     )
+    from wmrl_cli.memory.param_counts import count, policy_config_of, world_model_params
     from wmrl_cli.policies.checkpoint import from_pretrained
-    from wmrl_cli.training.param_counts import count, policy_config_of, world_model_params
     from wmrl_cli.world_models.factory import load_init_world_model, load_world_model
 
     cfg = resolve_config(overrides=["simulator.image_size=32"])
@@ -302,7 +302,7 @@ def test_the_trainers_plan_reads_its_env_and_batches_every_imagining_world_model
     `world_model.vae_batch` reaches the confirming world models too."""
     from types import SimpleNamespace
 
-    from wmrl_cli.training.memory_budget import env_memory_plan
+    from wmrl_cli.memory.budget import env_memory_plan
 
     cfg = resolve_config("wan-spatial-grpo", overrides=["training.lora_rank=32"])
     main, confirm = _World(), _World()
@@ -350,8 +350,8 @@ def test_a_published_world_model_is_planned_at_its_reset_sets_frame_size(assets,
     from tests.helpers.published_layouts import write_wan_libero
     from wmrl_cli.data.reset_set import reset_frame_size
     from wmrl_cli.jobs.inputs import Inputs
-    from wmrl_cli.training.memory_budget import check_rl_memory
-    from wmrl_cli.training.param_counts import world_model_geometry
+    from wmrl_cli.memory.budget import check_rl_memory
+    from wmrl_cli.memory.param_counts import world_model_geometry
 
     folder = write_wan_libero(tmp_path / "wan", frame_size=32)
     assert reset_frame_size(folder) == (32, 32)  # RLinf's dataset/trajN.npy
@@ -448,7 +448,7 @@ def test_the_libero_docs_preset_table_is_the_plans() -> None:
 
 def test_a_damaged_weight_file_is_one_line_before_anything_loads(tmp_path) -> None:
     from wmrl_cli.errors import WmrlError
-    from wmrl_cli.training.param_counts import safetensors_shapes
+    from wmrl_cli.memory.param_counts import safetensors_shapes
 
     (tmp_path / "model.safetensors").write_bytes(b"\xff" * 64)  # no header a reader takes
     with pytest.raises(WmrlError, match="model.safetensors: not a readable safetensors file"):
@@ -491,7 +491,7 @@ def test_the_imagination_plan_follows_the_windows_frames(backend, context, chunk
     """The decode and the denoiser grow with the window's frames in the VAE's own way (Wan's
     causal decode hardly; OpenSora's per-frame decode with the chunk, its encode with the
     context); the plan gives the counts within 3%, never below them by more than 1%."""
-    from wmrl_cli.training.memory_plan import imagination_bytes
+    from wmrl_cli.memory.plan import imagination_bytes
 
     cost = imagination_cost(backend, 256, 256, context, chunk)
     for counted, (envs, vae_batch) in zip(
@@ -508,8 +508,8 @@ def test_the_plan_reads_the_context_frames_of_the_model_that_imagines(tmp_path) 
     from types import SimpleNamespace
 
     from tests.helpers.published_layouts import write_wan_libero
-    from wmrl_cli.training.memory_budget import env_memory_plan
-    from wmrl_cli.training.param_counts import world_model_context_frames
+    from wmrl_cli.memory.budget import env_memory_plan
+    from wmrl_cli.memory.param_counts import world_model_context_frames
     from wmrl_cli.world_models.factory import build_world_model
 
     cfg = resolve_config("wan-spatial-grpo", overrides=["training.lora_rank=32"])

@@ -1,4 +1,4 @@
-"""Whether a run's memory plan (`training/memory_plan.py`) fits its GPU, and what to change
+"""Whether a run's memory plan (`memory/plan.py`) fits its GPU, and what to change
 where it does not: the plan of `train-policy`, `sft` and co-evolve's RL stages built from the
 run's config, checked against the device's memory (or `training.memory_budget_gb`) before
 anything large loads; over budget, one line (a ConfigError, exit 2) naming the single changes
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from wmrl_cli.errors import ConfigError
-from wmrl_cli.training.memory_plan import (
+from wmrl_cli.memory.plan import (
     IMAGINATION_256,
     PHASES,
     ImaginationCost,
@@ -304,7 +304,7 @@ def rl_memory_plan(
     unset (None) turns offloading on where the plan needs it, and `world_model.vae_batch` unset
     decodes `VAE_BATCH` envs at a time where that is what the plan needs. `imagination`: what
     one env adds while the world model imagines (`imagination_cost`)."""
-    from wmrl_cli.training.param_counts import policy_size
+    from wmrl_cli.memory.param_counts import policy_size
     from wmrl_cli.world_models.factory import world_model_dtype_name
 
     alg, wm = cfg.algorithm, cfg.world_model
@@ -375,7 +375,7 @@ def sft_memory_plan(
 ) -> CheckedPlan:
     """The plan of `sft`: the policy alone, `sft.batch_size / ranks` sequences per step; over
     budget, the largest `--batch-size` that fits is one of the changes named."""
-    from wmrl_cli.training.param_counts import policy_size
+    from wmrl_cli.memory.param_counts import policy_size
 
     settings = training_settings(cfg, world_size, max(1, cfg.sft.batch_size // world_size))
     settings = replace(settings, lora_rank=None)  # sft trains every weight
@@ -460,8 +460,7 @@ def check_rl_memory(
     `host`: on a CPU, checked against the host memory available (a run that starts here)."""
     from wmrl_cli.assets.registry import ASSETS
     from wmrl_cli.data.reset_set import reset_frame_size
-    from wmrl_cli.policies.config import full_config
-    from wmrl_cli.training.param_counts import (
+    from wmrl_cli.memory.param_counts import (
         policy_config_of,
         published_reward_bytes,
         weight_file_bytes,
@@ -469,6 +468,7 @@ def check_rl_memory(
         world_model_geometry,
         world_model_params,
     )
+    from wmrl_cli.policies.config import full_config
 
     if device is None:
         import torch

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from wmrl_cli.errors import ConfigError
-from wmrl_cli.training.memory_plan import window_latent_frames
+from wmrl_cli.memory.plan import window_latent_frames
 
 GIB = 2**30
 
@@ -254,8 +254,8 @@ def check_world_model_training(
     budget). One line (exit 2) where it does not fit."""
     import torch
 
-    from wmrl_cli.training.memory_budget import device_budget
-    from wmrl_cli.training.param_counts import (
+    from wmrl_cli.memory.budget import device_budget
+    from wmrl_cli.memory.param_counts import (
         count,
         world_model_geometry,
         world_model_param_split,
