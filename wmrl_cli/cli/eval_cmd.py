@@ -190,7 +190,11 @@ def eval_command(
     )
     configure_threads(cfg.num_threads)
     if audit:
-        _audit_policy(cfg)
+        from wmrl_cli.jobs.audit_policy import audit_policy
+
+        tally = audit_policy(cfg, cfg.eval.episodes_per_task, out=lambda: _claim(cfg, "eval"))
+        console.print(tally.table("the judge on the policy's imagined episodes (simulator replay)"))
+        say_done("audit (judge_audit.json)", cfg.output_dir)
         return
     if world_model is not None:
         report = check_models.eval_world_model(
@@ -223,17 +227,3 @@ def _claim(cfg: RunConfig, command: str, seed: bool = True) -> Path:
     if seed:
         seed_everything(cfg.simulator.seed)
     return run_dir
-
-
-def _audit_policy(cfg: RunConfig) -> None:
-    """`wmrl eval --audit`: the judge's verdict on the policy's imagined episodes against the
-    simulator's replay of them (jobs/audit_policy.py)."""
-    from wmrl_cli.jobs.audit_policy import audit_config, audit_policy
-    from wmrl_cli.jobs.inputs import check_inputs
-
-    # A config that cannot be audited, or a missing input, fails before the run folder exists.
-    inputs = check_inputs(audit_config(cfg))
-    run_dir = _claim(cfg, "eval")
-    tally = audit_policy(cfg, cfg.eval.episodes_per_task, inputs, out=run_dir)
-    console.print(tally.table("the judge on the policy's imagined episodes (simulator replay)"))
-    say_done("audit (judge_audit.json)", run_dir)

@@ -25,7 +25,6 @@ from wmrl_cli.cli.common import (
     handle_errors,
     say_done,
 )
-from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.logging import console
 
@@ -147,13 +146,14 @@ def rollout_command(
     ] = "wmrl",
 ) -> None:
     """Run a policy (its actions optionally perturbed: --noise-kind, --random-chunk-prob) for N episodes per task in Meta-World or LIBERO (--suite libero_*) and store every frame, action, reward and success flag, with the exact simulator state at each chunk boundary; with --world-model and --replay, store the world model's imagined episodes under the recorded actions instead, labelled with the recorded success; with --world-model, --policy and --reset-set, store the policy's own imagined episodes from the store's starts, labelled by executing its actions in the simulator."""  # noqa: E501
-    from wmrl_cli.jobs.collect_rollouts import collect_rollouts
-
     given = locals()
     if format_ != "wmrl":
         _rollout_as_lerobot(given)
         return
+    what = "imagined episodes"
     if reset_set is not None:
+        from wmrl_cli.jobs.imagine_policy import imagine_policy_rollouts
+
         _check_policy_imagined_options(world_model, policy, given)
         cfg = build_config(
             preset,
@@ -171,9 +171,10 @@ def rollout_command(
             assets_dir=assets_dir,
             output_dir=out,
         )
-        _imagine_policy(cfg, append, overwrite)
-        return
-    if world_model is not None or replay is not None:
+        summary = imagine_policy_rollouts(cfg, append, overwrite)
+    elif world_model is not None or replay is not None:
+        from wmrl_cli.jobs.imagine_replay import imagine_replay_rollouts
+
         world_model, replay = _check_imagined_options(world_model, replay, given)
         cfg = build_config(
             preset,
@@ -184,35 +185,43 @@ def rollout_command(
             assets_dir=assets_dir,
             output_dir=out,
         )
-        _imagine(cfg, world_model, replay, horizon, start_every or 0, append, overwrite)
-        return
-    if horizon is not None or start_every is not None:
-        raise ConfigError("--horizon and --start-every apply only with --world-model and --replay")
+        summary = imagine_replay_rollouts(
+            cfg, world_model, replay, horizon, start_every or 0, append, overwrite
+        )
+    else:
+        from wmrl_cli.jobs.collect_rollouts import collect_rollouts
 
-    options = dict(
-        policy__name=policy,
-        simulator__suite=suite,
-        rollout__episodes_per_task=episodes_per_task,
-        rollout__kir__enabled=kir or None,
-        policy__temperature=temperature,
-        policy__greedy=greedy or None,
-        rollout__perturbation__kind=noise_kind,
-        rollout__perturbation__random_chunk_prob=random_chunk_prob,
-        simulator__seed=seed,
-        simulator__num_envs=num_envs,
-        simulator__num_workers=num_workers,
-        simulator__image_size=image_size,
-        assets_dir=assets_dir,
-        output_dir=out,
-    )
-    cfg = build_config(preset, set_, **options)
-    if noise_std is not None:  # the std of the configured perturbation, else the expert's noise
-        noisy = cfg.rollout.perturbation.kind != "none"
-        key = "rollout__perturbation__std" if noisy else "policy__noise_std"
-        cfg = build_config(preset, set_, **options, **{key: noise_std})
-    summary = collect_rollouts(cfg, append=append, write_rlinf=export_rlinf, overwrite=overwrite)
+        if horizon is not None or start_every is not None:
+            raise ConfigError(
+                "--horizon and --start-every apply only with --world-model and --replay"
+            )
+        options = dict(
+            policy__name=policy,
+            simulator__suite=suite,
+            rollout__episodes_per_task=episodes_per_task,
+            rollout__kir__enabled=kir or None,
+            policy__temperature=temperature,
+            policy__greedy=greedy or None,
+            rollout__perturbation__kind=noise_kind,
+            rollout__perturbation__random_chunk_prob=random_chunk_prob,
+            simulator__seed=seed,
+            simulator__num_envs=num_envs,
+            simulator__num_workers=num_workers,
+            simulator__image_size=image_size,
+            assets_dir=assets_dir,
+            output_dir=out,
+        )
+        cfg = build_config(preset, set_, **options)
+        if noise_std is not None:  # the std of the configured perturbation, else the expert's
+            noisy = cfg.rollout.perturbation.kind != "none"
+            key = "rollout__perturbation__std" if noisy else "policy__noise_std"
+            cfg = build_config(preset, set_, **options, **{key: noise_std})
+        summary = collect_rollouts(
+            cfg, append=append, write_rlinf=export_rlinf, overwrite=overwrite
+        )
+        what = "episodes"
     console.print(summary.table())
-    say_done(f"{summary.episodes} episodes", summary.store)
+    say_done(f"{summary.episodes} {what}", summary.store)
 
 
 # What needs the episode store itself: no place for it in a LeRobot dataset.
@@ -294,60 +303,3 @@ def _check_policy_imagined_options(world_model: Path | None, policy: str | None,
         given,
         "--reset-set rolls the policy in the world model from the store's starts",
     )
-
-
-def _imagine_policy(cfg: RunConfig, append: bool, overwrite: bool) -> None:
-    """Checks the output and inputs (nothing is written before they pass), hands over."""
-    from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.jobs.collect_rollouts import check_output_store, store_summary
-    from wmrl_cli.jobs.imagine_policy import imagine_policy, resolve_labelling_inputs
-    from wmrl_cli.run_dirs import prepare_run_dir
-    from wmrl_cli.runtime import configure_threads
-
-    out = Path(cfg.output_dir)
-    check_output_store(out, append, imagined=True, overwrite=overwrite)
-    inputs = resolve_labelling_inputs(cfg)
-    configure_threads(cfg.num_threads)
-    prepare_run_dir(cfg, "rollout", overwrite=overwrite)  # the store's config.yaml
-    store = EpisodeStore(out)
-    imagine_policy(cfg, store, cfg.rollout.episodes_per_task, inputs)
-    names = {int(m["task_id"]): m["task_name"] for m in store.index}
-    summary = store_summary(store, [names[t] for t in sorted(names)])
-    console.print(summary.table())
-    say_done(f"{summary.episodes} imagined episodes", summary.store)
-
-
-def _imagine(
-    cfg: RunConfig, world_model: Path, replay: Path, horizon: int | None, start_every: int,
-    append: bool, overwrite: bool,
-) -> None:  # fmt: skip
-    """Checks the inputs (nothing is written before they pass), loads, hands over."""
-    import torch
-
-    from wmrl_cli.data.episodes import EpisodeStore
-    from wmrl_cli.data.imagined import imagined_starts
-    from wmrl_cli.jobs.assembly import imagine_replay, load_replay_world_model
-    from wmrl_cli.jobs.collect_rollouts import check_output_store, store_summary
-    from wmrl_cli.run_dirs import prepare_run_dir
-    from wmrl_cli.runtime import configure_threads, seed_everything
-
-    source = EpisodeStore.open(replay)
-    starts = imagined_starts(source, start_every, horizon)
-    out = Path(cfg.output_dir)
-    check_output_store(out, append, imagined=True, overwrite=overwrite)
-    if not world_model.exists():
-        raise ConfigError(
-            f"--world-model {world_model}: no such world model (expected a train-wm run, a model "
-            "directory or an RLinf Wan/OpenSora directory)"
-        )
-    configure_threads(cfg.num_threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = load_replay_world_model(cfg, world_model, source, starts, device)
-    prepare_run_dir(cfg, "rollout", overwrite=overwrite)  # the store's config.yaml
-    seed_everything(cfg.simulator.seed)
-    store = EpisodeStore(out)
-    imagine_replay(cfg, model, str(world_model), source, starts, store)
-    names = {int(m["task_id"]): m["task_name"] for m in store.index}
-    summary = store_summary(store, [names[t] for t in sorted(names)])
-    console.print(summary.table())
-    say_done(f"{summary.episodes} imagined episodes", summary.store)

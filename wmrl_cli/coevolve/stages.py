@@ -150,7 +150,7 @@ def imagine(cfg: RunConfig, world_model: str, data: str, out: Path) -> str:
     import torch
 
     from wmrl_cli.data.imagined import imagined_starts
-    from wmrl_cli.jobs.assembly import imagine_replay, load_replay_world_model
+    from wmrl_cli.jobs.imagine_replay import imagine_replay, load_replay_world_model
 
     if (out / "index.json").is_file():
         return str(out)

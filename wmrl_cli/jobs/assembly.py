@@ -12,8 +12,6 @@ import numpy as np
 import torch
 
 from wmrl_cli.config import RunConfig
-from wmrl_cli.data.episodes import EpisodeStore
-from wmrl_cli.data.imagined import Start, check_source, imagine_store
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.interface import Env
 from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
@@ -31,7 +29,6 @@ from wmrl_cli.jobs.inputs import (
 )
 from wmrl_cli.rewards.calibration import judge_threshold
 from wmrl_cli.sims.backends import resolve_simulator, simulator_class
-from wmrl_cli.world_models.interface import WorldModel
 from wmrl_cli.world_models.loading import load_imagining_world_model
 
 
@@ -167,40 +164,6 @@ def load_policy(inputs: Inputs, device: str, dtype: str = "float32"):
 
     dtype = dtype if is_prismatic(read_config(inputs.policy)) else None
     return from_pretrained(inputs.policy, device=device, dtype=dtype, unnorm_key=inputs.unnorm_key)
-
-
-def load_replay_world_model(
-    cfg: RunConfig, path: Path, source: EpisodeStore, starts: list[Start], device: str
-) -> WorldModel:
-    """The world model that imagines `source`'s recorded actions (`imagined_starts`), as
-    imagination runs it, at the stored frames' size; a store it cannot read is a one-line error."""
-    height, width = source.load(starts[0].episode_id).frames.shape[1:3]
-    world_model = load_imagining_world_model(path, height, width, cfg, device)
-    check_source(source, world_model)
-    return world_model
-
-
-def imagine_replay(
-    cfg: RunConfig,
-    world_model: WorldModel,
-    name: str,
-    source: EpisodeStore,
-    starts: list[Start],
-    out: EpisodeStore,
-) -> None:
-    """`imagine_store` with the run's batch (`simulator.num_envs`), seed and progress display:
-    the one call behind `wmrl rollout --world-model --replay` and co-evolve's imagined reward
-    data."""
-    imagine_store(
-        world_model,
-        source,
-        out,
-        starts,
-        batch_size=cfg.simulator.num_envs,
-        world_model_name=name,
-        seed=cfg.simulator.seed,
-        progress=cfg.logging.progress,
-    )
 
 
 def build_imagined_env(

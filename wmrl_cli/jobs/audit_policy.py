@@ -14,6 +14,7 @@ each RL stage's inputs (docs/results.md#refining-the-world-model).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -52,18 +53,21 @@ def audit_policy(
     per_task: int,
     inputs: Inputs | None = None,
     device: str | None = None,
-    out: Path | None = None,
+    out: Path | Callable[[], Path] | None = None,
 ) -> JudgeAudit:
     """`per_task` imagined episodes per task of `cfg.policy.name` from `world_model.reset_set`,
     judged as RL judges them and replayed in the simulator, tallied per task (into
-    out/judge_audit.json where `out` is given). Starts, the policy's sampling and the world
+    out/judge_audit.json where `out` is given, or into the directory `out()` claims once the
+    inputs are checked: `wmrl eval --audit`). Starts, the policy's sampling and the world
     model's noise are seeded by `simulator.seed`. `inputs`: `check_inputs` of
     `audit_config(cfg)` where the caller has checked them already."""
     from wmrl_cli.jobs.imagine_policy import start_ids
     from wmrl_cli.logging import progress_task
 
     cfg = audit_config(cfg)
+    # A config that cannot be audited, or a missing input, fails before `out()` makes a folder.
     inputs = inputs or check_inputs(cfg)
+    run_dir = out() if callable(out) else out
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     seed = cfg.simulator.seed
     num_envs = cfg.algorithm.num_envs
@@ -102,7 +106,7 @@ def audit_policy(
                 advance(k)
     finally:
         env.close()
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        audit.write(out)
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        audit.write(run_dir)
     return audit

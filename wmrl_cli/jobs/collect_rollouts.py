@@ -98,6 +98,12 @@ def store_summary(store: EpisodeStore, task_names: list[str]) -> RolloutSummary:
     return summary
 
 
+def stored_summary(store: EpisodeStore) -> RolloutSummary:
+    """`store_summary` of every task the store holds, in task-id order."""
+    names = {int(m["task_id"]): m["task_name"] for m in store.index}
+    return store_summary(store, [names[t] for t in sorted(names)])
+
+
 def collect_rollouts(
     cfg: RunConfig, append: bool = False, write_rlinf: bool = False, overwrite: bool = False
 ) -> RolloutSummary:

@@ -14,9 +14,10 @@ frames after a success are positives too); the imagined env truncates it at
 these episodes (docs/formats.md, `imagined.labels`).
 
 Assembled from the config: the env (RL's imagined env judged by a simulator that never ends an
-episode: `build_labelling_env`), the policy, the starts. `wmrl rollout --world-model --policy
---reset-set` and co-evolve's `labelled` stages call `imagine_policy`; `imagine_policy_store`
-runs the loop.
+episode: `build_labelling_env`), the policy, the starts. Co-evolve's `labelled` stages call
+`imagine_policy`, and `wmrl rollout --world-model --policy --reset-set` calls it through
+`imagine_policy_rollouts` (the output and inputs checked, the store's config written);
+`imagine_policy_store` runs the loop.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from wmrl_cli.envs.runner import iter_episodes
 from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.jobs.assembly import build_imagined_env
+from wmrl_cli.jobs.collect_rollouts import RolloutSummary, check_output_store, stored_summary
 from wmrl_cli.jobs.inputs import Inputs, resolve_inputs
 from wmrl_cli.logging import progress_task
 from wmrl_cli.sims.backends import resolve_simulator, simulator_class
@@ -104,6 +106,25 @@ def imagine_policy(cfg: RunConfig, out: EpisodeStore, per_task: int, inputs: Inp
         )
     finally:
         env.close()
+
+
+def imagine_policy_rollouts(
+    cfg: RunConfig, append: bool = False, overwrite: bool = False
+) -> RolloutSummary:
+    """`imagine_policy` into the store in `cfg.output_dir` (`append`: added to it, `overwrite`:
+    replacing it), `rollout.episodes_per_task` episodes per task. The output and the inputs are
+    checked before anything is written."""
+    from wmrl_cli.run_dirs import prepare_run_dir
+    from wmrl_cli.runtime import configure_threads
+
+    out = Path(cfg.output_dir)
+    check_output_store(out, append, imagined=True, overwrite=overwrite)
+    inputs = resolve_labelling_inputs(cfg)
+    configure_threads(cfg.num_threads)
+    prepare_run_dir(cfg, "rollout", overwrite=overwrite)  # the store's config.yaml
+    store = EpisodeStore(out)
+    imagine_policy(cfg, store, cfg.rollout.episodes_per_task, inputs)
+    return stored_summary(store)
 
 
 def start_ids(entry_task_ids: list[int], per_task: int, seed: int) -> list[int]:
