@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The judge benchmark's candidate verdicts for one seed (docs/results.md, "The judge benchmark"),
-# after benchmarks/judge_bench_set.sh built the set:
+# after experiments/judge-benchmark/judge_bench_set.sh built the set:
 #   refined  today's judge fine-tuned on its own data plus the set's base and rl05 episodes,
 #            labelled by their replays: what RL has paid for by step 5 (the judge refined
 #            online, candidate (b) of the result issue);
@@ -9,7 +9,7 @@
 # then every verdict scored on the episodes of the policies none of them saw (rl10, rl20):
 # today's judge, its per-task thresholds, the two candidates and the refined one per task.
 #
-#   [RL=exact|simulator] bash benchmarks/judge_candidates.sh [SEED] [RUNS] [--dry-run]
+#   [RL=exact|simulator] bash experiments/judge-benchmark/judge_candidates.sh [SEED] [RUNS] [--dry-run]
 set -euo pipefail
 SEED=${1:-0}
 RUNS=${2:-runs}
@@ -50,7 +50,7 @@ run "$WMRL" train-reward --preset "$STAGE" --init "$RM" "${DATA[@]}" --steps "$R
 run "$WMRL" train-reward --preset "$STAGE" --kind videomae "${DATA[@]}" --steps "$CLIP_STEPS" \
     --set "reward_model.videomae=$CLIP_SIZES" --set reward_model.image_size=64 \
     --seed "$SEED" --out "$CLIP"
-run "$PYTHON" benchmarks/judge_bench.py score --set "$SET" --preset "$STAGE" --only rl10,rl20 \
+run "$PYTHON" "$(dirname "$0")/judge_bench.py" score --set "$SET" --preset "$STAGE" --only rl10,rl20 \
     --judge "today=$RM" --judge "per-task=$RM@task" --judge "refined=$REFINED" \
     --judge "refined-per-task=$REFINED@task" --judge "clip=$CLIP" \
     --out "$SET/candidates.json"

@@ -1,6 +1,6 @@
-"""benchmarks/judge_bench.py: how one episode is judged, the per-task rates and the target, and
-the script end to end on a tiny set (a base and an "RL" policy rolled in an untrained world
-model, labelled by the simulator) scored with a tiny judge."""
+"""experiments/judge-benchmark/judge_bench.py: how one episode is judged, the per-task rates
+and the target, and the script end to end on a tiny set (a base and an "RL" policy rolled in an
+untrained world model, labelled by the simulator) scored with a tiny judge."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 
 from tests.helpers import ROOT
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import judge_bench  # noqa: E402  (a script of benchmarks/, not a package)
+sys.path.insert(0, str(ROOT / "experiments" / "judge-benchmark"))
+import judge_bench  # noqa: E402  (a script of experiments/, not a package)
 from judge_bench import Judged  # noqa: E402
 
 
@@ -173,7 +173,7 @@ def test_builds_and_scores_a_tiny_set(assets, tmp_path) -> None:
     )
     out = tmp_path / "set"
     build = [
-        sys.executable, "benchmarks/judge_bench.py", "build",
+        sys.executable, "experiments/judge-benchmark/judge_bench.py", "build",
         "--world-model", str(assets / "wm"), "--reset-set", str(assets / "demos"),
         "--policy", f"base={assets / 'sft'}", "--policy", f"rl02={assets / 'sft'}",
         "-n", "1", "--preset", str(preset), "--out", str(out),
@@ -186,7 +186,7 @@ def test_builds_and_scores_a_tiny_set(assets, tmp_path) -> None:
 
     result = tmp_path / "result.json"
     score = [
-        sys.executable, "benchmarks/judge_bench.py", "score", "--set", str(out),
+        sys.executable, "experiments/judge-benchmark/judge_bench.py", "score", "--set", str(out),
         "--judge", f"tiny={assets / 'rm'}", "--judge", f"strict={assets / 'rm'}@0.99:k2",
         "--preset", str(preset), "--out", str(result), "--threads", "1",
     ]  # fmt: skip
@@ -209,8 +209,8 @@ def test_builds_and_scores_a_tiny_set(assets, tmp_path) -> None:
 
 
 def test_the_set_script_runs_the_recipe_in_order(tmp_path) -> None:
-    """benchmarks/judge_bench_set.sh --dry-run: the commands it would run, in order."""
-    script = ROOT / "benchmarks" / "judge_bench_set.sh"
+    """judge_bench_set.sh --dry-run: the commands it would run, in order."""
+    script = ROOT / "experiments" / "judge-benchmark" / "judge_bench_set.sh"
     proc = subprocess.run(
         ["bash", str(script), "3", str(tmp_path), "--dry-run"], capture_output=True, text=True
     )
@@ -244,9 +244,9 @@ def test_the_set_script_runs_the_recipe_in_order(tmp_path) -> None:
 
 
 def test_the_candidates_script_trains_then_scores_out_of_sample(tmp_path) -> None:
-    """benchmarks/judge_candidates.sh --dry-run: both candidates train on today's judge's data
+    """judge_candidates.sh --dry-run: both candidates train on today's judge's data
     plus the set's base and rl05 episodes; every verdict is scored on rl10 and rl20 only."""
-    script = ROOT / "benchmarks" / "judge_candidates.sh"
+    script = ROOT / "experiments" / "judge-benchmark" / "judge_candidates.sh"
     proc = subprocess.run(
         ["bash", str(script), "2", str(tmp_path), "--dry-run"],
         capture_output=True,

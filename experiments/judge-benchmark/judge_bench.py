@@ -7,7 +7,7 @@ set's starts, every chunk of its actions executed in the simulator from the same
 (`wmrl rollout --world-model WM --policy P --reset-set STORE`, docs/cli.md). Build it once,
 seeded, so that it is rebuilt identically from a clone:
 
-    python benchmarks/judge_bench.py build --world-model WM --reset-set STORE \\
+    python experiments/judge-benchmark/judge_bench.py build --world-model WM --reset-set STORE \\
         --policy base=RUN/sft/policy --policy rl05=EXACT/checkpoints/step_000005/model \\
         [--policy ...] --out SET [-n 16] [--seed 0] [--preset PRESET]
 
@@ -15,7 +15,7 @@ A policy labelled `base` is the base group; every other label is an RL policy. S
 records the commands, the build time and the set's size; a build run again goes on with the
 policies it has not rolled yet. Then score any number of verdicts:
 
-    python benchmarks/judge_bench.py score --set SET --judge today=RM \\
+    python experiments/judge-benchmark/judge_bench.py score --set SET --judge today=RM \\
         [--judge strict=RM@0.95:k4 ...] [--preset PRESET] [--out RESULT.json]
 
 A verdict `NAME=RM[@THRESHOLD][:kFRAMES]` is a reward model that calls an episode's success at

@@ -10,12 +10,12 @@
 #      CPU, its policies improved by real rewards, not imagined ones;
 #   3. the set: the base policy and the RL checkpoints of steps 5, 10 and 20 rolled in the world
 #      model from the reset set's starts, 16 per task, labelled by the simulator
-#      (benchmarks/judge_bench.py build; sampling seed 1000, never a training seed);
+#      (experiments/judge-benchmark/judge_bench.py build; sampling seed 1000, never a training seed);
 #   4. today's judge and the per-task threshold scored on it (judge_bench.py score).
 # Each step resumes where it stopped when the script is run again. On the 2-core CPU alone:
 # 2.5 h (measured) for 1, 20 x 5.5-6 minutes for 2 (RL=simulator: about 15), the set about 20.
 #
-#   [RL=exact|simulator] bash benchmarks/judge_bench_set.sh [SEED] [RUNS] [--dry-run]
+#   [RL=exact|simulator] bash experiments/judge-benchmark/judge_bench_set.sh [SEED] [RUNS] [--dry-run]
 set -euo pipefail
 SEED=${1:-0}
 RUNS=${2:-runs}
@@ -56,8 +56,8 @@ RESET=$(read_config world_model.reset_set)
 RM=$(read_config reward_model.path)
 POLICY=$(read_config policy.name)
 STEP=$EXACT/checkpoints/step_0000
-run "$PYTHON" benchmarks/judge_bench.py build --world-model "$WM" --reset-set "$RESET" \
+run "$PYTHON" "$(dirname "$0")/judge_bench.py" build --world-model "$WM" --reset-set "$RESET" \
     --policy "base=$POLICY" --policy "rl05=${STEP}05/model" --policy "rl10=${STEP}10/model" \
     --policy "rl20=${STEP}20/model" --preset "$STAGE" -n 16 --seed 1000 --out "$SET"
-run "$PYTHON" benchmarks/judge_bench.py score --set "$SET" --preset "$STAGE" \
+run "$PYTHON" "$(dirname "$0")/judge_bench.py" score --set "$SET" --preset "$STAGE" \
     --judge "today=$RM" --judge "per-task=$RM@task" --out "$SET/scores.json"
