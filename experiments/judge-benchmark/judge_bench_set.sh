@@ -15,27 +15,14 @@
 # Each step resumes where it stopped when the script is run again. On the 2-core CPU alone:
 # 2.5 h (measured) for 1, 20 x 5.5-6 minutes for 2 (RL=simulator: about 15), the set about 20.
 #
-#   [RL=exact|simulator] bash experiments/judge-benchmark/judge_bench_set.sh [SEED] [RUNS] [--dry-run]
-set -euo pipefail
-SEED=${1:-0}
-RUNS=${2:-runs}
-DRY=${3:-}
-WMRL=${WMRL:-wmrl}
-PYTHON=${PYTHON:-python}
-RL=${RL:-exact}
-CE=$RUNS/ce-long-verified-s$SEED
+#   [RL=exact|simulator] bash experiments/judge-benchmark/judge_bench_set.sh [SEED] [RUNS]
+#       [--dry-run]
+source "$(dirname "$0")/common.sh"
 EXACT=$RUNS/$RL-long-s$SEED
-SET=$RUNS/judge-set-$RL-s$SEED
-
-run() {
-    echo "+ $*"
-    if [ "$DRY" != "--dry-run" ]; then "$@"; fi
-}
 
 run "$WMRL" co-evolve --profile long --seed "$SEED" --out "$CE" \
     --set reward_model.source=verified --set training.steps=1 \
     --set coevolve.refinements=0 --set coevolve.simulator_control=false
-STAGE=$CE/stage1/config.yaml
 case $RL in
     exact) WHERE=(--set reward_model.source=simulator) ;;
     simulator) WHERE=(--env simulator) ;;
@@ -56,8 +43,8 @@ RESET=$(read_config world_model.reset_set)
 RM=$(read_config reward_model.path)
 POLICY=$(read_config policy.name)
 STEP=$EXACT/checkpoints/step_0000
-run "$PYTHON" "$(dirname "$0")/judge_bench.py" build --world-model "$WM" --reset-set "$RESET" \
+run "$PYTHON" "$HERE/judge_bench.py" build --world-model "$WM" --reset-set "$RESET" \
     --policy "base=$POLICY" --policy "rl05=${STEP}05/model" --policy "rl10=${STEP}10/model" \
     --policy "rl20=${STEP}20/model" --preset "$STAGE" -n 16 --seed 1000 --out "$SET"
-run "$PYTHON" "$(dirname "$0")/judge_bench.py" score --set "$SET" --preset "$STAGE" \
+run "$PYTHON" "$HERE/judge_bench.py" score --set "$SET" --preset "$STAGE" \
     --judge "today=$RM" --judge "per-task=$RM@task" --out "$SET/scores.json"

@@ -9,27 +9,15 @@
 # then every verdict scored on the episodes of the policies none of them saw (rl10, rl20):
 # today's judge, its per-task thresholds, the two candidates and the refined one per task.
 #
-#   [RL=exact|simulator] bash experiments/judge-benchmark/judge_candidates.sh [SEED] [RUNS] [--dry-run]
-set -euo pipefail
-SEED=${1:-0}
-RUNS=${2:-runs}
-DRY=${3:-}
-WMRL=${WMRL:-wmrl}
-PYTHON=${PYTHON:-python}
-RL=${RL:-exact}
-STAGE=$RUNS/ce-long-verified-s$SEED/stage1/config.yaml
-SET=$RUNS/judge-set-$RL-s$SEED
+#   [RL=exact|simulator] bash experiments/judge-benchmark/judge_candidates.sh [SEED] [RUNS]
+#       [--dry-run]
+source "$(dirname "$0")/common.sh"
 REFINED=$RUNS/judge-refined-$RL-s$SEED
 CLIP=$RUNS/judge-clip-$RL-s$SEED
 REFINE_STEPS=${REFINE_STEPS:-1000}
 CLIP_STEPS=${CLIP_STEPS:-1500}
 CLIP_SIZES="{hidden_size: 64, num_hidden_layers: 4, num_attention_heads: 4, \
 intermediate_size: 256, patch_size: 8, num_frames: 8}"
-
-run() {
-    echo "+ $*"
-    if [ "$DRY" != "--dry-run" ]; then "$@"; fi
-}
 
 if [ "$DRY" = "--dry-run" ] && [ ! -f "$STAGE" ]; then
     RM="<reward_model.path of $STAGE>"
@@ -50,7 +38,7 @@ run "$WMRL" train-reward --preset "$STAGE" --init "$RM" "${DATA[@]}" --steps "$R
 run "$WMRL" train-reward --preset "$STAGE" --kind videomae "${DATA[@]}" --steps "$CLIP_STEPS" \
     --set "reward_model.videomae=$CLIP_SIZES" --set reward_model.image_size=64 \
     --seed "$SEED" --out "$CLIP"
-run "$PYTHON" "$(dirname "$0")/judge_bench.py" score --set "$SET" --preset "$STAGE" --only rl10,rl20 \
+run "$PYTHON" "$HERE/judge_bench.py" score --set "$SET" --preset "$STAGE" --only rl10,rl20 \
     --judge "today=$RM" --judge "per-task=$RM@task" --judge "refined=$REFINED" \
     --judge "refined-per-task=$REFINED@task" --judge "clip=$CLIP" \
     --out "$SET/candidates.json"
