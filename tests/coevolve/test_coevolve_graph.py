@@ -91,7 +91,7 @@ def recorded(monkeypatch) -> list[tuple]:
         "imagine_policy": imagine_policy,
         "rl": rl,
         "simulator_rl": simulator_rl,
-        "check_world_model": check,
+        "gate_check": check,
         "enforce_gate": lambda *a: None,
         "evaluate": lambda cfg, policy, out, videos: {"overall": 0.5},
         "wm_reliability": lambda wm: {},

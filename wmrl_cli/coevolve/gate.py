@@ -26,7 +26,7 @@ from wmrl_cli.errors import WmrlError
 GATE_STEP = 8  # the horizon step whose action gap the gate reads (one chunk of 8 actions)
 
 
-def check_world_model(
+def gate_check(
     cfg: RunConfig, out: Path, world_model: str, reward_model: str, data: str
 ) -> dict[str, Any]:
     """Evaluate `world_model` on the validation episodes of `data` (`eval --world-model`'s job)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wmrl_cli.coevolve.gate import check_world_model, enforce_gate
+from wmrl_cli.coevolve.gate import enforce_gate, gate_check
 from wmrl_cli.coevolve.stage_cache import StageCache
 from wmrl_cli.coevolve.stages import (
     audit_trust,
@@ -52,7 +52,7 @@ class CoevolveRun:
         out = self.run_dir / "check" / name
         self.checks[name] = self.cache.run(
             f"eval_{name}",
-            lambda: check_world_model(cfg, out, wm, rm_path, data),
+            lambda: gate_check(cfg, out, wm, rm_path, data),
             lambda result: int(result["real_steps"]),
             reads="check",
             after=after,
