@@ -263,3 +263,45 @@ def test_the_candidates_script_trains_then_scores_out_of_sample(tmp_path) -> Non
         assert "rl10" not in trained and "rl20" not in trained
     assert "--init" in refined and "--kind videomae" in clip
     assert "--only rl10,rl20" in score and f"refined={tmp_path}/judge-refined-simulator-s2" in score
+
+
+def test_the_summary_sets_verdicts_side_by_side(tmp_path, capsys) -> None:
+    """summary.py: a row per task of the RL group, `P / R / AUC` per verdict in the order of the
+    files (a later file's verdict of the same name replaces the earlier), the target's tasks."""
+    sys.path.insert(0, str(ROOT / "experiments" / "judge-benchmark"))
+    import summary
+
+    def row(successes, precision, recall, auc):
+        return {"episodes": 32, "real_successes": successes, "precision": precision,
+                "recall": recall, "auc": auc}  # fmt: skip
+
+    def verdict(recall):
+        rl = {"a": row(12, 0.9, recall, 0.8), "b": row(0, None, None, None),
+              "all": row(12, 0.9, recall, 0.8)}  # fmt: skip
+        target = {"eligible": ["a"], "passed": ["a"] if recall >= 0.7 else [], "met": False}
+        return {"groups": {"rl": rl}, "target_rl": target}
+
+    first, second = tmp_path / "scores.json", tmp_path / "candidates.json"
+    first.write_text(json.dumps({"today": verdict(0.25), "clip": verdict(0.1)}))
+    second.write_text(json.dumps({"clip": verdict(0.75)}))
+    summary.main(
+        [
+            str(first),
+            str(second),
+            "--markdown",
+            str(tmp_path / "t.md"),
+            "--plot",
+            str(tmp_path / "p.png"),
+        ]
+    )
+    assert (tmp_path / "p.png").stat().st_size > 0
+    lines = (tmp_path / "t.md").read_text().splitlines()
+    assert (
+        lines[0] == "| task | episodes | real successes | today: P / R / AUC | clip: P / R / AUC |"
+    )
+    assert lines[2] == "| a | 32 | 12 | 0.90 / 0.25 / 0.80 | 0.90 / 0.75 / 0.80 |"
+    assert lines[3] == "| b | 32 | 0 | - / - / - | - / - / - |"
+    assert lines[4].startswith("| all |")
+    assert lines[-1].endswith("today: 0 of 1; clip: 1 of 1 (a).")
+    with pytest.raises(summary.WmrlError, match="no such scores file"):
+        summary.main([str(tmp_path / "missing.json")])
