@@ -225,3 +225,16 @@ def test_test_folders_mirror_the_package_and_are_packages() -> None:
     bare = [p for p in [TESTS, *folders] if not (p / "__init__.py").is_file()]
     bare = [str(p.relative_to(TESTS.parent)) for p in bare]
     assert not bare, f"test folders without an __init__.py (tests/__init__.py says why): {bare}"
+
+
+def test_the_picture_draws_the_floors_enforced_here() -> None:
+    """docs/images/house.py draws docs/images/house.png from its own list of floors: the same
+    floors, in the same order, as FLOORS above (the picture had gone stale once already)."""
+    import importlib.util
+
+    path = PACKAGE.parent / "docs" / "images" / "house.py"
+    spec = importlib.util.spec_from_file_location("house_picture", path)
+    picture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(picture)
+    drawn = [tuple(w.strip("/") for w in wings.split()) for wings, _, _ in picture.FLOORS]
+    assert drawn == FLOORS[::-1]
