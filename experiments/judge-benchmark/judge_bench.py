@@ -13,7 +13,8 @@ seeded, so that it is rebuilt identically from a clone:
 
 A policy labelled `base` is the base group; every other label is an RL policy. SET/manifest.json
 records the commands, the build time and the set's size; a build run again goes on with the
-policies it has not rolled yet. Then score any number of verdicts:
+policies it has not rolled yet (one whose rollout was cut short is rolled again). Then score
+any number of verdicts:
 
     python experiments/judge-benchmark/judge_bench.py score --set SET --judge today=RM \\
         [--judge strict=RM@0.95:k4 ...] [--preset PRESET] [--out RESULT.json]
@@ -43,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -201,6 +203,9 @@ def build(args: argparse.Namespace) -> None:
     for label, policy in policies:
         if label in manifest["policies"]:
             continue
+        if (out / label).exists():  # a build cut short while rolling it: not in the manifest
+            print(f"{label}: rolled again (a build cut short left {out / label} unfinished)")
+            shutil.rmtree(out / label)
         command = [
             "rollout", "--world-model", str(args.world_model), "--policy", str(policy),
             "--reset-set", str(args.reset_set), "-n", str(args.n), "--seed", str(args.seed),

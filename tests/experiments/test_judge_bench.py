@@ -123,6 +123,30 @@ def test_build_checks_its_own_arguments(tmp_path) -> None:
                           "--policy", "rl05=p", "--out", str(tmp_path / "set")])  # fmt: skip
 
 
+def test_a_build_cut_short_rolls_the_unfinished_policy_again(tmp_path, monkeypatch) -> None:
+    """A set build killed while rolling `rl05` left a partial store that `wmrl rollout` refuses
+    (files it did not finish); the manifest says which policies are done, so the next build
+    skips those and rolls the unfinished one again from an empty folder."""
+    out = tmp_path / "set"
+    rolled = []
+
+    def rollout(command, check):
+        target = Path(command[command.index("--out") + 1])
+        assert not target.exists()  # the partial store is gone before the rollout starts
+        target.mkdir(parents=True)
+        rolled.append(target.name)
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(judge_bench.subprocess, "run", rollout)
+    args = ["build", "--world-model", "wm", "--reset-set", "demos", "--out", str(out)]
+    judge_bench.main([*args, "--policy", "base=p"])
+    (out / "rl05").mkdir()
+    (out / "rl05" / "config.yaml").write_text("cut short\n")
+    judge_bench.main([*args, "--policy", "base=p", "--policy", "rl05=q"])
+    assert rolled == ["base", "rl05"]
+    assert set(json.loads((out / "manifest.json").read_text())["policies"]) == {"base", "rl05"}
+
+
 def test_ranking_auc_counts_ties_half() -> None:
     from judge_bench import Scored, ranking_auc
 
