@@ -13,7 +13,8 @@
 #      (experiments/judge-benchmark/judge_bench.py build; sampling seed 1000, never a training seed);
 #   4. today's judge and the per-task threshold scored on it (judge_bench.py score).
 # Each step resumes where it stopped when the script is run again. On the 2-core CPU alone:
-# 2.5 h (measured) for 1, 20 x 5.5-6 minutes for 2 (RL=simulator: about 15), the set about 20.
+# about 3 h for 1 (measured 2026-11-29), 20 x 5.5-6 minutes for 2 (RL=simulator: about 15), the
+# set about 95 minutes (640 imagined episodes labelled at about 7 a minute).
 #
 #   [RL=exact|simulator] bash experiments/judge-benchmark/judge_bench_set.sh [SEED] [RUNS]
 #       [--dry-run]
