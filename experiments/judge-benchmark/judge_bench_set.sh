@@ -26,7 +26,9 @@ run "$WMRL" co-evolve --profile long --seed "$SEED" --out "$CE" \
     --set coevolve.refinements=0 --set coevolve.simulator_control=false
 case $RL in
     exact) WHERE=(--set reward_model.source=simulator) ;;
-    simulator) WHERE=(--env simulator) ;;
+    # the stage's world model, judge and verdict are imagination's: the simulator uses none
+    simulator) WHERE=(--env simulator --set world_model.path=null --set reward_model.path=null
+        --set reward_model.source=model --set reward_model.audit_with_simulator=false) ;;
     *) echo "error: RL=$RL: expected exact or simulator" >&2; exit 2 ;;
 esac
 run "$WMRL" train-policy --preset "$STAGE" --out "$EXACT" --seed "$SEED" --steps 20 \

@@ -256,7 +256,10 @@ def test_the_set_script_runs_the_recipe_in_order(tmp_path) -> None:
         env={**os.environ, "RL": "simulator"},
     )
     exact = [line for line in lever.stdout.splitlines() if "train-policy" in line][0]
-    assert "--env simulator" in exact and "reward_model.source" not in exact
+    assert "--env simulator" in exact and "reward_model.source=simulator" not in exact
+    # the stage's imagined inputs cleared: train-policy --env simulator refuses them (2026-11-29)
+    for cleared in ("world_model.path=null", "reward_model.path=null", "reward_model.source=model"):
+        assert f"--set {cleared}" in exact
     assert f"--out {tmp_path}/simulator-long-s3" in exact
     bad = subprocess.run(
         ["bash", str(script), "3", str(tmp_path), "--dry-run"],
