@@ -332,3 +332,31 @@ def test_the_summary_sets_verdicts_side_by_side(tmp_path, capsys) -> None:
     assert lines[-1].endswith("today: 0 of 1; clip: 1 of 1 (a).")
     with pytest.raises(summary.WmrlError, match="no such scores file"):
         summary.main([str(tmp_path / "missing.json")])
+
+
+def test_the_simulator_lever_passes_train_policys_input_check(tmp_path) -> None:
+    """RL=simulator's train-policy, on a stage config that names a world model, a judge and a
+    verified verdict: the settings the script clears pass `--env simulator`'s input check, which
+    refused the stage's config as it was (2026-11-29: the lever had only been dry-run)."""
+    from wmrl_cli.config import resolve_config
+    from wmrl_cli.config.loading import dump_config
+    from wmrl_cli.errors import ConfigError
+    from wmrl_cli.jobs.inputs import check_simulator_rl
+
+    imagined = ["world_model.path=wm", "reward_model.path=rm", "reward_model.source=verified"]
+    stage = tmp_path / "ce-long-verified-s0" / "stage1" / "config.yaml"
+    stage.parent.mkdir(parents=True)
+    stage.write_text(dump_config(resolve_config("mw-coevolve-long", overrides=imagined)))
+    script = ROOT / "experiments" / "judge-benchmark" / "judge_bench_set.sh"
+    proc = subprocess.run(
+        ["bash", str(script), "0", str(tmp_path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RL": "simulator"},
+    )
+    command = [line for line in proc.stdout.splitlines() if "train-policy" in line][0].split()
+    sets = [command[i + 1] for i, word in enumerate(command) if word == "--set"]
+    simulator = {"algorithm.env": "simulator"}
+    check_simulator_rl(resolve_config(str(stage), options=simulator, overrides=sets))
+    with pytest.raises(ConfigError, match="uses no world model"):
+        check_simulator_rl(resolve_config(str(stage), options=simulator))
