@@ -232,6 +232,15 @@ def test_builds_and_scores_a_tiny_set(assets, tmp_path) -> None:
     assert bad.returncode == 2 and bad.stderr.startswith("error: bad --judge")
 
 
+def _dry_run(name: str, seed: str, runs: Path, rl: str | None = None):
+    """experiments/judge-benchmark/NAME --dry-run, with RL set when given."""
+    env = {**os.environ, **({"RL": rl} if rl else {})}
+    script = ROOT / "experiments" / "judge-benchmark" / name
+    return subprocess.run(
+        ["bash", str(script), seed, str(runs), "--dry-run"], capture_output=True, text=True, env=env
+    )
+
+
 def test_the_set_script_runs_the_recipe_in_order(tmp_path) -> None:
     """judge_bench_set.sh --dry-run: the commands it would run, in order."""
     script = ROOT / "experiments" / "judge-benchmark" / "judge_bench_set.sh"
@@ -273,13 +282,7 @@ def test_the_set_script_runs_the_recipe_in_order(tmp_path) -> None:
 def test_the_candidates_script_trains_then_scores_out_of_sample(tmp_path) -> None:
     """judge_candidates.sh --dry-run: both candidates train on today's judge's data
     plus the set's base and rl05 episodes; every verdict is scored on rl10 and rl20 only."""
-    script = ROOT / "experiments" / "judge-benchmark" / "judge_candidates.sh"
-    proc = subprocess.run(
-        ["bash", str(script), "2", str(tmp_path), "--dry-run"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "RL": "simulator"},
-    )
+    proc = _dry_run("judge_candidates.sh", "2", tmp_path, "simulator")
     assert proc.returncode == 0, proc.stderr
     commands = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
     assert len(commands) == 3
@@ -347,13 +350,7 @@ def test_the_simulator_lever_passes_train_policys_input_check(tmp_path) -> None:
     stage = tmp_path / "ce-long-verified-s0" / "stage1" / "config.yaml"
     stage.parent.mkdir(parents=True)
     stage.write_text(dump_config(resolve_config("mw-coevolve-long", overrides=imagined)))
-    script = ROOT / "experiments" / "judge-benchmark" / "judge_bench_set.sh"
-    proc = subprocess.run(
-        ["bash", str(script), "0", str(tmp_path), "--dry-run"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "RL": "simulator"},
-    )
+    proc = _dry_run("judge_bench_set.sh", "0", tmp_path, "simulator")
     command = [line for line in proc.stdout.splitlines() if "train-policy" in line][0].split()
     sets = [command[i + 1] for i, word in enumerate(command) if word == "--set"]
     simulator = {"algorithm.env": "simulator"}
