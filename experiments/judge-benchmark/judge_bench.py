@@ -13,7 +13,9 @@ seeded, so that it is rebuilt identically from a clone:
 
 A policy labelled `base` is the base group; every other label is an RL policy. SET/manifest.json
 records the commands, the build time and the set's size; a build run again goes on with the
-policies it has not rolled yet (one whose rollout was cut short is rolled again). Then score
+policies it has not rolled yet (one whose rollout was cut short is rolled again). Builds of
+different labels into one set may run side by side (each merges the manifest it finds on disk
+when it records a policy): the base policy's rollouts need not wait for RL. Then score
 any number of verdicts:
 
     python experiments/judge-benchmark/judge_bench.py score --set SET --judge today=RM \\
@@ -191,8 +193,6 @@ def build(args: argparse.Namespace) -> None:
     """One labelled imagined store per policy, with the command that made it."""
     out = Path(args.out)
     policies = [label_and_path(text) for text in args.policy]
-    if BASE not in {label for label, _ in policies}:
-        raise WmrlError(f"--policy {BASE}=PATH is required: the base group")
     out.mkdir(parents=True, exist_ok=True)
     manifest: dict = {"seed": args.seed, "per_task": args.n, "policies": {}, "seconds": 0.0}
     if (out / "manifest.json").is_file():  # a build run again goes on where it stopped
@@ -218,18 +218,30 @@ def build(args: argparse.Namespace) -> None:
         typed = " ".join(["wmrl", *command])
         if ended.returncode != 0:
             raise WmrlError(f"building {label} failed (exit {ended.returncode}): {typed}")
-        manifest["policies"][label] = {
+        rolled = {
             "path": str(policy),
             "group": group_of(label),
             "command": typed,
             "seconds": round(time.monotonic() - began, 1),
         }
+        manifest = _merged(out, manifest, label, rolled)
         manifest["seconds"] = round(time.monotonic() - started, 1)
         atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
+    manifest = _merged(out, manifest)
     manifest["seconds"] = round(time.monotonic() - started, 1)
     manifest["bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
     print(f"set: {out} ({manifest['bytes'] / 2**20:.1f} MiB, {manifest['seconds']:.0f} s)")
+
+
+def _merged(out: Path, manifest: dict, label: str = "", rolled: dict | None = None) -> dict:
+    """The manifest with what another build of other labels into the same set wrote since."""
+    if (out / "manifest.json").is_file():
+        on_disk = json.loads((out / "manifest.json").read_text())["policies"]
+        manifest["policies"] = {**on_disk, **manifest["policies"]}
+    if rolled is not None:
+        manifest["policies"][label] = rolled
+    return manifest
 
 
 def label_and_path(text: str) -> tuple[str, Path]:
@@ -379,6 +391,8 @@ def score(args: argparse.Namespace) -> None:
     unknown = (args.only or set()) - {label for label, _ in _labels(args.set)}
     if unknown:
         raise WmrlError(f"--only: {','.join(sorted(unknown))} not among the set's policies")
+    if BASE not in {label for label, _ in _labels(args.set)}:
+        raise WmrlError(f"--set {args.set}: no '{BASE}' policy; build it with --policy {BASE}=PATH")
     torch.set_num_threads(args.threads)
     cfg = resolve_config(args.preset) if args.preset else resolve_config()
     results = {}

@@ -116,11 +116,39 @@ def test_scores_verdicts_per_task_and_group(tmp_path, capsys) -> None:
         judge_bench.main(["score", "--set", str(tmp_path / "set"), *judges[:2], "--only", "rl99"])
 
 
-def test_build_checks_its_own_arguments(tmp_path) -> None:
-    """build has no --only: its first check is its own (the base policy), not score's."""
-    with pytest.raises(judge_bench.WmrlError, match="--policy base=PATH is required"):
-        judge_bench.main(["build", "--world-model", "wm", "--reset-set", "demos",
-                          "--policy", "rl05=p", "--out", str(tmp_path / "set")])  # fmt: skip
+def test_builds_of_other_labels_run_side_by_side(tmp_path, monkeypatch) -> None:
+    """The base policy's rollouts start before RL has made its checkpoints: two builds of
+    different labels into one set each keep what the other recorded in the manifest."""
+    out = tmp_path / "set"
+    args = ["build", "--world-model", "wm", "--reset-set", "demos", "--out", str(out)]
+
+    def rollout(command, check):
+        target = Path(command[command.index("--out") + 1])
+        target.mkdir(parents=True)
+        if target.name == "rl05":  # the base build records its policy while rl05 rolls
+            monkeypatch.setattr(judge_bench.subprocess, "run", plain)
+            judge_bench.main([*args, "--policy", "base=p"])
+        return subprocess.CompletedProcess(command, 0)
+
+    def plain(command, check):
+        Path(command[command.index("--out") + 1]).mkdir(parents=True)
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(judge_bench.subprocess, "run", rollout)
+    judge_bench.main([*args, "--policy", "rl05=q", "--policy", "rl10=r"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["policies"]) == {"base", "rl05", "rl10"}
+    assert manifest["policies"]["base"]["group"] == "base"
+
+
+def test_score_needs_the_base_policy(tmp_path) -> None:
+    """@task thresholds are fitted on the base group: a set without one is refused."""
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "manifest.json").write_text(
+        json.dumps({"policies": {"rl05": {"path": "q", "group": "rl"}}})
+    )
+    with pytest.raises(judge_bench.WmrlError, match="no 'base' policy"):
+        judge_bench.main(["score", "--set", str(tmp_path / "set"), "--judge", "t=rm"])
 
 
 def test_a_build_cut_short_rolls_the_unfinished_policy_again(tmp_path, monkeypatch) -> None:
