@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from tests.helpers.hub_server import HubServer
 from tests.helpers.output import one_error_line
-from wmrl_cli.assets.model_card import build_card
+from wmrl_cli.assets.model_card import build_card, public_paths
 from wmrl_cli.assets.model_source import find_model
 from wmrl_cli.cli.app import app
 
@@ -154,3 +154,15 @@ def test_bad_input_is_one_line(hub: HubServer, evaluated, assets, tmp_path: Path
     assert push(str(run), "me/public").exit_code == 0
     one_error_line(push(str(run), "me/public", "--private"), 1, "exists and is public")
     one_error_line(push(str(run), "me/x", "--repo-type", "space"), 2, "--repo-type")
+
+
+def test_a_card_names_no_folder_of_the_pushing_machine(evaluated, monkeypatch) -> None:
+    """The run records absolute paths (its inputs, its config); the public card shows those
+    under the working folder relative to it and the home folder as `~`."""
+    run, eval_run = evaluated
+    monkeypatch.setenv("HOME", str(run.parent))
+    monkeypatch.chdir(eval_run.parent)
+    before = build_card(find_model(run), "me/x", "apache-2.0", eval_run)
+    assert str(run.parent) not in before.text and str(eval_run.parent) not in before.text
+    assert "`sft.data`: `~/demos`" in before.text and "output_dir: ~/sft" in before.text
+    assert public_paths(f"{Path.cwd()}/a/b and {Path.cwd()}2/c") == f"a/b and {Path.cwd()}2/c"

@@ -8,7 +8,8 @@ inputs, the resolved configuration); an evaluation (a `wmrl eval --policy` repor
 `--eval`, else train-policy's last in-run evaluation `eval/step_N.json`, a co-evolve stage's
 `eval/<stage>/report.json`, train-reward's `reward_metrics.json`, train-wm's last `eval/wm/*`
 metrics); metrics.jsonl's last `env/real_steps*` (real environment steps). What a run did not
-record, the card says it does not know.
+record, the card says it does not know. Paths name no folder of the pushing machine: those under
+the working folder are relative to it, the home folder is `~`.
 """
 
 from __future__ import annotations
@@ -408,4 +409,14 @@ def build_card(
         "\n\n".join(PAPERS[p].bibtex() for p in papers),
         "```",
     ]
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(body) + "\n")
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + public_paths("\n".join(body)) + "\n")
+
+
+def public_paths(text: str) -> str:
+    """The card's text without the pushing machine's folders: paths under the working folder
+    relative to it (as the commands were typed from it), the home folder as `~`. The run
+    records keep the absolute paths; a public card need not show where a user keeps them."""
+    for folder, shown in ((Path.cwd(), ""), (Path.home(), "~/")):
+        if len(folder.parts) > 1:  # never strip a bare "/"
+            text = text.replace(f"{folder}/", shown)
+    return text
