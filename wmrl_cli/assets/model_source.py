@@ -23,7 +23,7 @@ from wmrl_cli.errors import WmrlError
 # kind -> the folder a run keeps it in
 MODEL_DIRS = {"policy": "policy", "world_model": "world_model", "reward_model": "reward_model"}
 KIND_NAMES = {"policy": "policy", "world_model": "world model", "reward_model": "reward model"}
-REWARD_KINDS = ("resnet", "taskemb_resnet", "videomae")
+REWARD_KINDS = ("resnet", "taskemb_resnet", "videomae", "latent")
 # bookkeeping that is never part of a model: huggingface_hub's and wmrl's download records,
 # git, and the temporary folders of an atomic write
 PRIVATE_PREFIXES = (".cache/", ".git/", ".tmp-", ".old-")

@@ -38,12 +38,26 @@ def train_reward_command(
     kind: Annotated[
         str | None,
         typer.Option(
-            help="resnet or taskemb_resnet (RLinf's two reward models), or videomae (WMPO's "
-            "clip classifier; sizes in reward_model.videomae)."
+            help="resnet or taskemb_resnet (RLinf's two reward models), videomae (WMPO's "
+            "clip classifier; sizes in reward_model.videomae), or latent (a head on the frozen "
+            "VAE latents of --world-model)."
+        ),
+    ] = None,
+    world_model: Annotated[
+        str | None,
+        typer.Option(
+            "--world-model",
+            help="With --kind latent: the world model whose VAE encoder the judge reads "
+            "(copied into the judge, frozen): a train-wm run, a model directory, RLinf's "
+            "OpenSora folder or an asset name (world_model.path).",
+            autocompletion=complete_assets,
         ),
     ] = None,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
-    width: Annotated[int | None, typer.Option(help="ResNet base width (RLinf: 64).")] = None,
+    width: Annotated[
+        int | None,
+        typer.Option(help="ResNet base width (RLinf: 64); latent: the head's channels."),
+    ] = None,
     init: Annotated[
         str | None,
         typer.Option(
@@ -69,7 +83,7 @@ def train_reward_command(
     set_: SetOpt = None,
     log_with: LogWithOpt = None,
 ) -> None:
-    """Train a success classifier (RLinf's ResNet on frames, or WMPO's VideoMAE on clips) on frames labelled by the simulator's success flags; the threshold is chosen by F1 on held-out episodes and saved with the model in RUN/reward_model/."""  # noqa: E501
+    """Train a success classifier (RLinf's ResNet on frames, a head on a world model's latents, or WMPO's VideoMAE on clips) on frames labelled by the simulator's success flags; the threshold is chosen by F1 on held-out episodes and saved with the model in RUN/reward_model/."""  # noqa: E501
     from rich.table import Table
 
     from wmrl_cli.assets.datasets import open_episode_data
@@ -77,6 +91,7 @@ def train_reward_command(
     from wmrl_cli.runtime import configure_threads
     from wmrl_cli.training.init_sources import (
         export_reward_model,
+        latent_judge_encoder,
         reward_export_path,
         reward_model_to_fine_tune,
     )
@@ -90,11 +105,26 @@ def train_reward_command(
         simulator__seed=seed,
         reward_model__steps=steps,
         reward_model__width=width,
+        world_model__path=world_model,
         assets_dir=assets_dir,
         output_dir=out,
     )
     store = open_episode_data(data, cfg)
-    source = target = model = None
+    source = target = model = encoder = world_model_dir = None
+    if init is not None and world_model is not None:
+        raise ConfigError(
+            f"--world-model builds a new latent judge; --init {init} is fine-tuned as it is"
+        )
+    if init is None and cfg.reward_model.kind == "latent":
+        if not cfg.world_model.path:
+            raise ConfigError(
+                "--kind latent needs --world-model WM: the world model whose latents it judges"
+            )
+        world_model_dir, encoder = latent_judge_encoder(cfg.world_model.path, store, cfg)
+    elif world_model is not None:
+        raise ConfigError(
+            f"--world-model is for --kind latent; reward_model.kind is {cfg.reward_model.kind}"
+        )
     if init is not None:  # loaded before the run directory is made: a bad file writes nothing
         source, model = reward_model_to_fine_tune(init, store, cfg.assets_dir, cfg.reward_model)
         target = reward_export_path(source, export_rlinf)
@@ -108,12 +138,12 @@ def train_reward_command(
         cfg,
         "train-reward",
         default=default_run_dir("train-reward", preset),
-        inputs={**data_inputs(data), "init": source},
+        inputs={**data_inputs(data), "init": source, "world_model": world_model_dir},
         resume=resume,
         overwrite=overwrite,
     )
     configure_threads(cfg.num_threads)
-    model_dir, metrics = train_reward_model(cfg, run_dir, store, init=model)
+    model_dir, metrics = train_reward_model(cfg, run_dir, store, init=model, encoder=encoder)
     if target is not None and source is not None:
         exported = export_reward_model(model_dir, source, target, store)
         console.print(f"exported in the layout of {source} to {exported}")

@@ -12,7 +12,7 @@ from wmrl_cli.config.section import Section
 
 
 class RewardModelConfig(Section):
-    kind: Literal["resnet", "taskemb_resnet", "videomae"] = "resnet"
+    kind: Literal["resnet", "taskemb_resnet", "videomae", "latent"] = "resnet"
     path: str | None = None
     source: Literal["model", "verified", "simulator"] = Field(
         "model",
@@ -99,7 +99,13 @@ class RewardModelConfig(Section):
         "frame's score or 0 (RLinf)",
     )
     # training (`wmrl train-reward`)
-    width: int = Field(16, ge=4, le=256, description="ResNet base width (RLinf: 64)")
+    width: int = Field(
+        16,
+        ge=4,
+        le=256,
+        description="ResNet base width (RLinf: 64); kind latent: the head's first convolution's "
+        "channels",
+    )
     steps: int = Field(600, ge=1)
     batch_size: int = Field(64, ge=2)
     lr: float = Field(1e-3, gt=0.0, le=1.0)

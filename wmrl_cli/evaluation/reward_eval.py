@@ -22,6 +22,7 @@ from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.intervals import wilson_interval
 from wmrl_cli.files import atomic_write_text
+from wmrl_cli.rewards.base import TASK_CONDITIONED
 from wmrl_cli.rewards.calibration import (
     BinaryMetrics,
     best_f1_threshold,
@@ -56,7 +57,7 @@ def labelled_frames(store: EpisodeStore, ids: list[int]) -> LabelledFrames:
 
 
 def score_frames(model, data: LabelledFrames, batch: int = 256) -> np.ndarray:
-    """Success probability of every frame (task by task for the task-embedding model; a clip
+    """Success probability of every frame (task by task for the task-conditioned ones; a clip
     model's episode by episode, each clip within its own episode)."""
     scores = np.empty(len(data.frames), dtype=np.float32)
     if model.kind == "videomae":
@@ -64,7 +65,7 @@ def score_frames(model, data: LabelledFrames, batch: int = 256) -> np.ndarray:
             sel = data.episode_ids == episode
             scores[sel] = model.predict(data.frames[sel][None])[0].float().cpu().numpy()
         return scores
-    tasks = np.unique(data.task_ids) if model.kind == "taskemb_resnet" else [None]
+    tasks = np.unique(data.task_ids) if model.kind in TASK_CONDITIONED else [None]
     for task in tasks:
         sel = np.ones(len(scores), bool) if task is None else data.task_ids == task
         ids = None if task is None else [int(task)]

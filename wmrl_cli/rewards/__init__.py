@@ -1,8 +1,10 @@
 """Reward models that decide success inside the imagined env: RLinf's ResNet classifiers and
-WMPO's VideoMAE clip classifier, their safe loading and threshold calibration."""
+WMPO's VideoMAE clip classifier, a success head on a world model's latents, their safe loading
+and threshold calibration."""
 
 from wmrl_cli.rewards.base import RewardModel
 from wmrl_cli.rewards.calibration import BinaryMetrics, best_f1_threshold, binary_metrics
+from wmrl_cli.rewards.latent import LatentRewConfig, LatentRewModel
 from wmrl_cli.rewards.loading import (
     load_reward_model,
     load_reward_pth,
@@ -19,6 +21,8 @@ from wmrl_cli.rewards.videomae import VideoMAERewardModel, VideoMAERewConfig
 
 __all__ = [
     "BinaryMetrics",
+    "LatentRewConfig",
+    "LatentRewModel",
     "ResnetRewConfig",
     "ResnetRewModel",
     "RewardModel",

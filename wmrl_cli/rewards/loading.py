@@ -5,7 +5,9 @@ come back, anything that would import or call code is refused with UnsafeFileErr
 architecture and its size are inferred from the state-dict keys and shapes; a file that does
 not match the inferred model fails with one line naming the offending keys.
 
-A wmrl model directory holds config.json ({"kind": ..., config fields}) and model.safetensors.
+A wmrl model directory holds config.json ({"kind": ..., config fields}) and model.safetensors;
+a latent judge's holds its frozen encoder's weights too (rewards/latent.py), so that it loads
+without its world model.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch import nn
 
 from wmrl_cli.errors import UnsafeFileError, WmrlError
 from wmrl_cli.files import save_tensors
+from wmrl_cli.rewards.latent import LatentRewConfig, LatentRewModel
 from wmrl_cli.rewards.resnet import (
     ResnetRewConfig,
     ResnetRewModel,
@@ -34,7 +37,7 @@ from wmrl_cli.rewards.resnet import (
 )
 from wmrl_cli.rewards.videomae import VideoMAERewardModel, VideoMAERewConfig
 
-AnyRewardModel = ResnetRewModel | TaskEmbedResnetRewModel | VideoMAERewardModel
+AnyRewardModel = ResnetRewModel | TaskEmbedResnetRewModel | VideoMAERewardModel | LatentRewModel
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -337,6 +340,11 @@ def load_reward_model(
         if config.kind != kind:
             raise WmrlError(f"{config_path}: kind {kind!r} contradicts task_embedding")
         model = build_resnet_reward_model(config)
+    elif kind == "latent":
+        try:
+            model = LatentRewModel(_config_from(LatentRewConfig, values, config_path))
+        except (TypeError, ValueError) as exc:  # a hand-edited size of the wrong type
+            raise WmrlError(f"{config_path}: not a latent reward model config ({exc})") from None
     else:
         raise WmrlError(f"{config_path}: unknown reward model kind {kind!r}")
     try:

@@ -20,16 +20,14 @@ resolution (RLinf: 256x256, no resize), as RLinf's envs feed them.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from wmrl_cli.errors import WmrlError
-from wmrl_cli.rewards.base import as_frames, eval_mode, module_device, to_unit_range
+from wmrl_cli.rewards.base import FrameRewardModel, check_task_ids, to_unit_range
 
 
 @dataclass
@@ -107,26 +105,10 @@ def resnet_trunk(width: int, blocks: int) -> list[nn.Module]:
     return [stem, *stages, nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten()]
 
 
-class _ResnetRewardBase(nn.Module, ABC):
-    """Shared preprocessing and frame scoring of the two ResNet reward models."""
+class _ResnetRewardBase(FrameRewardModel):
+    """The preprocessing the two ResNet reward models share (scoring: base.FrameRewardModel)."""
 
     config: ResnetRewConfig
-
-    @property
-    def kind(self) -> str:
-        return self.config.kind
-
-    @property
-    def threshold(self) -> float | None:
-        return self.config.threshold
-
-    @abstractmethod
-    def logits(self, images: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """images [N,3,H,W] in [-1,1] (+ task ids [N]) -> success logit [N]."""
-
-    def forward(self, images: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """images [N,3,H,W] in [-1,1] (+ task ids [N]) -> success probability [N]."""
-        return torch.sigmoid(self.logits(images, task_ids))
 
     def preprocess(self, frames: torch.Tensor) -> torch.Tensor:
         """uint8 [N,H,W,3] -> float [N,3,H,W] in [-1,1] at `image_size`."""
@@ -135,33 +117,6 @@ class _ResnetRewardBase(nn.Module, ABC):
         if size is not None and x.shape[-2:] != (size, size):
             x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
         return x.clamp(-1.0, 1.0)
-
-    @torch.no_grad()
-    def predict(
-        self,
-        frames: np.ndarray | torch.Tensor,
-        task_ids: np.ndarray | torch.Tensor | None = None,
-        batch_size: int = 64,
-    ) -> torch.Tensor:
-        """frames uint8 [B,T,H,W,3] (+ task ids [B]) -> success probability [B,T] (float32, on
-        the model's device). Every frame is scored on its own, `batch_size` frames at a time."""
-        video = as_frames(frames)
-        b, t = video.shape[:2]
-        flat = video.reshape(b * t, *video.shape[2:])
-        ids = None
-        if task_ids is not None:
-            ids = torch.as_tensor(task_ids, dtype=torch.long).reshape(-1)
-            if ids.numel() != b:
-                raise WmrlError(f"need one task id per video: {ids.numel()} ids for {b} videos")
-            ids = ids[:, None].expand(b, t).reshape(-1)
-        device = module_device(self)
-        out = []
-        with eval_mode(self):
-            for start in range(0, b * t, batch_size):
-                images = self.preprocess(flat[start : start + batch_size].to(device))
-                part_ids = None if ids is None else ids[start : start + batch_size].to(device)
-                out.append(self(images, part_ids).float())
-        return torch.cat(out).reshape(b, t)
 
 
 class ResnetRewModel(_ResnetRewardBase):
@@ -198,15 +153,7 @@ class TaskEmbedResnetRewModel(_ResnetRewardBase):
         )
 
     def logits(self, images: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
-        if task_ids is None:
-            raise WmrlError("the task-embedding reward model needs the task id of every frame")
-        if task_ids.numel() and (
-            int(task_ids.min()) < 0 or int(task_ids.max()) >= self.config.num_tasks
-        ):
-            raise WmrlError(
-                f"task ids must lie in [0, {self.config.num_tasks}) for this reward model; got "
-                f"{int(task_ids.min())}..{int(task_ids.max())}"
-            )
+        task_ids = check_task_ids(task_ids, self.config.num_tasks)
         features = torch.cat([self.visual_encoder(images), self.task_embedding(task_ids)], dim=1)
         return self.fusion_layer(features).squeeze(-1)
 

@@ -7,7 +7,8 @@ OpenSora world-model folder, a folder holding an RLinf `*rm.pth`, or the `.pth` 
 name of a published asset (`wmrl download --list`) found in `assets_dir`: the inputs
 `wmrl train-policy` accepts. Fine-tuning saves in wmrl's format; the export writes the result
 in the layout and key names of the published source it started from
-(world_models/published_export.py, rewards/loading.py: export_reward_pth).
+(world_models/published_export.py, rewards/loading.py: export_reward_pth). The world model a
+new latent judge reads (`train-reward --kind latent --world-model`) is named the same ways.
 
 RLinf's task-embedding reward model numbers LIBERO's tasks in its own order
 (rewards/resnet.py: rlinf_task_ids). A published one fine-tuned on LIBERO episodes has its
@@ -22,6 +23,8 @@ from typing import Any
 
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import ConfigError, WmrlError
+from wmrl_cli.rewards.base import TASK_CONDITIONED
+from wmrl_cli.rewards.latent import WorldModelEncoder
 from wmrl_cli.rewards.loading import (
     AnyRewardModel,
     export_reward_pth,
@@ -35,9 +38,9 @@ _SOURCES = (
 )
 
 
-def resolve_init(value: str | Path, assets_dir: str | Path | None) -> Path:
-    """The path of an `--init` value: a published asset's directory (checked to be completely
-    downloaded), else the path itself, which must exist."""
+def resolve_init(value: str | Path, assets_dir: str | Path | None, option: str = "--init") -> Path:
+    """The path of an `--init` value (or another `option`'s): a published asset's directory
+    (checked to be completely downloaded), else the path itself, which must exist."""
     from wmrl_cli.assets.layout import asset_path
     from wmrl_cli.assets.registry import ASSETS
 
@@ -45,7 +48,7 @@ def resolve_init(value: str | Path, assets_dir: str | Path | None) -> Path:
         return asset_path(str(value), assets_dir)
     path = Path(value)
     if not path.exists():
-        raise WmrlError(f"--init {value} does not exist; pass {_SOURCES}")
+        raise WmrlError(f"{option} {value} does not exist; pass {_SOURCES}")
     return path
 
 
@@ -99,7 +102,7 @@ def load_init_reward_model(source: Path, store: EpisodeStore) -> AnyRewardModel:
     order = rlinf_task_order(model.kind, source, store)
     if order is not None:
         reorder_task_rows(model, order, to_benchmark=True)
-    if model.kind == "taskemb_resnet" and len(store):
+    if model.kind in TASK_CONDITIONED and len(store):
         top = max(int(m["task_id"]) for m in store.index)
         if top >= model.config.num_tasks:
             raise WmrlError(
@@ -107,6 +110,22 @@ def load_init_reward_model(source: Path, store: EpisodeStore) -> AnyRewardModel:
                 f"have task ids up to {top}"
             )
     return model
+
+
+def latent_judge_encoder(
+    value: str | Path, store: EpisodeStore, cfg: Any
+) -> tuple[Path, WorldModelEncoder]:
+    """The world model `train-reward --kind latent --world-model` names (a wmrl run or model
+    directory, RLinf's OpenSora folder, or an asset name), and its VAE encoder for a new latent
+    judge; a published folder is read at the episodes' frame size. Only the autoencoder is
+    kept: the denoiser is not needed."""
+    from wmrl_cli.world_models.loading import load_any_world_model
+
+    path = resolve_init(value, cfg.assets_dir, option="--world-model")
+    size = cfg.simulator.image_size
+    height, width = next(iter(store)).frames.shape[1:3] if len(store) else (size, size)
+    world_model = load_any_world_model(path, int(height), int(width), cfg, device="cpu")
+    return path, WorldModelEncoder.of(world_model)
 
 
 def reward_export_path(source: Path, target_dir: Path | None) -> Path | None:

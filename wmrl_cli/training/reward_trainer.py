@@ -1,5 +1,6 @@
 """Training a success classifier from episodes (`wmrl train-reward`): RLinf's ResNet on single
-frames, or WMPO's VideoMAE on the clip of `num_frames` frames that ends at each frame.
+frames, a head on a world model's frozen VAE latents (rewards/latent.py) on single frames, or
+WMPO's VideoMAE on the clip of `num_frames` frames that ends at each frame.
 
 Labels come from the simulator: frame t (t >= 1) is positive when the success flag held after
 the action that produced it (for a clip model, the clip ending at t); the first frame is
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import SIMULATOR_LABELS, EpisodeStore
-from wmrl_cli.errors import WmrlError
+from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.evaluation.reward_eval import LabelledFrames, labelled_frames, score_frames
 from wmrl_cli.logging import MetricsLogger, progress_task
 from wmrl_cli.rewards.calibration import (
@@ -37,6 +38,7 @@ from wmrl_cli.rewards.calibration import (
 from wmrl_cli.trackers import tracked
 
 if TYPE_CHECKING:
+    from wmrl_cli.rewards.latent import WorldModelEncoder
     from wmrl_cli.rewards.loading import AnyRewardModel
 
 
@@ -84,10 +86,12 @@ def train_reward_model(
     run_dir: Path,
     store: EpisodeStore,
     init: AnyRewardModel | None = None,
+    encoder: WorldModelEncoder | None = None,
 ) -> tuple[Path, BinaryMetrics]:
     """Train (or, from `init`, fine-tune) a reward model; (its directory, held-out metrics at
-    the F1-best threshold). A new ResNet embeds the tasks up to the store's highest id; a
-    model to fine-tune keeps its kind and sizes."""
+    the F1-best threshold). A new task-conditioned model embeds the tasks up to the store's
+    highest id; a new latent judge reads `encoder`'s latents (frozen); a model to fine-tune
+    keeps its kind and sizes."""
     from wmrl_cli.rewards.loading import save_reward_model
 
     rc = cfg.reward_model
@@ -99,11 +103,12 @@ def train_reward_model(
     train, val = labelled_frames(store, train_ids), labelled_frames(store, val_ids)
     torch.manual_seed(cfg.simulator.seed)
     model = init or new_reward_model(
-        rc, 1 + max((int(m["task_id"]) for m in store.index), default=0)
+        rc, 1 + max((int(m["task_id"]) for m in store.index), default=0), encoder
     )
     window = int(getattr(model, "clip_length", 1))  # a clip model's frames per clip
     clips = None if window == 1 else clip_rows(train.episode_ids, window)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=rc.lr, weight_decay=1e-4)
+    trained = [p for p in model.parameters() if p.requires_grad]  # not a frozen encoder's
+    optimizer = torch.optim.AdamW(trained, lr=rc.lr, weight_decay=1e-4)
     pos, neg = np.flatnonzero(train.labels), np.flatnonzero(~train.labels)
     logger = MetricsLogger(  # training starts over: rows of an earlier attempt go
         run_dir,
@@ -178,18 +183,34 @@ def train_reward_model(
     return final, chosen
 
 
-def new_reward_model(rc, num_tasks: int) -> AnyRewardModel:
+def new_reward_model(
+    rc, num_tasks: int, encoder: WorldModelEncoder | None = None
+) -> AnyRewardModel:
     """A reward model of the configured kind and size, at its initial weights: RLinf's ResNet
-    (`width`, with a task embedding over `num_tasks` for taskemb_resnet) or WMPO's VideoMAE
+    (`width`, with a task embedding over `num_tasks` for taskemb_resnet), a latent judge (a
+    head of `width` over `encoder`'s latents, tasks embedded) or WMPO's VideoMAE
     (`reward_model.videomae` over videomae-base's sizes)."""
     from dataclasses import fields
 
+    from wmrl_cli.rewards.latent import latent_reward_model
     from wmrl_cli.rewards.resnet import ResnetRewConfig, build_resnet_reward_model
     from wmrl_cli.rewards.videomae import VideoMAERewardModel, VideoMAERewConfig
 
+    if rc.kind != "videomae" and rc.videomae:
+        raise WmrlError(f"reward_model.videomae is set, but reward_model.kind is {rc.kind}")
+    if rc.kind == "latent":
+        if encoder is None:
+            raise ConfigError(
+                "reward_model.kind latent reads a world model's latents: a new one is made by "
+                "train-reward --kind latent --world-model WM (then fine-tuned with --init)"
+            )
+        if rc.image_size is not None:
+            raise ConfigError(
+                "reward_model.image_size does not apply to kind latent: it scores frames at its "
+                "world model's size"
+            )
+        return latent_reward_model(encoder, rc.width, num_tasks)
     if rc.kind != "videomae":
-        if rc.videomae:
-            raise WmrlError(f"reward_model.videomae is set, but reward_model.kind is {rc.kind}")
         return build_resnet_reward_model(
             ResnetRewConfig(
                 width=rc.width,
