@@ -295,11 +295,12 @@ def scored_episodes(set_dir: Path, model) -> list[Scored]:
     """Every episode of the set scored once by a reward model (the start frame, real, left
     out as the imagined env leaves it)."""
     from wmrl_cli.data.episodes import EpisodeStore
+    from wmrl_cli.rewards.base import TASK_CONDITIONED
 
     out = []
     for group, path in stores(set_dir):
         for episode in EpisodeStore.open(path):
-            ids = [episode.task_id] if model.kind == "taskemb_resnet" else None
+            ids = [episode.task_id] if model.kind in TASK_CONDITIONED else None
             scores = model.predict(episode.frames[None], ids)[0].float().cpu().numpy()[1:]
             success = np.asarray(episode.success, bool)
             chunk = episode.chunk_size

@@ -37,7 +37,7 @@ from wmrl_cli.config import resolve_config
 from wmrl_cli.data.episodes import open_stores
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.intervals import wilson_interval
-from wmrl_cli.rewards.base import round_scores
+from wmrl_cli.rewards.base import TASK_CONDITIONED, round_scores
 from wmrl_cli.rewards.calibration import held_success, judge_threshold
 from wmrl_cli.rewards.loading import load_reward_model, reward_model_source
 from wmrl_cli.training.init_sources import reward_model_to_fine_tune
@@ -62,7 +62,7 @@ def reread(model, verdict: Any, threshold: float, stores: list[Path]) -> dict[st
     ratio has no denominator."""
     called = kept_true = confirmed = 0
     for episode in open_stores(stores):
-        ids = [episode.task_id] if model.kind == "taskemb_resnet" else None
+        ids = [episode.task_id] if model.kind in TASK_CONDITIONED else None
         scores = model.predict(episode.frames[None], ids)[0].cpu().numpy()[1:]
         if verdict.round_scores:
             scores = round_scores(scores)

@@ -40,7 +40,7 @@ from wmrl_cli.data.episodes import open_stores
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.intervals import wilson_interval
 from wmrl_cli.files import atomic_write_text
-from wmrl_cli.rewards.base import round_scores
+from wmrl_cli.rewards.base import TASK_CONDITIONED, round_scores
 from wmrl_cli.rewards.calibration import held_success, judge_threshold
 from wmrl_cli.rewards.loading import load_reward_model, reward_model_source
 
@@ -49,7 +49,7 @@ def split(store: Path, model, verdict: Any, threshold: float) -> dict[str, Any]:
     """The imagined episodes of `store` read by the judge `model` with the stage's `verdict`."""
     episodes = succeeded = called = paid = 0
     for episode in open_stores([store]):
-        ids = [episode.task_id] if model.kind == "taskemb_resnet" else None
+        ids = [episode.task_id] if model.kind in TASK_CONDITIONED else None
         scores = model.predict(episode.frames[None], ids)[0].cpu().numpy()[1:]
         if verdict.round_scores:
             scores = round_scores(scores)

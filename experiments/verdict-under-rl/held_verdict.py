@@ -26,6 +26,7 @@ import numpy as np
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.intervals import wilson_interval
+from wmrl_cli.rewards.base import TASK_CONDITIONED
 from wmrl_cli.rewards.calibration import held_success, judge_threshold
 from wmrl_cli.rewards.loading import load_reward_model
 
@@ -40,7 +41,7 @@ def episode_scores(model, store: EpisodeStore) -> list[tuple[np.ndarray, np.ndar
     """(scores of frames 1..T, success flags of steps 1..T, chunk size) per episode."""
     out = []
     for episode in store:
-        ids = [episode.task_id] if model.kind == "taskemb_resnet" else None
+        ids = [episode.task_id] if model.kind in TASK_CONDITIONED else None
         scores = model.predict(episode.frames[None], ids)[0].cpu().numpy()[1:]
         out.append((scores, np.asarray(episode.success, bool), episode.chunk_size))
     return out

@@ -308,14 +308,16 @@ def test_the_set_script_runs_the_recipe_in_order(tmp_path) -> None:
 
 
 def test_the_candidates_script_trains_then_scores_out_of_sample(tmp_path) -> None:
-    """judge_candidates.sh --dry-run: both candidates train on today's judge's data
+    """judge_candidates.sh --dry-run: the three candidates train on today's judge's data
     plus the set's base and rl05 episodes; every verdict is scored on rl10 and rl20 only."""
     proc = _dry_run("judge_candidates.sh", "2", tmp_path, "simulator")
     assert proc.returncode == 0, proc.stderr
     commands = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
-    assert len(commands) == 3
-    refined, clip, score = commands
-    for trained in (refined, clip):
+    assert len(commands) == 4
+    refined, clip, latent, score = commands
+    assert "--kind latent --world-model <world_model.path of" in latent
+    assert f"latent-per-task={tmp_path}/judge-latent-simulator-s2@task" in score
+    for trained in (refined, clip, latent):
         assert f"--data {tmp_path}/judge-set-simulator-s2/rl05" in trained
         assert f"--data {tmp_path}/judge-set-simulator-s2/base" in trained
         assert "rl10" not in trained and "rl20" not in trained
