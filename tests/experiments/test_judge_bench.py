@@ -284,7 +284,7 @@ def test_the_set_script_runs_the_recipe_in_order(tmp_path) -> None:
     assert f"--preset {tmp_path}/ce-long-verified-s3/stage1/config.yaml" in exact
     for label, step in (("rl05", 5), ("rl10", 10), ("rl20", 20)):
         assert f"{label}={tmp_path}/exact-long-s3/checkpoints/step_{step:06d}/model" in build
-    assert "--seed 1000" in build and "@task" in score
+    assert "--seed 1000" in build and "--set simulator.num_envs=32" in build and "@task" in score
 
     lever = subprocess.run(
         ["bash", str(script), "3", str(tmp_path), "--dry-run"],
