@@ -291,14 +291,16 @@ class Scored:
     label: str = BASE
 
 
-def scored_episodes(set_dir: Path, model) -> list[Scored]:
-    """Every episode of the set scored once by a reward model (the start frame, real, left
-    out as the imagined env leaves it)."""
+def scored_episodes(set_dir: Path, model, labels: set[str] | None = None) -> list[Scored]:
+    """Every episode of the set (of the policies in `labels`, if given) scored once by a reward
+    model (the start frame, real, left out as the imagined env leaves it)."""
     from wmrl_cli.data.episodes import EpisodeStore
     from wmrl_cli.rewards.base import TASK_CONDITIONED
 
     out = []
     for group, path in stores(set_dir):
+        if labels is not None and path.name not in labels:
+            continue
         for episode in EpisodeStore.open(path):
             ids = [episode.task_id] if model.kind in TASK_CONDITIONED else None
             scores = model.predict(episode.frames[None], ids)[0].float().cpu().numpy()[1:]
@@ -407,7 +409,9 @@ def score(args: argparse.Namespace) -> None:
         frames = frames or cfg.reward_model.success_frames
         if directory not in scored:
             with torch.no_grad():
-                scored[directory] = scored_episodes(Path(args.set), model)
+                # --only: those policies, and the base that per-task thresholds are fitted on
+                needed = None if not args.only else {*args.only, BASE}
+                scored[directory] = scored_episodes(Path(args.set), model, needed)
         episodes = scored[directory]
         tasks = {ep.task for ep in episodes}
         if threshold == PER_TASK:
