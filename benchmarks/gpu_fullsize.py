@@ -26,7 +26,8 @@ that would not finish in time is recorded as skipped, with why):
 `--pass first` measures, in about 4 minutes, what the memory plan needs most (`PASSES`): the
 imagination rows at the smallest env count, the policy's LoRA and bf16 micro-batches, two GRPO
 steps (the second holds AdamW's moments); `--pass rest` the others (the larger counts, the
-bounded decode, the time split, full fine-tuning on float32 weights); `all` (default) both.
+bounded decode, the time split, full fine-tuning on float32 weights); `all` (default) both;
+`--pass policy` the three micro-batches alone (a recheck of the plan's policy rows).
 
 `--size tiny` runs the same code on the tiny configs (32x32 frames, 1 sampling step), on the
 CPU in the test suite (tests/benchmarks/test_gpu_fullsize_script.py; the full configs' shapes
@@ -104,7 +105,7 @@ FALLBACK_FPS = 10.0
 # in its update, so only the later ones hold them through a whole step.
 GRPO_STEPS = 3
 VARIANTS = {  # the policy section's variants, with the config of each for its plan
-    "LoRA rank 32, float32 weights": {"training.lora_rank": 32},
+    "LoRA rank 32, float32 weights (its frozen base bf16)": {"training.lora_rank": 32},
     "full fine-tuning, float32 weights": {},
     "full fine-tuning, bf16 weights": {"training.param_dtype": "bf16"},
 }
@@ -127,6 +128,7 @@ class Pass:
     # memory check needs, always run
     policy_reserve_s: float
     grpo_reserve_s: float
+    imagine: bool = True  # the imagination section at all
 
 
 LORA, FULL32, BF16 = VARIANTS
@@ -137,6 +139,8 @@ PASSES = {
     # imagination at its smallest count (the steps' rate)
     "first": Pass(slice(0, 1), False, False, (LORA, BF16), 2, 240.0, 50.0, 120.0),
     "rest": Pass(slice(1, None), True, True, (FULL32,), 0, 300.0, 40.0, 0.0),
+    # the three micro-batches alone (about 2 minutes): a recheck of the plan's policy rows
+    "policy": Pass(slice(0), False, False, (LORA, FULL32, BF16), 0, 180.0, 0.0, 0.0, False),
 }
 
 
@@ -330,8 +334,6 @@ def plan_for(cfg, model, device: torch.device, world_model_params: int = 0):
 def policy_section(
     size: str, device: torch.device, budget: Budget, preset: Any, todo: Pass | None = None
 ) -> list:
-    from wmrl_cli.policies.config import LoraSpec
-    from wmrl_cli.policies.lora import apply_lora
     from wmrl_cli.training.sharding import enable_activation_checkpointing
 
     s, rows, todo = SIZES[size], [], todo or PASSES["all"]
@@ -350,13 +352,8 @@ def policy_section(
         overrides = VARIANTS[name]
         row: dict[str, Any] = {"variant": name, "sequences": s.sequences, "build_s": build_s}
         try:
-            if "LoRA" in name:
-                apply_lora(model, LoraSpec(rank=32, alpha=32))
-            elif "bf16" in name:
-                _unload_lora(model)
-                _to_bf16(model)
-            else:
-                _unload_lora(model)
+            # bf16 compute on a GPU (the trainer's training.bf16); float32 on a CPU
+            prepare_variant(model, name, torch.bfloat16 if device.type == "cuda" else None)
             cfg = preset.model_copy(deep=True)
             for key, value in overrides.items():
                 section, attr = key.split(".")
@@ -382,18 +379,28 @@ def policy_section(
     return rows
 
 
-def _unload_lora(model) -> None:
-    from wmrl_cli.policies.lora import lora_active
+def prepare_variant(model, name: str, frozen: torch.dtype | None) -> None:
+    """The policy's weights as the trainer holds them in the variant `name`: LoRA's adapters
+    (and the trained projector) in float32 over a frozen base in the compute dtype `frozen`
+    (`PolicySharding.cast`: under bf16 compute the base needs no float32 master; None: float32),
+    or every weight trained, in float32 or in bf16. Until 2026-11-29 the LoRA variant kept its
+    frozen base in float32, which the trainer never does: its H200 peak (37.8 GiB) stood 17 GiB
+    above a plan of the trainer's layout."""
+    from wmrl_cli.policies.config import LoraSpec
+    from wmrl_cli.policies.lora import apply_lora, lora_active
 
     if lora_active(model):
         model.language_model = model.language_model.unload()
         model.config.lora = None
     model.requires_grad_(True)
-
-
-def _to_bf16(model) -> None:
+    if name == LORA:
+        apply_lora(model, LoraSpec(rank=32, alpha=32))
     for param in model.parameters():
-        param.data = param.data.to(torch.bfloat16)
+        if name == BF16:
+            dtype = torch.bfloat16
+        else:
+            dtype = torch.float32 if param.requires_grad else frozen or torch.float32
+        param.data = param.data.to(dtype)
 
 
 # -- 3. one GRPO step -------------------------------------------------------------------------
@@ -615,7 +622,7 @@ def run(size: str, out: Path, budget_s: float, todo: Pass = PASSES["all"]) -> di
 
     section(
         "imagination",
-        lambda: imagination(size, device, budget, dtype, todo),
+        lambda: imagination(size, device, budget, dtype, todo) if todo.imagine else [],
         lambda error: [{"backend": "all", "error": error}],
     )
     preset = resolve_config("wan-spatial-grpo")
@@ -682,7 +689,8 @@ def main() -> None:
         dest="todo",
         default="all",
         choices=sorted(PASSES),
-        help="first: what the memory plan needs most (about 4 minutes); rest: the other rows",
+        help="first: what the memory plan needs most (about 4 minutes); rest: the other rows; "
+        "policy: the three micro-batches alone",
     )
     parser.add_argument(
         "--budget-s",

@@ -33,7 +33,7 @@ def test_tiny_size_runs_every_section_and_writes_json_and_markdown(tmp_path) -> 
         assert min(shares[:2]) > 0.05 and shares[3] < 0.5  # the parts hold the time
     variants = [r["variant"] for r in result["policy"]]
     assert variants == [
-        "LoRA rank 32, float32 weights",
+        "LoRA rank 32, float32 weights (its frozen base bf16)",
         "full fine-tuning, float32 weights",
         "full fine-tuning, bf16 weights",
     ]
@@ -61,7 +61,7 @@ def test_the_first_pass_measures_what_the_plan_needs_most(tmp_path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "gpu_fullsize.json").read_text())
     assert [r["variant"] for r in result["policy"]] == [
-        "LoRA rank 32, float32 weights",
+        "LoRA rank 32, float32 weights (its frozen base bf16)",
         "full fine-tuning, bf16 weights",
     ]
     assert len(result["grpo_step"]["steps"]) == 2 and result["done"]

@@ -73,6 +73,29 @@ def test_the_full_policy_runs_a_grpo_micro_batch_with_lora_on_the_meta_device(
     assert 15 < plan.update < 30  # GiB: a bf16 frozen base, LoRA, 32 checkpointed sequences
 
 
+def test_each_policy_variant_holds_its_weights_as_the_trainer_does(script) -> None:
+    """LoRA: float32 adapters and projector over a frozen base in the compute dtype (the
+    trainer's `PolicySharding.cast`; measured in float32 until 2026-11-29, 17 GiB above its plan
+    on an H200); full fine-tuning: every weight trained, in float32 or bf16. The variants run on
+    one model in turn, so each must undo the last."""
+    from wmrl_cli.policies.lora import lora_active
+
+    model = script.build_policy("tiny", torch.device("cpu"))
+    for name in (script.LORA, script.FULL32, script.BF16, script.LORA):
+        script.prepare_variant(model, name, torch.bfloat16)
+        trained = {p.dtype for p in model.parameters() if p.requires_grad}
+        frozen = {p.dtype for p in model.parameters() if not p.requires_grad}
+        if name == script.LORA:
+            assert lora_active(model)
+            assert trained == {torch.float32} and frozen == {torch.bfloat16}
+            assert all(not p.requires_grad for p in model.vision_towers.parameters())
+        else:
+            assert not lora_active(model) and not frozen
+            assert trained == {torch.float32 if name == script.FULL32 else torch.bfloat16}
+    script.prepare_variant(model, script.LORA, None)  # a CPU: no bf16 compute, all float32
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
 def test_out_of_memory_in_one_policy_variant_is_recorded_and_the_next_variant_runs(
     script, monkeypatch
 ) -> None:
