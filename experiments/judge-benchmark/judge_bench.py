@@ -51,6 +51,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -385,12 +386,34 @@ def task_thresholds_judged(
     return judged, on_base
 
 
-def score(args: argparse.Namespace) -> None:
+def verdicts(args: argparse.Namespace) -> Iterator[tuple]:
+    """Per `--judge` of `args` (with `--set`, `--preset`, `--only`): (name, the reward model's
+    folder, the spec's threshold, the frames held, the model's own threshold, the set's episodes
+    scored by it: those of `--only` and the base, which per-task thresholds are fitted on). A
+    model's scores are shared by its verdicts."""
     import torch
 
     from wmrl_cli.config import resolve_config
     from wmrl_cli.rewards.calibration import judge_threshold
     from wmrl_cli.rewards.loading import load_reward_model
+
+    cfg = resolve_config(args.preset) if args.preset else resolve_config()
+    scored: dict[Path, list[Scored]] = {}
+    for spec in args.judge:
+        name, path, threshold, frames = parse_judge(spec)
+        directory = path / "reward_model" if (path / "reward_model").is_dir() else path
+        model = load_reward_model(directory)
+        own = judge_threshold(cfg.reward_model.success_threshold, model, directory)[0]
+        if directory not in scored:
+            with torch.no_grad():
+                needed = None if not args.only else {*args.only, BASE}
+                scored[directory] = scored_episodes(Path(args.set), model, needed)
+        frames = frames or cfg.reward_model.success_frames
+        yield name, directory, threshold, frames, own, scored[directory]
+
+
+def score(args: argparse.Namespace) -> None:
+    import torch
 
     unknown = (args.only or set()) - {label for label, _ in _labels(args.set)}
     if unknown:
@@ -398,21 +421,8 @@ def score(args: argparse.Namespace) -> None:
     if BASE not in {label for label, _ in _labels(args.set)}:
         raise WmrlError(f"--set {args.set}: no '{BASE}' policy; build it with --policy {BASE}=PATH")
     torch.set_num_threads(args.threads)
-    cfg = resolve_config(args.preset) if args.preset else resolve_config()
     results = {}
-    scored: dict[Path, list[Scored]] = {}  # a model's scores, shared by its verdicts
-    for spec in args.judge:
-        name, path, threshold, frames = parse_judge(spec)
-        directory = path / "reward_model" if (path / "reward_model").is_dir() else path
-        model = load_reward_model(directory)
-        own = judge_threshold(cfg.reward_model.success_threshold, model, directory)[0]
-        frames = frames or cfg.reward_model.success_frames
-        if directory not in scored:
-            with torch.no_grad():
-                # --only: those policies, and the base that per-task thresholds are fitted on
-                needed = None if not args.only else {*args.only, BASE}
-                scored[directory] = scored_episodes(Path(args.set), model, needed)
-        episodes = scored[directory]
+    for name, directory, threshold, frames, own, episodes in verdicts(args):
         tasks = {ep.task for ep in episodes}
         if threshold == PER_TASK:
             judged, thresholds = task_thresholds_judged(episodes, frames, own)

@@ -75,6 +75,19 @@ def test_success_terminates_with_sparse_or_relative_reward(parts) -> None:
     )
 
 
+def test_a_call_refuted_outside_resumes_its_episode(parts) -> None:
+    """Verified imagination going on (`refuted_calls=continue`): a called env resumed steps the
+    world model again, and is truncated at its last step as if never called."""
+    env = make_env(parts, success_threshold=0.0)
+    env.reset([0, 1, 2, 0])
+    env.chunk_step(np.zeros((4, 8, 4), np.float32))  # every env calls: all done
+    assert env._done.all()
+    assert [env.resume(i) for i in (0, 1)] == [False, True]  # env 1 began at step 8: 16 reached
+    second = env.chunk_step(np.zeros((4, 8, 4), np.float32))
+    assert second.info["valid"].all(axis=1).tolist() == [True, False, False, False]
+    assert second.success[0].all() and not second.success[1:].any()
+
+
 def test_success_held_for_k_frames_counts_across_chunks(parts) -> None:
     """With success_frames k, a success is the k-th of k consecutive frames at the threshold,
     counted across chunks: no call in the first chunk of 8 at k=12, the call at the fourth

@@ -34,9 +34,10 @@ class CallingEnv:
     generator = None
     success_frames = 1  # a call on the frame itself
 
-    def __init__(self, entries, call_at: list[int | None]) -> None:
+    def __init__(self, entries, call_at: list[int | tuple[int, ...] | None]) -> None:
         self.reset_set, self.call_at = entries, call_at
         self.num_envs = len(call_at)
+        self.resumed: list[int] = []
         self.task_names = ["a", "b", "c"]
         self.entry_task_ids = [e.task_id for e in entries]
 
@@ -51,12 +52,18 @@ class CallingEnv:
         self.t = 0
         return self._obs()
 
+    def resume(self, i: int) -> bool:  # a refuted call goes on (refuted_calls=continue)
+        self.resumed.append(i)
+        return False
+
     def chunk_step(self, actions) -> ChunkResult:
         b = self.num_envs
         success = np.zeros((b, CHUNK), bool)
-        for i, at in enumerate(self.call_at):
-            if at is not None and self.t <= at < self.t + CHUNK:
-                success[i, at - self.t] = True
+        for i, steps in enumerate(self.call_at):
+            for at in () if steps is None else (steps,) if isinstance(steps, int) else steps:
+                if self.t <= at < self.t + CHUNK:
+                    success[i, at - self.t] = True
+                    break
         self.t += CHUNK
         rewards = np.zeros((b, CHUNK), np.float32)
         rewards[success.any(1), -1] = 5.0
@@ -123,6 +130,58 @@ def test_only_the_calls_the_simulator_confirms_are_paid(entries, expert_episodes
         env.reset([0, 1, 2])
         env.chunk_step(actions[:, :CHUNK])
         assert env._frames == [[], [], []] and env.pop_calls() == []
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("refuted", ["end", "continue"])
+def test_a_refuted_call_ends_its_episode_or_goes_on_to_the_next_call(
+    entries, expert_episodes, refuted
+) -> None:
+    """env 0: the expert's actions, called early (step 2, refuted) and again at its success;
+    env 1: no motion, called at steps 2 and 9, both refuted; env 2: the expert's, called one
+    step before its success in the same chunk (refuted, the success found after the call) and
+    again a chunk later. Ending, only the first calls are replayed, each to its step; going on,
+    each replay goes on from where the last stopped, running its chunk to the end."""
+    first = [int(np.argmax(e.success)) for e in expert_episodes]
+    assert first[0] >= CHUNK and first[0] % CHUNK > 0  # an early chunk; a step before, same chunk
+    calls = [(2, first[0]), (2, 9), (first[0] - 1, first[0] + CHUNK)]
+    imagined = CallingEnv(entries, calls)
+    sim = MetaWorldSim(
+        small_sim_config(max_steps=200, seed=12345, terminate_on_success=True), num_envs=1
+    )
+    env = VerifiedEnv(imagined, sim, refuted_calls=refuted)
+    try:
+        env.reset([0, 0, 1])
+        env._entries[2] = env._entries[0]  # env 2 replays the expert's episode too
+        chunks = -(-(first[0] + CHUNK + 1) // CHUNK) * CHUNK
+        actions = np.zeros((3, chunks, 4), np.float32)
+        expert = expert_episodes[0].actions[:chunks]
+        actions[0, : len(expert)] = actions[2, : len(expert)] = expert
+        total, ended = np.zeros(3), np.zeros(3, bool)
+        for k in range(chunks // CHUNK):
+            result = env.chunk_step(actions[:, k * CHUNK : (k + 1) * CHUNK])
+            total += result.rewards.sum(1) * ~ended
+            ended |= result.terminated.any(1)
+        steps = env.pop_real_steps()
+        kept = env.pop_calls()
+        if refuted == "end":
+            assert total.tolist() == [0.0, 0.0, 0.0] and ended.all()
+            assert steps == 3 + 3 + first[0]  # each first call replayed to its step
+            assert imagined.resumed == []
+            return
+        assert total.tolist() == [5.0, 0.0, 5.0]
+        assert ended.tolist() == [True, False, True]
+        # env 0: to the end of step 2's chunk, then on to its success; env 1: two whole chunks;
+        # env 2: its chunk to the success after the call, nothing for the call that is paid
+        assert steps == (first[0] + 1) + 2 * CHUNK + (first[0] + 1)
+        assert sorted(imagined.resumed) == [0, 1, 1, 2]
+        metrics = env.pop_metrics()
+        assert metrics["verify/calls"] == 6.0 and metrics["verify/confirmed_fraction"] == 2 / 6
+        # the confirmed calls labelled at the episode's success, not at the last replay's start
+        confirmed = [c for c in kept if c.imagined["call"] == "confirmed"]
+        assert [c.success_step for c in confirmed] == [first[0] + 1] * 2
+        assert [c.length for c in confirmed] == [first[0] + 1, first[0] + CHUNK + 1]
     finally:
         env.close()
 
@@ -342,6 +401,41 @@ def test_a_recall_floor_it_cannot_apply_is_one_line(assets, tmp_path, settings, 
     result = runner.invoke(app, [*args(assets, tmp_path / "bad", 1, algo="grpo"), *sets])
     assert result.exit_code == 2, result.output
     assert expected in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        (["reward_model.refuted_calls=continue"], "continue applies to reward_model.source="),
+        (
+            ["reward_model.source=verified", "reward_model.refuted_calls=continue",
+             "reward_model.exact_fraction=0.5"],
+            "continue is not built for exactly judged groups",
+        ),
+        (["reward_model.refuted_calls=later"], "refuted_calls"),
+    ],
+)  # fmt: skip
+def test_refuted_calls_it_cannot_apply_is_one_line(assets, tmp_path, settings, expected) -> None:
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    result = runner.invoke(app, [*args(assets, tmp_path / "bad", 1, algo="grpo"), *sets])
+    assert result.exit_code == 2, result.output
+    assert expected in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "bad").exists()
+
+
+def test_train_policy_verified_going_on_counts_every_replay(assets, tmp_path) -> None:
+    out = tmp_path / "going-on"
+    going_on = [
+        "--set",
+        "reward_model.source=verified",
+        "--set",
+        "reward_model.refuted_calls=continue",
+    ]
+    result = runner.invoke(app, [*args(assets, out, 1, algo="grpo"), *going_on])
+    assert result.exit_code == 0, result.output
+    (row,) = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    assert row["env/real_steps"] == row["verify/real_steps"] == row["env/real_steps_calls"]
+    assert row["verify/calls"] >= 0 and 0.0 <= row["verify/confirmed_fraction"] <= 1.0
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,15 @@ class RewardModelConfig(Section):
         "call labelled by its replay, in RUN/verified_calls/step_N (docs/formats.md; the "
         "judge's hardest negatives); false saves the disk and the write time at full size",
     )
+    refuted_calls: Literal["end", "continue"] = Field(
+        "end",
+        description="with source=verified: what a call the simulator refutes does to its "
+        "episode. `end`: it ends as a failure. `continue`: it goes on in the world model, and "
+        "the judge's next call is replayed from where the last replay stopped, so a success "
+        "the judge called too early is still paid when it comes; an episode then costs at most "
+        "the exact verdict's real steps (envs/verified.py). Why: "
+        "docs/results.md#the-judge-benchmark",
+    )
     exact_fraction: float = Field(
         0.0,
         ge=0.0,

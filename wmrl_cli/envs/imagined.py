@@ -308,5 +308,13 @@ class ImaginedEnv:
             info={"valid": valid, "scores": scores},
         )
 
+    def resume(self, i: int) -> bool:
+        """Env i's episode, ended by a call that was refuted outside (verified imagination
+        with `refuted_calls=continue`), goes on as if never called; whether it is truncated
+        now, its last step reached."""
+        truncated = bool(self._steps[i] >= self.max_steps)
+        self._done[i] = truncated
+        return truncated
+
     def close(self) -> None:
         pass

@@ -5,10 +5,14 @@ RL runs in the world model and the reward model judges its frames, as in plain i
 but a success the judge calls is paid only if the real simulator, replaying the episode from
 the reset entry's stored state and seed with the same actions, succeeds by the called step.
 An unconfirmed call ends the episode as a failure (reward 0): the imagined episode has left
-what the simulator can reach. So the verdict RL trains on has precision 1 and keeps the
-judge's recall, and real steps are spent only on the calls, each up to its call (counted in
-`env/real_steps` through `pop_real_steps`), where the exact verdict (`source=simulator`)
-replays every step of every episode.
+what the simulator can reach. Or, with `reward_model.refuted_calls=continue`, it goes on: the
+judge called a success before it happened (on the judge benchmark, 29 of the 34 real successes
+today's judge missed), and the next call is replayed from where this replay stopped
+(`ReplayStop`), so an episode costs at most the exact verdict's real steps. Either way the
+verdict RL trains on has precision 1 and keeps the judge's recall, and real steps are spent
+only on the calls, each up to its call (counted in `env/real_steps` through
+`pop_real_steps`), where the exact verdict (`source=simulator`) replays every step of every
+episode.
 
 Per RL step the trainer logs `verify/calls` (called episodes), `verify/call_rate` (calls per
 episode started), `verify/confirmed_fraction` (confirmed calls per call) and
@@ -38,6 +42,7 @@ not called by the time the simulator ended them.)
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -105,22 +110,60 @@ def first_call(success: np.ndarray) -> int:
     return int(np.argmax(success))
 
 
-def replay_confirms(sim, entry, chunks: list[np.ndarray], call_step: int) -> tuple[bool, int]:
+@dataclass(frozen=True)
+class ReplayStop:
+    """Where a refuted replay stopped, for the next call's replay to go on from
+    (`refuted_calls=continue`): the chunks replayed, the simulator's state after them, the
+    episode's real steps through them, and its steps at a success after the call in the last of
+    them (None: none; else the next call finds it)."""
+
+    chunks: int
+    state: np.ndarray
+    steps: int
+    success_after_call: int | None
+
+
+def replay_confirms(
+    sim,
+    entry,
+    chunks: list[np.ndarray],
+    call_step: int,
+    start: ReplayStop | None = None,
+    go_on: bool = False,
+) -> tuple[int | None, int, ReplayStop | None]:
     """Replays `chunks` ([C, A] each, the last holding the call at `call_step`) in `sim` (one
-    env) from `entry`'s stored state and seed: whether the simulator succeeds by the call, and
-    the real steps the replay took (a confirmed replay stops at its success: its last step)."""
-    reset_to_entries(sim, [entry])
+    env) from `entry`'s stored state and seed, or from where the replay of an earlier call
+    stopped (`start`). Returns the episode's steps at the success that confirms the call (None:
+    refuted), the real steps this replay took (a confirmed replay stops at its success) and,
+    refuted with `go_on`, where it stopped (None where the simulator's episode has ended). A
+    refuted replay that goes on counts its last chunk's steps after the call too: they are run,
+    and kept for the next."""
+    if start is not None and start.success_after_call is not None:
+        return start.success_after_call, 0, None  # found after the last call, paid now
+    state = entry.sim_state if start is None else start.state
+    sim.reset([entry.task_id], [state], seeds=[entry.seed])
+    before = 0 if start is None else start.steps
     steps = 0
-    for k, actions in enumerate(chunks):
-        result = sim.chunk_step(np.asarray(actions, dtype=np.float32)[None])
+    for k in range(0 if start is None else start.chunks, len(chunks)):
+        actions = np.asarray(chunks[k], dtype=np.float32)
+        result = sim.chunk_step(actions[None])
         upto = call_step + 1 if k == len(chunks) - 1 else actions.shape[0]
-        valid = result.info["valid"][0][:upto]
-        steps += int(valid.sum())
-        if (result.success[0][:upto] & valid).any():
-            return True, steps
+        valid = result.info["valid"][0]
+        steps += int(valid[:upto].sum())
+        if (result.success[0][:upto] & valid[:upto]).any():
+            return before + steps, steps, None
         if (result.terminated[0][:upto] | result.truncated[0][:upto]).any():
-            return False, steps
-    return False, steps
+            return None, steps, None
+    if not go_on:
+        return None, steps, None
+    rest = valid[upto:]
+    after = np.flatnonzero(result.success[0][upto:] & rest)
+    found = before + steps + int(rest[: after[0] + 1].sum()) if after.size else None
+    steps += int(rest.sum())  # run by the simulator (to its success at most), and kept
+    ended = (result.terminated[0] | result.truncated[0])[upto:].any() and found is None
+    if ended:
+        return None, steps, None
+    return None, steps, ReplayStop(len(chunks), result.obs.sim_states[0], before + steps, found)
 
 
 class VerifiedEnv:
@@ -135,6 +178,7 @@ class VerifiedEnv:
         exact_sim=None,
         exact_first: int | None = None,
         exact_by_task: bool = False,
+        refuted_calls: str = "end",
     ) -> None:
         """`imagined` judges with its reward model as it would alone (it ends an episode at a
         called success); `sim` holds one env that terminates on success and truncates no
@@ -143,7 +187,9 @@ class VerifiedEnv:
         of m envs, env j beside the world model's env j, which judges exactly the first
         `exact_first` envs of every reset (default m; the recall floor: whole groups, as the
         caller sizes it) and, with `exact_by_task` (m envs: all of them), the envs whose task
-        `set_exact_tasks` names (every task until it is called)."""
+        `set_exact_tasks` names (every task until it is called). `refuted_calls`: `end` (a
+        refuted call ends its episode as a failure) or `continue` (it goes on, and the next
+        call's replay goes on from where this one stopped; not with exactly judged envs)."""
         check_resettable(imagined, "verified")
         if imagined.reward_model is None:
             raise WmrlError("reward_model.source=verified needs a reward model to call successes")
@@ -157,6 +203,11 @@ class VerifiedEnv:
         exact = 0 if exact_sim is None else exact_sim.num_envs
         if exact > imagined.num_envs or (exact_by_task and exact != imagined.num_envs):
             raise ValueError(f"{exact} exactly judged envs of {imagined.num_envs}")
+        if refuted_calls not in ("end", "continue"):
+            raise ValueError(f"refuted_calls={refuted_calls!r}: expected end or continue")
+        if refuted_calls == "continue" and exact:
+            raise ValueError("refuted_calls=continue is not built for exactly judged envs")
+        self.go_on = refuted_calls == "continue"
         self.imagined, self.sim, self.keep_calls = imagined, sim, keep_calls
         self.exact_sim, self.exact = exact_sim, exact
         self.exact_first = exact if exact_first is None else min(exact_first, exact)
@@ -174,6 +225,8 @@ class VerifiedEnv:
         self._frames: list[list[np.ndarray]] = [[] for _ in range(self.num_envs)]
         self._calls: list[Episode] = []
         self._done = np.zeros(self.num_envs, dtype=bool)
+        # per env, where its last refuted replay stopped (`refuted_calls=continue`)
+        self._replay_stops: list[ReplayStop | None] = [None] * self.num_envs
         self._is_exact = np.zeros(self.num_envs, dtype=bool)  # this reset's exactly judged envs
         self._tally = {"episodes": 0, "calls": 0, "confirmed": 0, "real_steps": 0}
         if exact:
@@ -262,6 +315,7 @@ class VerifiedEnv:
         self._chunks = [[] for _ in range(self.num_envs)]
         self._frames = [[image[None]] if self.keep_calls else [] for image in obs.images]
         self._done = np.zeros(self.num_envs, dtype=bool)
+        self._replay_stops = [None] * self.num_envs
         self._tally["episodes"] += len(init_ids)
         if self.exact:
             self._is_exact[:] = np.arange(self.num_envs) < self.exact_first
@@ -293,17 +347,23 @@ class VerifiedEnv:
         for i in np.flatnonzero(success.any(axis=1) & ~self._is_exact):
             t0 = time.perf_counter()
             call = first_call(success[i])
-            confirmed, steps = replay_confirms(self.sim, self._entries[i], self._chunks[i], call)
+            at, steps, stop = replay_confirms(
+                self.sim, self._entries[i], self._chunks[i], call, self._replay_stops[i], self.go_on
+            )
+            confirmed, self._replay_stops[i] = at is not None, stop
             self._sim_time += time.perf_counter() - t0
             if self.keep_calls:
-                self._calls.append(self._called_episode(i, call, steps if confirmed else None))
+                self._calls.append(self._called_episode(i, call, at))
             self._real_steps += steps
             self._tally["calls"] += 1
             self._tally["confirmed"] += int(confirmed)
             self._tally["real_steps"] += steps
-            if not confirmed:  # ends as a failure: the judge's call was not real
+            if not confirmed:  # the judge's call was not real: a failure, or it goes on
                 success[i] = False
                 rewards[i] = 0.0
+                if self.go_on and stop is not None:  # (not where the simulator's has ended)
+                    terminated[i] = False
+                    truncated[i, -1] = self.imagined.resume(i)
         self._done |= (terminated | truncated).any(axis=1)
         info = dict(out.info, valid=valid, called=out.success & valid)  # the judge's calls
         return ChunkResult(

@@ -99,7 +99,13 @@ def build_env(cfg: RunConfig, num_envs: int, device: str, inputs: Inputs | None 
         sim_envs = num_envs if by_task else first
         exact_sim = rl_simulator(cfg, sim_envs, max_steps=limit) if sim_envs else None
         return VerifiedEnv(
-            imagined, replay, keep, exact_sim, exact_first=first, exact_by_task=by_task
+            imagined,
+            replay,
+            keep,
+            exact_sim,
+            exact_first=first,
+            exact_by_task=by_task,
+            refuted_calls=cfg.reward_model.refuted_calls,
         )
     sim = rl_simulator(cfg, num_envs, max_steps=limit)
     coef = cfg.reward_model.reward_coef
