@@ -231,6 +231,46 @@ def test_exact_envs_are_paid_the_simulators_successes_the_judge_did_not_call(
         env.close()
 
 
+def test_an_exact_episode_goes_on_past_a_refuted_call_to_its_success(
+    entries, expert_episodes
+) -> None:
+    """`refuted_calls=continue` in exactly judged envs: env 0, the expert's actions, called
+    early (step 2) and again within the hold after its success, is paid at the success, which
+    counts as called for the per-task floor; env 1, no motion, called at steps 2 and 9, goes on
+    to the end of the rollout unpaid. Each chunk's refuted calls are kept as one false call."""
+    first = [int(np.argmax(e.success)) for e in expert_episodes]
+    after = first[0] + 1  # the judge's call after the success, within its hold
+    imagined = CallingEnv([entries[0], entries[1]], [(2, after), (2, 9)])
+    imagined.success_frames = 8
+    config = small_sim_config(max_steps=200, seed=12345, terminate_on_success=True)
+    sim, exact = MetaWorldSim(config, num_envs=1), MetaWorldSim(config, num_envs=2)
+    env = VerifiedEnv(imagined, sim, exact_sim=exact, refuted_calls="continue")
+    try:
+        env.reset([0, 1])
+        chunks = -(-(after + CHUNK + 1) // CHUNK) * CHUNK
+        actions = np.zeros((2, chunks, 4), np.float32)
+        expert = expert_episodes[0].actions[:chunks]
+        actions[0, : len(expert)] = expert
+        total, valid = np.zeros(2), np.zeros(2, int)
+        for k in range(chunks // CHUNK):
+            result = env.chunk_step(actions[:, k * CHUNK : (k + 1) * CHUNK])
+            total += result.rewards.sum(1)
+            valid += result.info["valid"].sum(1)
+        assert total.tolist() == [5.0, 0.0]
+        assert valid.tolist() == [first[0] + 1, chunks]  # env 1 ran every step, unended
+        counts = env.pop_task_recall()
+        assert counts[0].tolist() == [1, 0]  # env 0's success: called within the hold
+        metrics = env.pop_metrics()
+        assert metrics["verify/exact_uncalled"] == 0.0
+        assert metrics["verify/exact_real_steps"] == first[0] + 1 + chunks
+        calls = env.pop_calls()
+        # env 0: its early call and its call after the success; env 1: one a chunk
+        assert sorted(c.imagined["call"] for c in calls) == ["confirmed", *["false"] * 3]
+        assert 0 in imagined.resumed and 1 in imagined.resumed
+    finally:
+        env.close()
+
+
 def test_the_per_task_floor_judges_exactly_the_tasks_whose_recall_is_unshown(
     entries, expert_episodes
 ) -> None:
@@ -407,11 +447,6 @@ def test_a_recall_floor_it_cannot_apply_is_one_line(assets, tmp_path, settings, 
     ("settings", "expected"),
     [
         (["reward_model.refuted_calls=continue"], "continue applies to reward_model.source="),
-        (
-            ["reward_model.source=verified", "reward_model.refuted_calls=continue",
-             "reward_model.exact_fraction=0.5"],
-            "continue is not built for exactly judged groups",
-        ),
         (["reward_model.refuted_calls=later"], "refuted_calls"),
     ],
 )  # fmt: skip
@@ -423,18 +458,19 @@ def test_refuted_calls_it_cannot_apply_is_one_line(assets, tmp_path, settings, e
     assert not (tmp_path / "bad").exists()
 
 
-def test_train_policy_verified_going_on_counts_every_replay(assets, tmp_path) -> None:
+@pytest.mark.parametrize("floor", [0.0, 0.5])
+def test_train_policy_verified_going_on_counts_every_replay(assets, tmp_path, floor) -> None:
     out = tmp_path / "going-on"
+    going_on = ["reward_model.source=verified", "reward_model.refuted_calls=continue"]
     going_on = [
-        "--set",
-        "reward_model.source=verified",
-        "--set",
-        "reward_model.refuted_calls=continue",
+        a for v in [*going_on, f"reward_model.task_recall_floor={floor}"] for a in ("--set", v)
     ]
     result = runner.invoke(app, [*args(assets, out, 1, algo="grpo"), *going_on])
     assert result.exit_code == 0, result.output
     (row,) = [json.loads(line) for line in (out / "metrics.jsonl").open()]
-    assert row["env/real_steps"] == row["verify/real_steps"] == row["env/real_steps_calls"]
+    assert row["env/real_steps"] == row["verify/real_steps"]
+    assert row["env/real_steps_calls"] + row["env/real_steps_exact"] == row["env/real_steps"]
+    assert (row["env/real_steps_exact"] > 0) == (floor > 0)  # every task exact at first
     assert row["verify/calls"] >= 0 and 0.0 <= row["verify/confirmed_fraction"] <= 1.0
 
 

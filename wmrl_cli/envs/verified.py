@@ -189,7 +189,8 @@ class VerifiedEnv:
         caller sizes it) and, with `exact_by_task` (m envs: all of them), the envs whose task
         `set_exact_tasks` names (every task until it is called). `refuted_calls`: `end` (a
         refuted call ends its episode as a failure) or `continue` (it goes on, and the next
-        call's replay goes on from where this one stopped; not with exactly judged envs)."""
+        call's replay goes on from where this one stopped; in an exact env, the simulator
+        beside it goes on)."""
         check_resettable(imagined, "verified")
         if imagined.reward_model is None:
             raise WmrlError("reward_model.source=verified needs a reward model to call successes")
@@ -205,8 +206,6 @@ class VerifiedEnv:
             raise ValueError(f"{exact} exactly judged envs of {imagined.num_envs}")
         if refuted_calls not in ("end", "continue"):
             raise ValueError(f"refuted_calls={refuted_calls!r}: expected end or continue")
-        if refuted_calls == "continue" and exact:
-            raise ValueError("refuted_calls=continue is not built for exactly judged envs")
         self.go_on = refuted_calls == "continue"
         self.imagined, self.sim, self.keep_calls = imagined, sim, keep_calls
         self.exact_sim, self.exact = exact_sim, exact
@@ -380,7 +379,8 @@ class VerifiedEnv:
         """The exact envs' chunk (`self._is_exact`), judged by the simulator stepping beside
         the world model; the arrays ([B, C]) are rewritten in place for those envs. The
         episode ends at the simulator's success (paid, called or not) or at a call the
-        simulator has not reached (a failure, as an unconfirmed call anywhere)."""
+        simulator has not reached (a failure, as an unconfirmed call anywhere; with
+        `refuted_calls=continue` it goes on: `_go_on_exactly`)."""
         k = self.exact
         t0 = time.perf_counter()
         # an episode ended (a false call, say) stops its simulator env, as one not judged exactly
@@ -391,8 +391,6 @@ class VerifiedEnv:
             real_valid = real.info["valid"][i] & valid[i]
             hits = np.flatnonzero(real.success[i] & real_valid)
             calls = np.flatnonzero(success[i])
-            paid = hits.size > 0 and (calls.size == 0 or hits[0] <= calls[0])
-            end = hits[0] if paid else (calls[0] if calls.size else None)
             # the simulator runs the chunk as the world model does: past a false call too
             steps = int(real_valid.sum())
             self._exact_steps[i] += steps
@@ -400,6 +398,10 @@ class VerifiedEnv:
             self._exact_real_steps += steps
             self._tally["real_steps"] += steps
             self._tally["exact_real_steps"] += steps
+            if self.go_on and calls.size and not (hits.size and hits[0] <= calls[0]):
+                calls = self._go_on_exactly(i, calls, hits, success, rewards, terminated, truncated)
+            paid = hits.size > 0 and (calls.size == 0 or hits[0] <= calls[0])
+            end = hits[0] if paid else (calls[0] if calls.size else None)
             if end is None:  # neither the simulator nor the judge has ended it
                 continue
             if paid and calls.size:  # a real success the judge called (the per-task floor)
@@ -420,6 +422,19 @@ class VerifiedEnv:
             if paid:
                 success[i, end] = True
                 rewards[i, end] = self.imagined.reward_coef
+
+    def _go_on_exactly(self, i, calls, hits, success, rewards, terminated, truncated):
+        """`refuted_calls=continue` in exact env i: the judge's calls before the simulator's
+        success (`hits`; all of them without one) are refuted by its own steps, counted and
+        kept as one false call, and the episode goes on, the imagined env resumed (it may call
+        again, also within the grace after a success the simulator ends). Returns the calls
+        left: those at or after the success."""
+        self._tally["calls"] += 1
+        if self.keep_calls:
+            self._calls.append(self._called_episode(i, int(calls[0]), None))
+        success[i], rewards[i], terminated[i] = False, 0.0, False
+        truncated[i, -1] = self.imagined.resume(i)
+        return calls[calls >= hits[0]] if hits.size else calls[:0]
 
     def _call_grace(self, chunk: int) -> int:
         """The steps after a real success within which a call of the judge counts as calling

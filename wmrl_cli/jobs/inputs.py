@@ -237,18 +237,11 @@ def exact_groups(cfg: RunConfig, envs_per_rank: int) -> int:
     fraction = cfg.reward_model.exact_fraction
     if cfg.algorithm.env == "simulator":
         return 0
-    if cfg.reward_model.refuted_calls == "continue":
-        if cfg.reward_model.source != "verified":
-            raise ConfigError(
-                "invalid value for 'reward_model.refuted_calls': continue applies to "
-                "reward_model.source=verified (set it to end)"
-            )
-        if fraction or cfg.reward_model.task_recall_floor:
-            raise ConfigError(
-                "invalid value for 'reward_model.refuted_calls': continue is not built for "
-                "exactly judged groups (set reward_model.exact_fraction and "
-                "task_recall_floor to 0, or refuted_calls to end)"
-            )
+    if cfg.reward_model.refuted_calls == "continue" and cfg.reward_model.source != "verified":
+        raise ConfigError(
+            "invalid value for 'reward_model.refuted_calls': continue applies to "
+            "reward_model.source=verified (set it to end)"
+        )
     if cfg.reward_model.task_recall_floor and cfg.reward_model.source != "verified":
         raise ConfigError(
             "invalid value for 'reward_model.task_recall_floor': it applies to "
