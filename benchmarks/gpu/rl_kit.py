@@ -2,7 +2,7 @@
 config with its inputs copied beside it, and the packages the machine's image lacks.
 
     python benchmarks/gpu/rl_kit.py --stage runs/ce-long-verified-s0/stage1/config.yaml \\
-        [--out .gpu_rl] [--wheels /tmp/rl-wheels]
+        [--out .gpu_rl] [--wheels DIR]
 
 writes OUT/config.yaml (the stage's, its paths pointing into OUT), OUT/world_model,
 OUT/policy, OUT/reward_model, OUT/reset_set, OUT/metaworld.zip (Meta-World with only the assets
