@@ -198,6 +198,21 @@ def test_damaged_preset(tmp_path, damage) -> None:
 # -- a full disk or an I/O error at each kind of write -----------------------------------------
 
 
+def test_a_failure_carrying_a_traceback_is_not_taken_for_a_write() -> None:
+    """A simulator worker's failure carries its traceback, whose frames each name a "File": it
+    is a bug to show, not a write error to blame on the disk (seen on a GPU machine missing a
+    package, 2026-11-29). A C++ writer's stream error still is one."""
+    from wmrl_cli.files.atomic import environment_error
+
+    worker = RuntimeError(
+        "simulator worker failed: ModuleNotFoundError: No module named 'glfw'\nTraceback (most "
+        'recent call last):\n  File "/site/gymnasium/envs/mujoco/mujoco_rendering.py", line 4'
+    )
+    assert environment_error(worker) is None
+    stream = RuntimeError("[enforce fail at inline_container.cc:642] . PytorchStreamWriter failed")
+    assert isinstance(environment_error(stream), WriteError)
+
+
 @pytest.mark.parametrize("error", [ENOSPC, EIO], ids=["ENOSPC", "EIO"])
 def test_text_write_keeps_the_old_file(tmp_path, monkeypatch, error) -> None:
     path = tmp_path / "report.json"

@@ -77,10 +77,13 @@ _STREAM_WORDS = ("iostream", "stream", "write", "file", "space")
 
 
 def _is_write_error(exc: BaseException) -> bool:
-    """An OSError, or a C++ writer's RuntimeError about its stream (not a bug elsewhere)."""
+    """An OSError, or a C++ writer's RuntimeError about its stream (not a bug elsewhere). Only
+    the message's first line is read: an error that carries another process's traceback (a
+    simulator worker's) names "File" in every frame, and is not a write's."""
     if isinstance(exc, OSError):
         return True
-    return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _STREAM_WORDS)
+    first = str(exc).lower().split("\n", 1)[0]
+    return isinstance(exc, RuntimeError) and any(w in first for w in _STREAM_WORDS)
 
 
 def umask() -> int:
