@@ -10,8 +10,8 @@
 #            latent --world-model WM`) trained on the same data: it judges what the world
 #            model believes, not the pixels it renders (candidate (a));
 # then every verdict scored on the episodes of the policies none of them saw (rl10, rl20):
-# today's judge, its per-task thresholds, the three candidates, the refined and latent ones
-# per task.
+# today's judge, its per-task thresholds, the three candidates, each per task too; and when
+# they call (call_timing.py).
 #
 #   [RL=exact|simulator] bash experiments/judge-benchmark/judge_candidates.sh [SEED] [RUNS]
 #       [--dry-run]
@@ -52,5 +52,13 @@ run "$WMRL" train-reward --preset "$STAGE" --kind latent --world-model "$WM" "${
 run "$PYTHON" "$HERE/judge_bench.py" score --set "$SET" --preset "$STAGE" --only rl10,rl20 \
     --judge "today=$RM" --judge "per-task=$RM@task" --judge "refined=$REFINED" \
     --judge "refined-per-task=$REFINED@task" --judge "clip=$CLIP" \
+    --judge "clip-per-task=$CLIP@task" \
     --judge "latent=$LATENT" --judge "latent-per-task=$LATENT@task" \
     --out "$SET/candidates.json"
+# when each verdict calls: its misses early or uncalled, and what going on past a refuted call
+# would pay and spend (docs/results.md, "The judge benchmark")
+run "$PYTHON" "$HERE/call_timing.py" --set "$SET" --preset "$STAGE" --only rl10,rl20 \
+    --judge "today=$RM" --judge "per-task=$RM@task" --judge "refined-per-task=$REFINED@task" \
+    --judge "clip=$CLIP" --judge "clip-per-task=$CLIP@task" \
+    --judge "latent-per-task=$LATENT@task" --out "$SET/timing.json" \
+    --markdown "$SET/timing.md" --plot "$SET/timing.png"

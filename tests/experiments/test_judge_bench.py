@@ -309,12 +309,13 @@ def test_the_set_script_runs_the_recipe_in_order(tmp_path) -> None:
 
 def test_the_candidates_script_trains_then_scores_out_of_sample(tmp_path) -> None:
     """judge_candidates.sh --dry-run: the three candidates train on today's judge's data
-    plus the set's base and rl05 episodes; every verdict is scored on rl10 and rl20 only."""
+    plus the set's base and rl05 episodes; every verdict is scored, then timed, on rl10 and
+    rl20 only."""
     proc = _dry_run("judge_candidates.sh", "2", tmp_path, "simulator")
     assert proc.returncode == 0, proc.stderr
     commands = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
-    assert len(commands) == 4
-    refined, clip, latent, score = commands
+    assert len(commands) == 5
+    refined, clip, latent, score, timing = commands
     assert "--kind latent --world-model <world_model.path of" in latent
     assert f"latent-per-task={tmp_path}/judge-latent-simulator-s2@task" in score
     for trained in (refined, clip, latent):
@@ -323,6 +324,8 @@ def test_the_candidates_script_trains_then_scores_out_of_sample(tmp_path) -> Non
         assert "rl10" not in trained and "rl20" not in trained
     assert "--init" in refined and "--kind videomae" in clip
     assert "--only rl10,rl20" in score and f"refined={tmp_path}/judge-refined-simulator-s2" in score
+    assert "call_timing.py" in timing and "--only rl10,rl20" in timing
+    assert f"clip-per-task={tmp_path}/judge-clip-simulator-s2@task" in timing
 
 
 def test_the_summary_sets_verdicts_side_by_side(tmp_path, capsys) -> None:
