@@ -458,7 +458,8 @@ def test_refuted_calls_it_cannot_apply_is_one_line(assets, tmp_path, settings, e
     assert not (tmp_path / "bad").exists()
 
 
-@pytest.mark.parametrize("floor", [0.0, 0.5])
+# the suite's 15-minute budget: the floor's variant runs both kinds of real step
+@pytest.mark.parametrize("floor", [pytest.param(0.0, marks=pytest.mark.slow), 0.5])
 def test_train_policy_verified_going_on_counts_every_replay(assets, tmp_path, floor) -> None:
     out = tmp_path / "going-on"
     going_on = ["reward_model.source=verified", "reward_model.refuted_calls=continue"]
