@@ -41,6 +41,8 @@ from judge_bench import (
     TARGET_MIN_SUCCESSES,
     TARGET_RECALL,
     Scored,
+    chunk_end,
+    episode_calls,
     task_thresholds_judged,
     verdicts,
 )
@@ -71,8 +73,7 @@ class Timed:
 def call_chunk_ends(calls: np.ndarray, chunk: int) -> list[int]:
     """The ends (steps, 1-based) of the chunks holding a called frame, in order: frame t shows
     the state after step t, and a call is replayed to the end of its chunk."""
-    steps = np.flatnonzero(calls) + 1
-    return sorted({min(int(-(-s // chunk) * chunk), len(calls)) for s in steps})
+    return sorted({chunk_end(int(s), chunk, len(calls)) for s in np.flatnonzero(calls) + 1})
 
 
 def time_episode(calls: np.ndarray, success: np.ndarray, chunk: int) -> tuple:
@@ -101,12 +102,10 @@ def time_episode(calls: np.ndarray, success: np.ndarray, chunk: int) -> tuple:
 
 
 def timed(episodes: list[Scored], thresholds: dict[str, float], frames: int) -> list[Timed]:
-    from wmrl_cli.rewards.calibration import held_success
-
     out = []
     for ep in episodes:
-        calls = held_success(ep.scores[None], thresholds[ep.task], frames, np.zeros(1, np.int64))
-        outcome, found_on, lead, ends, on, exact = time_episode(calls[0][0], ep.success, ep.chunk)
+        calls = episode_calls(ep, thresholds[ep.task], frames)
+        outcome, found_on, lead, ends, on, exact = time_episode(calls, ep.success, ep.chunk)
         out.append(Timed(ep.task, bool(ep.success.any()), outcome, found_on, lead, ends, on, exact))
     return out
 

@@ -81,6 +81,12 @@ class Judged:
     true_call: bool
 
 
+def chunk_end(step: int, chunk: int, length: int) -> int:
+    """The last step (1-based) of the chunk holding `step`, within an episode of `length`:
+    where a call at `step` ends its episode, and how far its replay runs."""
+    return min(-(-step // chunk) * chunk, length)
+
+
 def judge_episode(calls: np.ndarray, success: np.ndarray, chunk: int) -> tuple[bool, bool]:
     """(called, true call) for one episode: `calls` [T] the verdict's per-frame calls on
     imagined frames 1..T, `success` [T] the simulator's flag after each step, `chunk` the
@@ -89,9 +95,8 @@ def judge_episode(calls: np.ndarray, success: np.ndarray, chunk: int) -> tuple[b
     success held by then."""
     if not calls.any():
         return False, False
-    step = int(np.argmax(calls)) + 1
-    chunk_end = min(-(-step // chunk) * chunk, len(success))
-    return True, bool(success[:chunk_end].any())
+    end = chunk_end(int(np.argmax(calls)) + 1, chunk, len(success))
+    return True, bool(success[:end].any())
 
 
 def rates(judged: list[Judged]) -> dict[str, float | int | None]:
@@ -326,15 +331,20 @@ def ranking_auc(episodes: list[Scored], frames: int) -> float | None:
     return float(((wins > 0) + 0.5 * (wins == 0)).mean())
 
 
-def judge(episodes: list[Scored], thresholds: dict[str, float], frames: int) -> list[Judged]:
-    """The episodes under the held verdict at each task's threshold (rewards/calibration.py:
+def episode_calls(ep: Scored, threshold: float, frames: int) -> np.ndarray:
+    """[T] the held verdict's calls on an episode's frames at `threshold` (rewards/calibration.py:
     held_success, the imagined env's rule)."""
     from wmrl_cli.rewards.calibration import held_success
 
+    return held_success(ep.scores[None], threshold, frames, np.zeros(1, np.int64))[0][0]
+
+
+def judge(episodes: list[Scored], thresholds: dict[str, float], frames: int) -> list[Judged]:
+    """The episodes under the held verdict at each task's threshold."""
     judged = []
     for ep in episodes:
-        calls = held_success(ep.scores[None], thresholds[ep.task], frames, np.zeros(1, np.int64))
-        called, true_call = judge_episode(calls[0][0], ep.success, ep.chunk)
+        calls = episode_calls(ep, thresholds[ep.task], frames)
+        called, true_call = judge_episode(calls, ep.success, ep.chunk)
         judged.append(Judged(ep.task, ep.group, bool(ep.success.any()), called, true_call))
     return judged
 

@@ -64,11 +64,12 @@ def check_resettable(imagined: ImaginedEnv, mode: str) -> None:
         )
 
 
-def reset_to_entries(sim, entries: list) -> None:
-    """Puts each of `sim`'s envs back to its reset entry's stored start (task, state, seed)."""
+def reset_to_entries(sim, entries: list, states: list | None = None) -> None:
+    """Puts each of `sim`'s envs back to its reset entry's stored start (task, state, seed), or
+    to `states` of the same episodes (where an earlier replay stopped)."""
     sim.reset(
         [e.task_id for e in entries],
-        [e.sim_state for e in entries],
+        [e.sim_state for e in entries] if states is None else states,
         seeds=[e.seed for e in entries],
     )
 
@@ -140,8 +141,7 @@ def replay_confirms(
     and kept for the next."""
     if start is not None and start.success_after_call is not None:
         return start.success_after_call, 0, None  # found after the last call, paid now
-    state = entry.sim_state if start is None else start.state
-    sim.reset([entry.task_id], [state], seeds=[entry.seed])
+    reset_to_entries(sim, [entry], None if start is None else [start.state])
     before = 0 if start is None else start.steps
     steps = 0
     for k in range(0 if start is None else start.chunks, len(chunks)):

@@ -233,7 +233,8 @@ def exact_groups(cfg: RunConfig, envs_per_rank: int) -> int:
     """How many of a rank's groups per rollout verified imagination judges exactly
     (`reward_model.exact_fraction` of them, half rounded up); one line where the fraction
     cannot apply. The simulator env has no judge: there the setting is moot. Checks the
-    per-task recall floor (`reward_model.task_recall_floor`) as well."""
+    per-task recall floor (`reward_model.task_recall_floor`) and `reward_model.refuted_calls`
+    as well: the verdict's settings that apply to `source=verified` alone."""
     fraction = cfg.reward_model.exact_fraction
     if cfg.algorithm.env == "simulator":
         return 0
