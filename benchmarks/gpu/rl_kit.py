@@ -110,23 +110,58 @@ def blank_unread_frames(source: Path, out: Path, context_frames: int) -> None:
         np.savez_compressed(path, **arrays)
 
 
+# The stage's inputs the kit copies: (section, field) -> the folder's name in the kit
+INPUTS = {
+    ("world_model", "path"): "world_model",
+    ("policy", "name"): "policy",
+    ("reward_model", "path"): "reward_model",
+    ("world_model", "reset_set"): "reset_set",
+}
+
+
+def stage_inputs(stage: Path) -> dict:
+    """The stage's config, read and checked before anything is written: each input it names
+    must be a folder here (a one-line error otherwise)."""
+    try:
+        cfg = yaml.safe_load(stage.read_text())
+    except yaml.YAMLError as exc:
+        raise WmrlError(f"--stage {stage}: not YAML ({str(exc).splitlines()[0]})") from None
+    for section, field in INPUTS:
+        value = (cfg.get(section) or {}).get(field) if isinstance(cfg, dict) else None
+        if not value or not Path(value).is_dir():
+            raise WmrlError(
+                f"--stage {stage}: {section}.{field} is {value!r}, expected a folder here "
+                "(a stage config of a run whose inputs are on this machine)"
+            )
+    return cfg
+
+
 def build(stage: Path, out: Path, wheels: Path) -> None:
-    cfg = yaml.safe_load(stage.read_text())
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    for key, name in (
-        (("world_model", "path"), "world_model"),
-        (("policy", "name"), "policy"),
-        (("reward_model", "path"), "reward_model"),
-    ):
-        section, field = key
-        shutil.copytree(cfg[section][field], out / name)
-        cfg[section][field] = str(out / name)
+    """The kit in a folder beside OUT, renamed onto it when whole: a failure leaves OUT as it
+    was."""
+    cfg = stage_inputs(stage)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        part = Path(tmp) / "kit"
+        part.mkdir()
+        _fill(cfg, part, out, wheels)
+        if out.exists():
+            shutil.rmtree(out)
+        part.rename(out)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"{out}: {size / 2**20:.1f} MiB")
+
+
+def _fill(cfg: dict, part: Path, out: Path, wheels: Path) -> None:
+    """Writes the kit into `part`; the config's paths point to where it will be, `out`."""
+    for (section, field), name in INPUTS.items():
+        if name != "reset_set":
+            shutil.copytree(cfg[section][field], part / name)
+            cfg[section][field] = str(out / name)
     context = int(cfg["world_model"].get("context_frames", 4) or 4)
-    blank_unread_frames(Path(cfg["world_model"]["reset_set"]), out / "reset_set", context)
+    blank_unread_frames(Path(cfg["world_model"]["reset_set"]), part / "reset_set", context)
     cfg["world_model"]["reset_set"] = str(out / "reset_set")
-    (out / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (part / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
     from importlib.metadata import version
 
@@ -135,8 +170,15 @@ def build(stage: Path, out: Path, wheels: Path) -> None:
     wheels.mkdir(parents=True, exist_ok=True)
     pins = [f"{name}=={version(name)}" for name in ("metaworld", *WHEELS)]
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", *PLATFORM, "-d"]
-    subprocess.run([*cmd, str(wheels), *pins], check=True)
-    (out / "wheels").mkdir()
+    try:
+        subprocess.run([*cmd, str(wheels), *pins], check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as exc:
+        last = (exc.stderr or "").strip().splitlines()
+        raise WmrlError(
+            f"pip download of {' '.join(pins)} failed ({last[-1] if last else exc.returncode});"
+            " expected the package registry to be reachable"
+        ) from None
+    (part / "wheels").mkdir()
 
     def wheel_of(name: str) -> Path:
         stem = f"{name.lower().replace('-', '_')}-{version(name)}-"
@@ -144,18 +186,17 @@ def build(stage: Path, out: Path, wheels: Path) -> None:
         return wheel
 
     for name in WHEELS:  # as they are: unpacked, MuJoCo is 3 times larger
-        shutil.copy(wheel_of(name), out / "wheels")
+        shutil.copy(wheel_of(name), part / "wheels")
     tasks = [t.name for t in SUITES[cfg["simulator"].get("suite", "mw10")].tasks]
     with tempfile.TemporaryDirectory() as tmp:
         with zipfile.ZipFile(wheel_of("metaworld")) as z:
             z.extractall(tmp)
         removed = trim_metaworld(Path(tmp), tasks)
-        with zipfile.ZipFile(out / "metaworld.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        with zipfile.ZipFile(part / "metaworld.zip", "w", zipfile.ZIP_DEFLATED) as z:
             for path in sorted(Path(tmp).rglob("*")):
                 if path.is_file():
                     z.write(path, path.relative_to(tmp))
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"{out}: {size / 2**20:.1f} MiB ({removed / 2**20:.1f} MiB of Meta-World assets cut)")
+    print(f"Meta-World: {removed / 2**20:.1f} MiB of other tasks' assets cut")
 
 
 def check(kit: Path) -> None:

@@ -72,3 +72,68 @@ def test_the_device_script_needs_its_kit(tmp_path) -> None:
     proc = subprocess.run(["bash", str(script), str(tmp_path), "0"], env=env, capture_output=True,
                           text=True)  # fmt: skip
     assert proc.returncode == 2 and "no-kit/config.yaml here" in proc.stderr
+
+
+def _stage(tmp_path, **override) -> object:
+    """A stage config whose inputs are folders here (the reset set a real store)."""
+    for name in ("wm", "policy", "rm"):
+        (tmp_path / name).mkdir()
+    store = EpisodeStore(tmp_path / "store")
+    store.add([make_episode(0, length=8, seed=0)])
+    cfg = {
+        "world_model": {"path": str(tmp_path / "wm"), "reset_set": str(tmp_path / "store")},
+        "policy": {"name": str(tmp_path / "policy")},
+        "reward_model": {"path": str(tmp_path / "rm")},
+        "simulator": {"suite": "mw10"},
+    }
+    for key, value in override.items():
+        section, field = key.split("__")
+        cfg[section][field] = value
+    path = tmp_path / "config.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _old_kit(tmp_path):
+    out = tmp_path / "kit"
+    out.mkdir()
+    (out / "config.yaml").write_text("the kit before\n")
+    return out
+
+
+def test_a_stage_config_without_its_inputs_is_one_line_and_the_old_kit_stays(
+    kit, tmp_path, capsys
+) -> None:
+    stage = _stage(tmp_path, reward_model__path=str(tmp_path / "gone"))
+    out = _old_kit(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        kit.main(["--stage", str(stage), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1
+    assert "reward_model.path" in err and "expected a folder here" in err
+    assert (out / "config.yaml").read_text() == "the kit before\n"
+    (tmp_path / "bad.yaml").write_text("world_model: [unclosed\n")
+    with pytest.raises(SystemExit):
+        kit.main(["--stage", str(tmp_path / "bad.yaml"), "--out", str(out)])
+    assert "not YAML" in capsys.readouterr().err
+
+
+def test_a_failed_wheel_download_is_one_line_and_leaves_nothing_half_built(
+    kit, tmp_path, capsys, monkeypatch
+) -> None:
+    stage = _stage(tmp_path)
+    out = _old_kit(tmp_path)
+
+    def offline(cmd, **kwargs):
+        raise subprocess.CalledProcessError(1, cmd, stderr="ERROR: No matching distribution\n")
+
+    monkeypatch.setattr(kit.subprocess, "run", offline)
+    with pytest.raises(SystemExit) as exc:
+        kit.main(["--stage", str(stage), "--out", str(out), "--wheels", str(tmp_path / "w")])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1
+    assert "pip download" in err and "No matching distribution" in err
+    assert (out / "config.yaml").read_text() == "the kit before\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".kit")) == []
