@@ -16,8 +16,9 @@ gives the floating-point operations per frame of the whole prediction and of its
 implies, and the frame rate the decoder alone would allow at that rate: an upper bound on any
 world model with that decoder.
 `--precision` times each setting under each autocast precision; `--compile` adds, per
-precision, the same model with its denoiser under torch.compile (`compile_world_model`), its
-compilation in the warm-up chunk (so keep `--warmup` at 1 or more with it).
+precision, the same model with its denoiser and decoder under torch.compile
+(`compile_world_model`), their compilation in the warm-up chunk (so keep `--warmup` at 1 or
+more with it).
 Results: docs/benchmarks.md.
 """
 
@@ -84,7 +85,9 @@ def main() -> None:
     )
     parser.add_argument("--flops", action="store_true", help="count FLOPs per frame as well")
     parser.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16"])
-    parser.add_argument("--compile", action="store_true", help="also torch.compile the denoiser")
+    parser.add_argument(
+        "--compile", action="store_true", help="also torch.compile the denoiser and decoder"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -123,7 +126,7 @@ def main() -> None:
                 model = build_world_model(cfg, ACTION_DIM).eval()
                 model.autocast_dtype = dtypes[precision]
                 if compiled:
-                    model.transformer = torch.compile(model.transformer)
+                    model.compile_for_imagination()
                 seconds = measure_world_model(model, cfg, envs, args.rounds, args.warmup)
                 fps = envs * 8 / seconds.mean
                 row = (

@@ -517,7 +517,7 @@ class RunConfig(Section):
     )
     compile_world_model: bool = Field(
         False,
-        description="torch.compile the world model's denoiser for imagination (train-policy, "
-        "co-evolve's RL), best with precision=bf16 (docs/benchmarks.md); the first chunk pays "
+        description="torch.compile the world model's denoiser and autoencoder decoder for "
+        "imagination (train-policy, co-evolve's RL; docs/benchmarks.md); the first chunks pay "
         "a minute or two of compilation",
     )

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from wmrl_cli.config import RunConfig
 from wmrl_cli.envs.imagined import ImaginedEnv
@@ -181,8 +180,8 @@ def build_imagined_env(
     entries, task_names = load_reset_set(cfg, inputs.reset_set)
     height, width = entries[0].reference.shape[:2]
     world_model = load_imagining_world_model(inputs.world_model, height, width, cfg, device)
-    if cfg.compile_world_model:  # imagination only: nothing here saves the world model
-        world_model.transformer = torch.compile(world_model.transformer)
+    if cfg.compile_world_model:  # imagination only: nothing here trains the world model
+        world_model.compile_for_imagination()
     reward_model = None
     if inputs.reward_model is not None:  # None: reward_model.source=simulator judges alone
         reward_model = load_reward_model(inputs.reward_model).to(device)

@@ -1,0 +1,123 @@
+"""RL's imagined rollout with the world model eager and compiled (`compile_world_model`), side
+by side.
+
+    python benchmarks/compiled_rollout.py --preset RUN_CONFIG.yaml [--envs 32] [--rounds 2]
+        [--warmup 1] [--out RESULT.json] [--markdown TABLE.md]
+
+RUN_CONFIG is a train-policy config in imagination (a run folder's config.yaml will do): its
+world model, reward model, policy and reset set are loaded twice as RL loads them, once as they
+are and once with `WorldModel.compile_for_imagination` (the denoiser and the autoencoder's
+decoder under torch.compile). Each round collects one rollout of `--envs` episodes as one GRPO
+step does (`collect_rollout`, the same starts and seeds in both arms, ended episodes skipped,
+so the batch shrinks as they end), in alternating order. The compiled arm's `--warmup` rollouts
+come first and are timed apart: they hold the compilation, one per new batch size until torch
+marks the batch dynamic. Printed per arm: wall and world-model seconds per rollout (median),
+the mean episode length, the observed frames' mean and largest difference between the arms
+(rounding, which can change a sampled action and then a trajectory), and the ratio of medians.
+Results: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import harness  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from rollout_timing import arm_seconds, timed_rollout  # noqa: E402
+
+from wmrl_cli.config.loading import validate_config  # noqa: E402
+from wmrl_cli.envs.reset_sampler import GroupResetSampler  # noqa: E402
+from wmrl_cli.jobs.assembly import build_imagined_env, load_policy  # noqa: E402
+from wmrl_cli.jobs.inputs import resolve_inputs  # noqa: E402
+
+ARMS = ("eager", "compiled")
+
+
+def main() -> None:
+    parser = harness.parser(__doc__, rounds=2, warmup=1)
+    parser.add_argument("--preset", required=True, help="a train-policy config in imagination")
+    parser.add_argument("--envs", type=harness.positive, default=32)
+    parser.add_argument("--threads", type=harness.positive, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    with open(args.preset) as f:
+        cfg = validate_config(yaml.safe_load(f))
+    inputs = resolve_inputs(cfg)
+    envs = {arm: build_imagined_env(cfg, args.envs, "cpu", inputs) for arm in ARMS}
+    envs["compiled"].world_model.compile_for_imagination()
+    policy = load_policy(inputs, "cpu")
+    alg = cfg.algorithm
+    sampler = GroupResetSampler(len(envs["eager"].reset_set), args.envs, alg.group_size, seed=0)
+    max_chunks = -(-alg.max_episode_steps // cfg.simulator.chunk_size)
+
+    warmup_s = []
+    for warm in range(args.warmup):  # the compilation: its own starts, untimed in the ratio
+        start = time.perf_counter()
+        timed_rollout(envs["compiled"], policy, sampler.sample(), max_chunks, cfg, -1 - warm)
+        warmup_s.append(time.perf_counter() - start)
+        print(f"compiled warm-up {warm}: {warmup_s[-1]:.1f} s", flush=True)
+    results: dict[str, list[tuple[float, float, float]]] = {arm: [] for arm in ARMS}
+    frame_gap, mean_gap = 0, []  # the policy's observations, where both arms have the step
+    for round_ in range(args.rounds):
+        init_ids = sampler.sample()
+        order = ARMS if round_ % 2 == 0 else ARMS[::-1]
+        frames = {}
+        for arm in order:
+            wall, world_model, rollout = timed_rollout(
+                envs[arm], policy, init_ids, max_chunks, cfg, round_
+            )
+            frames[arm] = rollout.images.astype(np.int16)
+            length = float(rollout.episode_len.float().mean())
+            results[arm].append((wall, world_model, length))
+            print(
+                f"round {round_} {arm}: {wall:.1f} s, world model {world_model:.1f} s, "
+                f"mean episode length {length:.1f}",
+                flush=True,
+            )
+        if frames["eager"].shape == frames["compiled"].shape:
+            gap = np.abs(frames["eager"] - frames["compiled"])
+            frame_gap = max(frame_gap, int(gap.max()))
+            mean_gap.append(float(gap.mean()))
+
+    seconds = {arm: arm_seconds(rows) for arm, rows in results.items()}
+    medians = {arm: spread["wall_s"].median for arm, spread in seconds.items()}
+    lines = [
+        f"{arm}: median {medians[arm]:.1f} s per rollout of {args.envs}, world model "
+        f"{statistics.median(r[1] for r in rows):.1f} s, mean length "
+        f"{statistics.mean(r[2] for r in rows):.1f}"
+        for arm, rows in results.items()
+    ]
+    ratio = medians["eager"] / medians["compiled"]
+    lines.append(f"compiled warm-up rollouts: {', '.join(f'{s:.0f}' for s in warmup_s)} s")
+    lines.append(
+        f"observed frames, compiled against eager: mean |difference| "
+        f"{statistics.mean(mean_gap) if mean_gap else float('nan'):.3f}, largest {frame_gap}"
+    )
+    lines.append(f"eager / compiled: {ratio:.2f}x")
+    result = {
+        "envs": args.envs,
+        "threads": args.threads,
+        "warmup_s": warmup_s,
+        "arms": {
+            arm: {
+                **{key: spread.as_dict() for key, spread in seconds[arm].items()},
+                "mean_episode_length": statistics.mean(r[2] for r in rows),
+            }
+            for arm, rows in results.items()
+        },
+        "frame_gap_max": frame_gap,
+        "frame_gap_mean": mean_gap,
+        "eager_over_compiled": ratio,
+    }
+    harness.write(args, "compiled_rollout", result, "\n".join(lines))
+
+
+if __name__ == "__main__":
+    harness.main(main)
