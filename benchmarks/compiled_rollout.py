@@ -27,35 +27,22 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import harness  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import yaml  # noqa: E402
-from rollout_timing import arm_seconds, timed_rollout  # noqa: E402
-
-from wmrl_cli.config.loading import validate_config  # noqa: E402
-from wmrl_cli.envs.reset_sampler import GroupResetSampler  # noqa: E402
-from wmrl_cli.jobs.assembly import build_imagined_env, load_policy  # noqa: E402
-from wmrl_cli.jobs.inputs import resolve_inputs  # noqa: E402
+from rollout_timing import (  # noqa: E402
+    arm_seconds,
+    load_rollout_setup,
+    rollout_parser,
+    timed_rollout,
+)
 
 ARMS = ("eager", "compiled")
 
 
 def main() -> None:
-    parser = harness.parser(__doc__, rounds=2, warmup=1)
-    parser.add_argument("--preset", required=True, help="a train-policy config in imagination")
-    parser.add_argument("--envs", type=harness.positive, default=32)
-    parser.add_argument("--threads", type=harness.positive, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-
-    with open(args.preset) as f:
-        cfg = validate_config(yaml.safe_load(f))
-    inputs = resolve_inputs(cfg)
-    envs = {arm: build_imagined_env(cfg, args.envs, "cpu", inputs) for arm in ARMS}
+    args = rollout_parser(__doc__, rounds=2, warmup=1).parse_args()
+    setup = load_rollout_setup(args)
+    cfg, policy, sampler, max_chunks = setup.cfg, setup.policy, setup.sampler, setup.max_chunks
+    envs = {"eager": setup.env, "compiled": setup.another_env()}
     envs["compiled"].world_model.compile_for_imagination()
-    policy = load_policy(inputs, "cpu")
-    alg = cfg.algorithm
-    sampler = GroupResetSampler(len(envs["eager"].reset_set), args.envs, alg.group_size, seed=0)
-    max_chunks = -(-alg.max_episode_steps // cfg.simulator.chunk_size)
 
     warmup_s = []
     for warm in range(args.warmup):  # the compilation: its own starts, untimed in the ratio

@@ -21,32 +21,19 @@ import statistics
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import harness  # noqa: E402
-import torch  # noqa: E402
-import yaml  # noqa: E402
-from rollout_timing import arm_seconds, timed_rollout  # noqa: E402
-
-from wmrl_cli.config.loading import validate_config  # noqa: E402
-from wmrl_cli.envs.reset_sampler import GroupResetSampler  # noqa: E402
-from wmrl_cli.jobs.assembly import build_imagined_env, load_policy  # noqa: E402
-from wmrl_cli.jobs.inputs import resolve_inputs  # noqa: E402
+from rollout_timing import (  # noqa: E402
+    arm_seconds,
+    load_rollout_setup,
+    rollout_parser,
+    timed_rollout,
+)
 
 
 def main() -> None:
-    parser = harness.parser(__doc__, rounds=3, warmup=0)
-    parser.add_argument("--preset", required=True, help="a train-policy config in imagination")
-    parser.add_argument("--envs", type=harness.positive, default=32)
-    parser.add_argument("--threads", type=harness.positive, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-
-    with open(args.preset) as f:
-        cfg = validate_config(yaml.safe_load(f))
-    inputs = resolve_inputs(cfg)
-    env = build_imagined_env(cfg, args.envs, "cpu", inputs)
-    policy = load_policy(inputs, "cpu")
-    alg = cfg.algorithm
-    sampler = GroupResetSampler(len(env.reset_set), args.envs, alg.group_size, seed=0)
-    max_chunks = -(-alg.max_episode_steps // cfg.simulator.chunk_size)
+    args = rollout_parser(__doc__, rounds=3, warmup=0).parse_args()
+    setup = load_rollout_setup(args)
+    cfg, env, policy, sampler = setup.cfg, setup.env, setup.policy, setup.sampler
+    max_chunks = setup.max_chunks
     skip_ended = env.world_model.predict_active
     predict_all = lambda actions, active, generator=None: env.world_model.predict(  # noqa: E731
         actions, generator

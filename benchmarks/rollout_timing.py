@@ -2,12 +2,69 @@
 
 from __future__ import annotations
 
+import argparse
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import harness
 import torch
+import yaml
 
+from wmrl_cli.config.loading import validate_config
+from wmrl_cli.config.schema import RunConfig
+from wmrl_cli.envs.reset_sampler import GroupResetSampler
+from wmrl_cli.jobs.assembly import build_imagined_env, load_policy
+from wmrl_cli.jobs.inputs import Inputs, resolve_inputs
 from wmrl_cli.rl.buffer import Rollout, collect_rollout
+
+
+def rollout_parser(doc: str, rounds: int, warmup: int) -> argparse.ArgumentParser:
+    """The harness's parser with what every imagined-rollout benchmark reads: a train-policy
+    config in imagination, the envs per rollout and the torch threads."""
+    parser = harness.parser(doc, rounds=rounds, warmup=warmup)
+    parser.add_argument("--preset", required=True, help="a train-policy config in imagination")
+    parser.add_argument("--envs", type=harness.positive, default=32)
+    parser.add_argument("--threads", type=harness.positive, default=2)
+    return parser
+
+
+@dataclass
+class RolloutSetup:
+    """What RL loads for its rollouts, as train-policy loads it, on the CPU."""
+
+    cfg: RunConfig
+    inputs: Inputs
+    env: object  # the imagined env (ImaginedEnv)
+    policy: object
+    sampler: GroupResetSampler  # GRPO's groups of starts, seed 0
+    max_chunks: int
+
+    def another_env(self):
+        """A second imagined env of the same config and inputs (a benchmark's other arm)."""
+        return build_imagined_env(self.cfg, self.env.num_envs, "cpu", self.inputs)
+
+
+def load_rollout_setup(
+    args: argparse.Namespace, edit: Callable[[RunConfig], None] | None = None
+) -> RolloutSetup:
+    """`args` from rollout_parser; `edit` changes the config before its inputs resolve."""
+    torch.set_num_threads(args.threads)
+    with open(args.preset) as f:
+        cfg = validate_config(yaml.safe_load(f))
+    if edit is not None:
+        edit(cfg)
+    inputs = resolve_inputs(cfg)
+    env = build_imagined_env(cfg, args.envs, "cpu", inputs)
+    alg = cfg.algorithm
+    return RolloutSetup(
+        cfg,
+        inputs,
+        env,
+        load_policy(inputs, "cpu"),
+        GroupResetSampler(len(env.reset_set), args.envs, alg.group_size, seed=0),
+        -(-alg.max_episode_steps // cfg.simulator.chunk_size),
+    )
 
 
 def timed_rollout(
