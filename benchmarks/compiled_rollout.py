@@ -28,9 +28,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import harness  # noqa: E402
 import numpy as np  # noqa: E402
 from rollout_timing import (  # noqa: E402
-    arm_seconds,
     load_rollout_setup,
     rollout_parser,
+    summarize_arms,
     timed_rollout,
 )
 
@@ -73,14 +73,7 @@ def main() -> None:
             frame_gap = max(frame_gap, int(gap.max()))
             mean_gap.append(float(gap.mean()))
 
-    seconds = {arm: arm_seconds(rows) for arm, rows in results.items()}
-    medians = {arm: spread["wall_s"].median for arm, spread in seconds.items()}
-    lines = [
-        f"{arm}: median {medians[arm]:.1f} s per rollout of {args.envs}, world model "
-        f"{statistics.median(r[1] for r in rows):.1f} s, mean length "
-        f"{statistics.mean(r[2] for r in rows):.1f}"
-        for arm, rows in results.items()
-    ]
+    medians, lines, arms = summarize_arms(results, args.envs)
     ratio = medians["eager"] / medians["compiled"]
     lines.append(f"compiled warm-up rollouts: {', '.join(f'{s:.0f}' for s in warmup_s)} s")
     lines.append(
@@ -92,13 +85,7 @@ def main() -> None:
         "envs": args.envs,
         "threads": args.threads,
         "warmup_s": warmup_s,
-        "arms": {
-            arm: {
-                **{key: spread.as_dict() for key, spread in seconds[arm].items()},
-                "mean_episode_length": statistics.mean(r[2] for r in rows),
-            }
-            for arm, rows in results.items()
-        },
+        "arms": arms,
         "frame_gap_max": frame_gap,
         "frame_gap_mean": mean_gap,
         "eager_over_compiled": ratio,

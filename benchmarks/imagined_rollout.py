@@ -16,15 +16,14 @@ in the JSON). Results: docs/benchmarks.md.
 from __future__ import annotations
 
 import os
-import statistics
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import harness  # noqa: E402
 from rollout_timing import (  # noqa: E402
-    arm_seconds,
     load_rollout_setup,
     rollout_parser,
+    summarize_arms,
     timed_rollout,
 )
 
@@ -58,25 +57,12 @@ def main() -> None:
                 flush=True,
             )
 
-    seconds = {arm: arm_seconds(rows) for arm, rows in results.items()}
-    medians = {arm: spread["wall_s"].median for arm, spread in seconds.items()}
-    lines = [
-        f"{arm}: median {medians[arm]:.1f} s per rollout of {args.envs}, world model "
-        f"{statistics.median(r[1] for r in rows):.1f} s, mean length "
-        f"{statistics.mean(r[2] for r in rows):.1f}"
-        for arm, rows in results.items()
-    ]
+    medians, lines, arms = summarize_arms(results, args.envs)
     ratio = medians["skip ended"] / medians["predict all"]
     lines.append(f"skip ended / predict all: {ratio:.2f}")
     result = {
         "envs": args.envs,
-        "arms": {
-            arm: {
-                **{key: spread.as_dict() for key, spread in seconds[arm].items()},
-                "mean_episode_length": statistics.mean(r[2] for r in rows),
-            }
-            for arm, rows in results.items()
-        },
+        "arms": arms,
         "skip_ended_over_predict_all": ratio,
     }
     harness.write(args, "imagined_rollout", result, "\n".join(lines))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,3 +95,26 @@ def arm_seconds(rows: list[tuple]) -> dict[str, harness.Spread]:
         "wall_s": harness.Spread.of([r[0] for r in rows]),
         "world_model_s": harness.Spread.of([r[1] for r in rows]),
     }
+
+
+def summarize_arms(
+    results: dict[str, list[tuple[float, float, float]]], envs: int
+) -> tuple[dict[str, float], list[str], dict[str, dict]]:
+    """Each arm's rounds of (wall s, world-model s, mean episode length): the median wall
+    seconds per arm, a printed line per arm, and the arms as the JSON records them."""
+    seconds = {arm: arm_seconds(rows) for arm, rows in results.items()}
+    medians = {arm: spread["wall_s"].median for arm, spread in seconds.items()}
+    lines = [
+        f"{arm}: median {medians[arm]:.1f} s per rollout of {envs}, world model "
+        f"{statistics.median(r[1] for r in rows):.1f} s, mean length "
+        f"{statistics.mean(r[2] for r in rows):.1f}"
+        for arm, rows in results.items()
+    ]
+    arms = {
+        arm: {
+            **{key: spread.as_dict() for key, spread in seconds[arm].items()},
+            "mean_episode_length": statistics.mean(r[2] for r in rows),
+        }
+        for arm, rows in results.items()
+    }
+    return medians, lines, arms
