@@ -2,7 +2,8 @@
 once, by the process that started them, with their exit status; ranks that stop on different
 errors are named. And ranks end in order (`end_ranks`): a finished command's ranks wait for each
 other and destroy their process group before the interpreter's exit, where gloo's and NCCL's
-threads once ended a finished 2-rank run in "terminate called without an active exception"."""
+threads once ended a finished 2-rank run in "terminate called without an active exception";
+a failed rank leaves before that teardown, with its own status."""
 
 from __future__ import annotations
 
@@ -86,6 +87,19 @@ def test_finished_ranks_close_their_process_group_before_exit(tmp_path) -> None:
     assert (ended.code, ended.errors) == (0, [])
     said = [(tmp_path / f"rank_{rank}.txt").read_text() for rank in (0, 1)]
     assert said == ["[2] closed", "[2] closed"]
+
+
+@pytest.mark.parametrize(("mode", "code"), [("exit", 3), ("bug", 1), ("finish", 0)])
+def test_a_failed_rank_leaves_without_the_interpreters_teardown(mode, code, tmp_path, capfd):
+    """Where a rank's command failed, its peers are gone or going and the group cannot close
+    in order; the teardown of gloo's threads at the interpreter's exit aborted 3 of 20 ranks
+    whose collective had lost its peer (status 134, not 130). A failed rank leaves before it,
+    with its own status (and a bug's traceback); a finished one exits as usual."""
+    ended = run_ranks(1, "tests.helpers.rank_fail", [mode, str(tmp_path)])
+    _, err = capfd.readouterr()
+    assert ended.code == code
+    assert (tmp_path / "teardown_0.txt").is_file() == (code == 0)
+    assert ("ValueError: a bug in the command" in err) == (mode == "bug")
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ command finished (`run_then_end_ranks`: `wmrl`'s entry point)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -310,30 +311,59 @@ def check_not_single_rank_launch() -> None:
         )
 
 
-def end_ranks() -> None:
-    """A rank's last act after its command finished, where a process group was made: every rank
-    waits for the others (the main process may still be writing the policy), then the group is
-    destroyed while the interpreter is whole. Left to the interpreter's exit, gloo's and NCCL's
-    threads could be torn down in any order, and one of 31 finished 2-rank runs ended in
-    "terminate called without an active exception" (a non-zero status). Not called after a
-    failure: torchrun stops the other ranks, which would never reach the barrier."""
+def end_ranks(code: int = 0) -> None:
+    """A rank's last act once its command ended with status `code`, where a process group was
+    made (else nothing).
+
+    Finished (0): every rank waits for the others (the main process may still be writing the
+    policy), then the group is destroyed while the interpreter is whole. Left to the
+    interpreter's exit, gloo's and NCCL's threads could be torn down in any order, and one of 31
+    finished 2-rank runs ended in "terminate called without an active exception" (a non-zero
+    status).
+
+    Failed: the other ranks are gone or going (torchrun stops them once one fails), so no
+    barrier can close the group in order, and the same teardown aborted 3 of 20 ranks whose
+    collective had lost its peer (SIGABRT: status 134 in place of the rank's own 130, with
+    "terminate called" on stderr). So the rank leaves here, its output flushed and its status
+    its own, without the interpreter's teardown (`os._exit`): its run folders were already closed
+    (cli/common.py `handle_errors`), and nothing else of a failed rank is left to write."""
     try:
         import torch.distributed as dist
     except ImportError:
         return
-    if dist.is_available() and dist.is_initialized():
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if code == 0:
         dist.barrier()
         dist.destroy_process_group()
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to say
+            stream.flush()
+    os._exit(code)
+
+
+def exit_status(code: object) -> int:
+    """The process status `sys.exit(code)` gives: 0 for None, the int, else 1 (a message)."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
 
 
 def run_then_end_ranks(app: Callable[[], Any]) -> None:
-    """Runs `app` (a Typer app, which ends in SystemExit) and, where it finished (status 0),
-    ends this rank's process group in order (`end_ranks`): `wmrl`'s entry point."""
+    """Runs `app` (a Typer app, which ends in SystemExit) and ends this rank's process group as
+    its status says (`end_ranks`): in order where it finished, at once where it failed. A bug's
+    exception is printed first (the hook the interpreter would call at its exit): `wmrl`'s entry
+    point."""
     try:
         app()
     except SystemExit as exc:
-        if exc.code in (0, None):
-            end_ranks()
+        end_ranks(exit_status(exc.code))
+        raise
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        end_ranks(1)
         raise
 
 

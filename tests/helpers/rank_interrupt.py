@@ -3,6 +3,8 @@
 gone (tests/e2e/test_faults_cli.py):
 
     python -m tests.helpers.rank_interrupt    (on ranks: ranks.py `run_ranks`)
+
+It ends as `wmrl` does (ranks.run_then_end_ranks).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch.distributed as dist
 import typer
 
 from wmrl_cli.cli.common import handle_errors
+from wmrl_cli.ranks import run_then_end_ranks
 
 
 @handle_errors
@@ -26,8 +29,12 @@ def save() -> None:
     dist.all_reduce(torch.ones(1))  # waits for rank 0, which is gone
 
 
-if __name__ == "__main__":
+def command() -> None:
     try:
         save()
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    run_then_end_ranks(command)  # as `wmrl` ends (cli/app.py `main`)

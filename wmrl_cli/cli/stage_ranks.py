@@ -37,6 +37,7 @@ def main(argv: list[str]) -> int:
     try:
         run_stage_job(job, Path(folder), int(seed), args)
     except typer.Exit as exc:
+        end_ranks(exc.exit_code)  # a failed rank leaves at once (ranks.end_ranks)
         return exc.exit_code
     end_ranks()  # the process group closed in order (ranks.end_ranks)
     return 0
