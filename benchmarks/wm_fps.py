@@ -2,7 +2,7 @@
 
     python benchmarks/wm_fps.py [--backend opensora] [--steps 1 2 4 10] [--envs 10 32 64]
                                 [--threads 2] [--rounds 3] [--warmup 1] [--flops]
-                                [--precision fp32 bf16] [--compile]
+                                [--precision fp32 bf16] [--compile] [--guidance 1 2]
                                 [--out RESULT.json] [--markdown TABLE.md]
 
 Speed does not depend on the weights, so each setting uses a freshly built model of the
@@ -18,7 +18,10 @@ world model with that decoder.
 `--precision` times each setting under each autocast precision; `--compile` adds, per
 precision, the same model with its denoiser and decoder under torch.compile
 (`compile_world_model`), their compilation in the warm-up chunk (so keep `--warmup` at 1 or
-more with it).
+more with it). `--guidance` times each setting at each action-guidance scale: a scale other
+than 1 builds the model with a null action and runs its pass beside every conditioned one (the
+mw-* presets sample at 2); a model distilled into one pass (`world_model.distill_guidance`)
+runs as scale 1.
 Results: docs/benchmarks.md.
 """
 
@@ -88,6 +91,9 @@ def main() -> None:
     parser.add_argument(
         "--compile", action="store_true", help="also torch.compile the denoiser and decoder"
     )
+    parser.add_argument(
+        "--guidance", type=float, nargs="+", default=[1.0], help="action guidance scales"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -96,7 +102,9 @@ def main() -> None:
         suite="mw10", image_size=args.image_size, num_envs=n_tasks, num_workers=2, max_steps=104
     )
     real = measure_sim(sim_cfg, 96, 2, render_every_step=True).high
-    columns = "| precision | compiled | sampling steps | envs | frames/s | ratio to real |"
+    columns = (
+        "| precision | compiled | guidance | sampling steps | envs | frames/s | ratio to real |"
+    )
     if args.flops:
         columns += " GFLOP/frame | decoder GFLOP/frame | GFLOP/s | decoder-only bound, frames/s |"
     lines = [
@@ -109,20 +117,21 @@ def main() -> None:
     result: dict = {"real_frames_per_s": real, "backend": args.backend, "rows": []}
     dtypes = {"fp32": None, "bf16": torch.bfloat16}
     compiled_too = [False, True] if args.compile else [False]
-    variants = [(p, c) for p in args.precision for c in compiled_too]
+    variants = [(p, c, g) for g in args.guidance for p in args.precision for c in compiled_too]
     for steps in args.steps:
         for envs in args.envs:
-            cfg = RunConfig.model_validate(
-                {
-                    "simulator": {"image_size": args.image_size},
-                    "world_model": {
-                        "backend": args.backend,
-                        "size": args.size,
-                        "num_inference_steps": steps,
-                    },
-                }
-            )
-            for precision, compiled in variants:
+            for precision, compiled, guidance in variants:
+                cfg = RunConfig.model_validate(
+                    {
+                        "simulator": {"image_size": args.image_size},
+                        "world_model": {
+                            "backend": args.backend,
+                            "size": args.size,
+                            "num_inference_steps": steps,
+                            "action_guidance": guidance,
+                        },
+                    }
+                )
                 model = build_world_model(cfg, ACTION_DIM).eval()
                 model.autocast_dtype = dtypes[precision]
                 if compiled:
@@ -130,7 +139,8 @@ def main() -> None:
                 seconds = measure_world_model(model, cfg, envs, args.rounds, args.warmup)
                 fps = envs * 8 / seconds.mean
                 row = (
-                    f"| {precision} | {'yes' if compiled else 'no'} | {steps} | {envs} | "
+                    f"| {precision} | {'yes' if compiled else 'no'} | {guidance:g} | {steps} | "
+                    f"{envs} | "
                     f"{fps:.1f} | {fps / real:.2f}x |"
                 )
                 if args.flops:
@@ -146,6 +156,7 @@ def main() -> None:
                     {
                         "precision": precision,
                         "compiled": compiled,
+                        "guidance": guidance,
                         "sampling_steps": steps,
                         "envs": envs,
                         "frames_per_s": fps,

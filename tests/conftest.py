@@ -68,3 +68,14 @@ def hub(tmp_path, monkeypatch):
     with serve_hub(root) as server:
         point_client_at(monkeypatch, server, tmp_path / "hf_home")
         yield server
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tests of tiny models run torch on one thread: a second OpenMP thread buys little, and on
+    a busy 2-core machine oversubscribed threads run 10-100x slower. Used as
+    `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -36,6 +36,7 @@ from wmrl_cli.config.loading import resolve_config
 from wmrl_cli.config.schema import RunConfig
 from wmrl_cli.data.episodes import Episode, EpisodeStore
 from wmrl_cli.evaluation.world_model_eval import (
+    OpenLoopReport,
     alternative_actions,
     open_loop_eval,
     open_loop_rollout,
@@ -46,6 +47,7 @@ from wmrl_cli.sims.dot_world import DotWorld, dot_centroid
 from wmrl_cli.training.latent_cache import WindowLatents
 from wmrl_cli.training.world_model_trainer import WorldModelTrainer
 from wmrl_cli.world_models.interface import WorldModel
+from wmrl_cli.world_models.loading import load_imagining_world_model
 
 CHUNK, LENGTH, HORIZON = 8, 64, 16
 VAL_SEED0 = 1_000_000
@@ -75,6 +77,26 @@ def centroid_errors(
             rows["copy"].append(np.linalg.norm(start - truth))
         out.update({f"centroid_{k}@{h}": float(np.mean(v)) for k, v in rows.items()})
     return out
+
+
+def score(
+    model: WorldModel, world: DotWorld, episodes: list[Episode], seed: int
+) -> tuple[OpenLoopReport, dict[str, float]]:
+    """(the open-loop report, the dot metrics: PSNR, copy PSNR, action gap, response ratio at
+    h1 / h8 / h16, and `centroid_errors`) of `model` on held-out `episodes`."""
+    model.eval()
+    report = open_loop_eval(
+        model, episodes, HORIZON, seed=seed, keep_videos=4, alternatives=("other",),
+        replay=world.replay,
+    )  # fmt: skip
+    row: dict[str, float] = {}
+    for h in (1, 8, 16):
+        row[f"psnr@{h}"] = report.psnr[h - 1]
+        row[f"copy_psnr@{h}"] = report.copy_psnr[h - 1]
+        row[f"action_gap@{h}"] = report.action_gap(h)
+        row[f"response_ratio@{h}"] = report.response_ratio[h - 1]
+    row.update(centroid_errors(model, world, episodes, seed))
+    return report, row
 
 
 class ControlTrainer(WorldModelTrainer):
@@ -122,24 +144,9 @@ class ControlTrainer(WorldModelTrainer):
         return latents
 
     def validate(self, model: WorldModel, step: int):  # noqa: ANN201 (the base's report)
-        model.eval()
-        seed = self.cfg.simulator.seed
-        report = open_loop_eval(
-            model,
-            self.val_episodes,
-            HORIZON,
-            seed=seed,
-            keep_videos=4,
-            alternatives=("other",),
-            replay=self.world.replay,
-        )
         row = {"step": step, "cpu_minutes": self.cpu_offset + (self.clock() - self.t_run) / 60}
-        for h in (1, 8, 16):
-            row[f"psnr@{h}"] = report.psnr[h - 1]
-            row[f"copy_psnr@{h}"] = report.copy_psnr[h - 1]
-            row[f"action_gap@{h}"] = report.action_gap(h)
-            row[f"response_ratio@{h}"] = report.response_ratio[h - 1]
-        row.update(centroid_errors(model, self.world, self.val_episodes, seed))
+        report, scores = score(model, self.world, self.val_episodes, self.cfg.simulator.seed)
+        row.update(scores)
         self.curve.append(row)
         self.logger.log({f"eval/wm/{k}": v for k, v in row.items() if k != "step"}, step)
         print(
@@ -171,6 +178,17 @@ def main() -> None:
     parser.add_argument(
         "--sampling-steps", type=int, default=2, help="as the mw-* presets (imagination speed)"
     )
+    parser.add_argument(
+        "--init",
+        help="start from this world model (train-wm --init); with "
+        "--set world_model.distill_guidance=true, distil its action guidance into one pass",
+    )
+    parser.add_argument(
+        "--score",
+        type=Path,
+        help="score this saved world model without training, loaded as imagination loads it "
+        "(the run's world_model.action_guidance and --sampling-steps applied): OUT/score.json",
+    )
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
 
@@ -197,6 +215,21 @@ def main() -> None:
     cfg = resolve_config(None, options, args.overrides)
     configure_threads(cfg.num_threads)
     torch.manual_seed(0)
+    if args.score is not None:
+        model = load_imagining_world_model(args.score, world.size, world.size, cfg, "cpu")
+        started = time.process_time()
+        _, row = score(model, world, val, cfg.simulator.seed)
+        result = {
+            "model": str(args.score), "overrides": args.overrides,
+            "sampling_steps": args.sampling_steps,
+            "sampler_guidance": model.config.action_guidance,
+            "guidance_distilled": getattr(model.config, "guidance_distilled", None),
+            "score_cpu_s": time.process_time() - started, **row,
+        }  # fmt: skip
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "score.json").write_text(json.dumps(result, indent=1))
+        print("score:", json.dumps(result))
+        return
     trainer = ControlTrainer(cfg, args.out, store, world, val)
     total_minutes = args.minutes
     previous = args.out / "control.json"
@@ -204,7 +237,7 @@ def main() -> None:
         earlier = json.loads(previous.read_text())
         trainer.curve, trainer.cpu_offset = earlier["curve"], earlier["curve"][-1]["cpu_minutes"]
         total_minutes += earlier["minutes"]
-    trainer.run(resume=args.resume)
+    trainer.run(resume=args.resume, init=args.init)
     result = {
         "backend": args.backend,
         "distractors": args.distractors,

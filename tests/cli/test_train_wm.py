@@ -9,8 +9,11 @@ import torch
 from typer.testing import CliRunner
 
 from wmrl_cli.cli.app import app
+from wmrl_cli.config.loading import resolve_config
 from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.errors import ConfigError
 from wmrl_cli.world_models.factory import load_world_model
+from wmrl_cli.world_models.loading import load_imagining_world_model
 
 runner = CliRunner()
 
@@ -112,6 +115,34 @@ def test_train_wm_action_path_options_and_a_reused_autoencoder(store, tmp_path) 
     )  # fmt: skip
     assert refused.exit_code != 0 and "null action" in refused.output
     assert "Traceback" not in refused.output
+    # the guided model distilled into one pass: the student saved as such, resumed with its
+    # teacher, and loaded for imagination at the stage's guidance in one pass
+    distill = [*common, "--set", "world_model.distill_guidance=true", "--out", str(tmp_path / "d")]
+    distilled = runner.invoke(app, [*distill, "--init", str(tmp_path / "strong")])
+    assert distilled.exit_code == 0, distilled.output
+    config = load_world_model(tmp_path / "d").config
+    assert (config.action_guidance, config.guidance_distilled, config.action_dropout) == (
+        1.0, 1.5, 0.0
+    )  # fmt: skip
+    more = [*distill, "--init", str(tmp_path / "strong"), "--steps", "3"]
+    resumed = runner.invoke(app, more)
+    assert resumed.exit_code == 0 and "resuming world-model training from step 2" in resumed.output
+    assert load_world_model(tmp_path / "d").config.guidance_distilled == 1.5
+    stage = resolve_config(None, {"world_model.action_guidance": 1.5})
+    imagining = load_imagining_world_model(tmp_path / "d", 32, 32, stage, "cpu")
+    assert imagining.config.action_guidance == 1.0
+    stage.world_model.action_guidance = 3.0
+    with pytest.raises(ConfigError, match="distilled to give guidance 1.5"):
+        load_imagining_world_model(tmp_path / "d", 32, 32, stage, "cpu")
+    # no teacher, or one without guidance: one line, exit 2, nothing written
+    for extra, fragment in (
+        ([], "needs --init"),
+        (["--init", str(tmp_path / "base")], "without guidance"),
+    ):
+        bad = runner.invoke(app, [*distill[:-1], str(tmp_path / "bad"), *extra])
+        lines = [line for line in bad.output.splitlines() if line.strip()]
+        assert bad.exit_code == 2 and len(lines) == 1 and fragment in lines[0], bad.output
+        assert not (tmp_path / "bad").exists()
 
 
 def _ddp_args(store, out, steps: int) -> list[str]:

@@ -15,14 +15,7 @@ from wmrl_cli.policies.text_tokenizer import build_word_tokenizer
 INSTRUCTIONS = ["pick up the red block and place it in the bin", "open the drawer", "push it"]
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    # Tiny models run fastest on one thread; two OpenMP threads on a shared 2-core box
-    # oversubscribe and can be 10-100x slower when other processes are busy.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (conftest.py)
 
 
 def tiny_policy(value_head: bool = True, attention: str = "prefix_causal") -> OpenVLAOFT:

@@ -23,14 +23,7 @@ from wmrl_cli.policies.openvla_oft import OpenVLAOFT
 INSTRUCTIONS = ["put the bowl on the plate", "open the top drawer"]
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    # Tiny models run fastest on one thread; two OpenMP threads on a shared 2-core box
-    # oversubscribe and can be 10-100x slower when other processes are busy.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (conftest.py)
 
 
 def timm_reference(weights: dict, prefix: str, kind: str, pixels: torch.Tensor) -> torch.Tensor:

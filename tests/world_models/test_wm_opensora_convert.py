@@ -30,13 +30,7 @@ B = 2
 STATS = {"action": {"q01": [-0.5] * 7, "q99": [0.5] * 7}, "num_trajectories": 3}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models: a second OpenMP thread buys little and, on a busy 2-core machine, costs 10x.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (conftest.py)
 
 
 def _source(hidden: int = 64, depth: int = 2) -> STDiT3:

@@ -15,13 +15,7 @@ B = 2
 STATS = {"action": {"q01": [-1.0] * 6 + [0.0], "q99": [1.0] * 6 + [2.0], "mean": [0.0] * 7}}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models: a second OpenMP thread buys little and, on a busy 2-core machine, costs 10x.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (conftest.py)
 
 
 def _model(**overrides) -> OpenSoraWorldModel:

@@ -17,13 +17,7 @@ from wmrl_cli.world_models.opensora.blocks import sincos_position_embedding_2d
 B, T = 2, 12
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models: a second OpenMP thread buys little and, on a busy 2-core machine, costs 10x.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (conftest.py)
 
 
 def small_config(**overrides) -> STDiT3Config:

@@ -91,6 +91,7 @@ def train_wm_command(
     from wmrl_cli.memory.world_model import check_world_model_training
     from wmrl_cli.run_dirs import claim_run_dir, default_run_dir
     from wmrl_cli.runtime import configure_threads, seed_everything
+    from wmrl_cli.training.guidance_distillation import check_distillation
     from wmrl_cli.training.init_sources import resolve_init
     from wmrl_cli.training.world_model_trainer import WorldModelTrainer, make_accelerator
     from wmrl_cli.world_models.loading import (
@@ -127,6 +128,7 @@ def train_wm_command(
         check_world_model_export(source, export_rlinf)
     elif export_rlinf is not None:
         raise ConfigError("--export-rlinf needs --init: the published model to go back to")
+    check_distillation(cfg, source, num_processes)
     claim = dict(
         default=default_run_dir("train-wm", preset),
         inputs={"data": data, "init": source},

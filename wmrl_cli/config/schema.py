@@ -120,6 +120,13 @@ class WorldModelConfig(Section):
         "(a new model: 1). Applied wherever a world model imagines (RL, eval, co-evolve). "
         "Why: docs/results.md#action-guidance-at-2-sampling-steps",
     )
+    distill_guidance: bool = Field(
+        False,
+        description="train-wm --init TEACHER: train the denoiser to give in one pass the "
+        "teacher's velocity guided at action_guidance (the teacher's own where unset), then "
+        "sample with no second pass: half the denoiser's cost in imagination "
+        "(docs/results.md#action-guidance-distilled-into-one-pass)",
+    )
     train_shift: float | None = Field(
         None,
         gt=0.0,

@@ -55,6 +55,7 @@ from wmrl_cli.training.denoiser_sharding import (
     full_state,
     shard_denoiser,
 )
+from wmrl_cli.training.guidance_distillation import student_and_teacher
 from wmrl_cli.training.latent_cache import WindowLatents
 from wmrl_cli.training.sharding import (
     SHARDED_DIR,
@@ -73,6 +74,7 @@ from wmrl_cli.training.world_model_batches import (
     rank_share,
     split_episodes,
 )
+from wmrl_cli.world_models.base import GuidanceTeacher
 from wmrl_cli.world_models.factory import (
     MODEL_DIR,
     apply_objective,
@@ -244,6 +246,7 @@ class WorldModelTrainer:
         optimizer: torch.optim.Optimizer,
         ema: dict[str, torch.Tensor],
         scheduler: torch.optim.lr_scheduler.LRScheduler,
+        teacher: GuidanceTeacher | None = None,
     ) -> OpenLoopReport | None:
         wm, acc = self.wm, self.accelerator
         params = [p for p in model.transformer.parameters() if p.requires_grad]
@@ -261,7 +264,7 @@ class WorldModelTrainer:
                 batch = {k: v for k, v in self.train.batch(idx).items() if k != "target_frames"}
                 batch["latents"] = latents[idx]
                 gen = torch.Generator().manual_seed(seed)
-                loss = wrapped(batch, generator=gen)
+                loss = wrapped(batch, generator=gen, teacher=teacher)
                 acc.backward(loss)
                 # of the whole gradient (sharded: each rank's norm is partial until reduced)
                 grad_norm = global_value(acc.clip_grad_norm_(params, wm.grad_clip))
@@ -311,13 +314,7 @@ class WorldModelTrainer:
             model = load_world_model(checkpoint / "model")
         elif init is not None:
             self.logger = self._open_logger(0)  # an attempt before any checkpoint starts over
-            height, width = self.train.episodes[0].frames.shape[1:3]
-            model = load_init_world_model(init, height, width, self.cfg)
-            if model.action_dim != self.action_dim:
-                raise WmrlError(
-                    f"{init} takes {model.action_dim}-dimensional actions, the episodes in "
-                    f"{self.store.root} have {self.action_dim}"
-                )
+            model = self._load_init(init)
         else:
             self.logger = self._open_logger(0)
             model = build_world_model(self.cfg, self.action_dim)
@@ -330,6 +327,14 @@ class WorldModelTrainer:
                 self.train_autoencoder(model)
         # The training objective is the run's, also when starting from another model.
         apply_objective(model.config, self.cfg)
+        teacher = None
+        if self.wm.distill_guidance:  # the student, made now or resumed; its teacher is --init
+            model, teacher = student_and_teacher(
+                model, init, resumed=checkpoint is not None, load=self._load_init, cfg=self.cfg
+            )
+            teacher.model.autocast_dtype = autocast_dtype
+            if acc.device.type != "cpu":
+                teacher.model.onload(acc.device)
         model.autocast_dtype = autocast_dtype
         model.transformer.gradient_checkpointing = self.wm.gradient_checkpointing
         model.vae.requires_grad_(False)
@@ -368,7 +373,9 @@ class WorldModelTrainer:
             wrapped, optimizer = acc.prepare(model, optimizer)
         report = None
         if start < self.wm.steps:
-            report = self.train_denoiser(model, wrapped, latents, start, optimizer, ema, scheduler)
+            report = self.train_denoiser(
+                model, wrapped, latents, start, optimizer, ema, scheduler, teacher
+            )
         if acc.num_processes > 1:
             self._write_rank_summary(model, ema)
         out = self.run_dir / MODEL_DIR
@@ -379,6 +386,17 @@ class WorldModelTrainer:
         return out
 
     # -- sharded or replicated ----------------------------------------------------------------
+    def _load_init(self, init: str | Path) -> WorldModel:
+        """The world model the run starts from (`--init`), for the episodes' frames."""
+        height, width = self.train.episodes[0].frames.shape[1:3]
+        model = load_init_world_model(init, height, width, self.cfg)
+        if model.action_dim != self.action_dim:
+            raise WmrlError(
+                f"{init} takes {model.action_dim}-dimensional actions, the episodes in "
+                f"{self.store.root} have {self.action_dim}"
+            )
+        return model
+
     def _gathered(self, model: WorldModel) -> Any:
         """The whole denoiser on every rank inside (sharded; nothing to do otherwise)."""
         return gathered_units(model.transformer) if self.sharded else nullcontext()

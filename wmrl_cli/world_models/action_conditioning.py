@@ -16,7 +16,8 @@ their actions (docs/results.md). Three mechanisms with published evidence, each 
   is both p(x | a) and p(x); at sampling **action guidance** extrapolates from the null-action
   velocity towards the conditioned one, v = v_null + w (v_cond - v_null) (classifier-free
   guidance on actions, as in Vid2World and Genie 2). w = 1 is the plain conditioned sampler and
-  runs no second pass.
+  runs no second pass. A model distilled from a guided teacher (`guidance_distilled`,
+  base.GuidanceTeacher) gives the guided velocity in that one pass.
 * A training noise distribution that reaches the levels the sampler starts at is the backends'
   `train_shift` (> 1 moves the logit-normal draw towards sigma = 1, where the motion is decided).
 """
@@ -29,12 +30,19 @@ from torch import nn
 from wmrl_cli.errors import ConfigError
 
 
-def validate_action_options(dropout: float, guidance: float, null_action: bool) -> None:
+def validate_action_options(
+    dropout: float, guidance: float, null_action: bool, distilled: float | None = None
+) -> None:
     """The action dropout / guidance settings of a world-model config, or a ConfigError."""
     if not 0.0 <= dropout < 1.0:
         raise ConfigError("action_dropout must be in [0, 1)")
     if guidance < 0:
         raise ConfigError("action_guidance must be >= 0")
+    if distilled is not None and (distilled < 0 or guidance != 1.0):
+        raise ConfigError(
+            "guidance_distilled must be >= 0, with action_guidance 1 (the guidance is in the "
+            "conditioned pass)"
+        )
     if (dropout > 0 or guidance != 1.0) and not null_action:
         raise ConfigError("action_dropout / action_guidance need transformer.null_action: true")
 
@@ -78,6 +86,20 @@ def action_dropout_mask(
         return None
     draw_device = generator.device if generator is not None else device
     return (torch.rand(batch, generator=generator, device=draw_device) < probability).to(device)
+
+
+def sampler_guidance(requested: float | None, distilled: float | None) -> float | None:
+    """The guidance scale a model's sampler applies when a run asks for `requested` (None: the
+    model's own) of a model distilled at `distilled` (None: not distilled): a distilled model
+    gives its scale in one pass (1.0) and no other; a ConfigError for another scale."""
+    if distilled is None or requested is None:
+        return requested
+    if requested != distilled:
+        raise ConfigError(
+            f"world_model.action_guidance={requested:g}, but this world model was distilled to "
+            f"give guidance {distilled:g} in one pass: set {distilled:g} or leave it unset"
+        )
+    return 1.0
 
 
 def guided(v_cond: torch.Tensor, v_null: torch.Tensor, scale: float) -> torch.Tensor:

@@ -86,7 +86,9 @@ class FlowWorldModelConfig:
     motion_loss_weight: see `flow_matching.delta_prediction_loss`.
     action_dropout: in training, the probability that a window's actions are replaced by the
         null action (needs transformer.null_action). action_guidance: the sampler's action
-        guidance scale (1.0: plain conditioning).
+        guidance scale (1.0: plain conditioning). guidance_distilled: the scale whose guided
+        velocity the conditioned pass alone was trained to give (`GuidanceTeacher`; None: not
+        distilled): such a model samples guided at that scale in one pass, action_guidance 1.
     """
 
     transformer: Any = None
@@ -127,6 +129,36 @@ class FlowWorldModelConfig:
 # ----------------------------------------------------------------------------------------------
 # The world model
 # ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GuidanceTeacher:
+    """A frozen world model whose action-guided velocity a student learns to give in one pass
+    (the guidance stage of Meng et al., "On Distillation of Guided Diffusion Models", CVPR 2023,
+    at one fixed scale): the student is trained on the noised training windows to match
+    v_null + scale (v_actions - v_null) of the teacher, then samples with action_guidance 1 at
+    half the denoiser passes (`train-wm --init TEACHER --set world_model.distill_guidance=true`).
+    """
+
+    model: FlowWorldModel
+    scale: float
+
+    @torch.no_grad()
+    def velocity(
+        self,
+        x_t: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: torch.Tensor,
+        anchor: torch.Tensor,
+        actions: torch.Tensor,
+        chunk: int,
+    ) -> torch.Tensor:
+        """The teacher's guided velocity for the student's noised targets x_t at sigma [B]."""
+        model = self.model
+        every = torch.ones(x_t.shape[0], dtype=torch.bool, device=x_t.device)
+        embedded = model._action_inputs(actions, chunk, None)
+        null = model._action_inputs(actions, chunk, every)
+        return model._guided_velocity(x_t, sigma, cond, anchor, embedded, null, self.scale)
 
 
 class FlowWorldModel(WorldModel):
@@ -272,14 +304,28 @@ class FlowWorldModel(WorldModel):
         noise = torch.randn(shape, generator=generator, device=noise_device).to(self.device)
 
         def velocity_fn(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-            v = self._velocity(x, sigma, self._denoiser_output(x, sigma, cond, *embedded), anchor)
-            if null is None:
-                return v
-            v_null = self._velocity(x, sigma, self._denoiser_output(x, sigma, cond, *null), anchor)
-            return guided(v, v_null, scale)
+            return self._guided_velocity(x, sigma, cond, anchor, embedded, null, scale)
 
         sigmas = fm.inference_sigmas(self.config.num_inference_steps, self.config.flow_shift)
         return fm.euler_sample(velocity_fn, noise, sigmas)
+
+    def _guided_velocity(
+        self,
+        x: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: torch.Tensor,
+        anchor: torch.Tensor,
+        embedded: tuple[Any, ...],
+        null: tuple[Any, ...] | None,
+        scale: float,
+    ) -> torch.Tensor:
+        """v for x at sigma [B]: the conditioned pass's, guided at `scale` on the null action's
+        pass where `null` (its action inputs) is given."""
+        v = self._velocity(x, sigma, self._denoiser_output(x, sigma, cond, *embedded), anchor)
+        if null is None:
+            return v
+        v_null = self._velocity(x, sigma, self._denoiser_output(x, sigma, cond, *null), anchor)
+        return guided(v, v_null, scale)
 
     # -- training ---------------------------------------------------------------------------------
 
@@ -304,8 +350,11 @@ class FlowWorldModel(WorldModel):
         self,
         batch: WorldModelBatch | Mapping[str, TensorLike | None],
         generator: torch.Generator | None = None,
+        teacher: GuidanceTeacher | None = None,
     ) -> torch.Tensor:
-        """The flow-matching loss on the target latents of a batch of windows (scalar, float32)."""
+        """The flow-matching loss on the target latents of a batch of windows (scalar, float32);
+        with a `teacher`, the guidance-distillation loss (`GuidanceTeacher`) on the same noised
+        windows."""
         batch = as_batch(batch)
         n, k = torch.as_tensor(batch.context_frames).shape[:2]
         if k != self.num_context_frames:
@@ -331,6 +380,14 @@ class FlowWorldModel(WorldModel):
         sigma_b = sigma.view(-1, 1, 1, 1, 1)
         noise = noise_like(x0)
         x_t = fm.add_noise(x0, noise, sigma_b)
+        if teacher is not None:
+            target = teacher.velocity(x_t, sigma, cond, anchor, actions, chunk)
+            out = self._denoiser_output(
+                x_t, sigma, cond, *self._action_inputs(actions, chunk, None)
+            )
+            if self.config.delta_prediction:  # the guided velocity's x0, weighted as in training
+                return self.delta_prediction_loss(out, x_t - sigma_b * target, anchor, sigma_b)
+            return F.mse_loss(self._raw_velocity(out), target)
         drop = action_dropout_mask(n, self.config.action_dropout, generator, self.device)
         out = self._denoiser_output(x_t, sigma, cond, *self._action_inputs(actions, chunk, drop))
         if self.config.delta_prediction:

@@ -86,6 +86,10 @@ def apply_objective(config: Any, cfg: RunConfig) -> None:
     config.action_dropout = wm.action_dropout
     if wm.action_guidance is not None:
         config.action_guidance = wm.action_guidance
+    # trained on, a distilled model's conditioned pass leaves the teacher's guided velocity
+    # (distillation itself marks its student again: training/guidance_distillation.py)
+    if getattr(config, "guidance_distilled", None) is not None:
+        config.guidance_distilled = None
 
 
 def saved_world_model(path: str | Path) -> tuple[Path, str]:

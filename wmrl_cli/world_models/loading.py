@@ -13,6 +13,7 @@ import torch
 from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.runtime import resolve_precision
+from wmrl_cli.world_models.action_conditioning import sampler_guidance
 from wmrl_cli.world_models.factory import (
     load_init_world_model,
     load_world_model,
@@ -77,7 +78,8 @@ def load_imagining_world_model(
     world_model.vae_batch = cfg.world_model.vae_batch
     if cfg.world_model.num_inference_steps is not None:
         world_model.config.num_inference_steps = cfg.world_model.num_inference_steps
-    guidance = cfg.world_model.action_guidance
+    distilled = getattr(world_model.config, "guidance_distilled", None)
+    guidance = sampler_guidance(cfg.world_model.action_guidance, distilled)
     if guidance is not None:
         transformer = getattr(world_model.config, "transformer", None)
         if guidance != 1.0 and not getattr(transformer, "null_action", False):

@@ -114,6 +114,7 @@ class OpenSoraWorldModelConfig(FlowWorldModelConfig):
     action_q99: list[float] | None = None
     action_dropout: float = 0.0
     action_guidance: float = 1.0
+    guidance_distilled: float | None = None  # base.GuidanceTeacher
 
     @classmethod
     def full(cls) -> OpenSoraWorldModelConfig:
@@ -185,7 +186,9 @@ def validate_config(config: OpenSoraWorldModelConfig) -> None:
         )
     if t.action_modulation not in ("spatial", "all"):
         raise ConfigError("transformer.action_modulation must be 'spatial' or 'all'")
-    validate_action_options(config.action_dropout, config.action_guidance, t.null_action)
+    validate_action_options(
+        config.action_dropout, config.action_guidance, t.null_action, config.guidance_distilled
+    )
     if not 0.0 <= config.context_timestep < fm.NUM_TRAIN_TIMESTEPS:
         raise ConfigError("context_timestep must be in [0, 1000)")
     if (config.action_q01 is None) != (config.action_q99 is None):

@@ -86,6 +86,7 @@ class WanWorldModelConfig(FlowWorldModelConfig):
     motion_loss_weight: float = 0.0
     action_dropout: float = 0.0
     action_guidance: float = 1.0
+    guidance_distilled: float | None = None  # base.GuidanceTeacher
     # Round the denoiser's timesteps to bfloat16 as RLinf's bf16 pipeline does (952.4 -> 952,
     # 882.4 -> 884, 769.2 -> 768 at 5 steps, shift 5); off: float32.
     bf16_timesteps: bool = False
@@ -158,7 +159,9 @@ def validate_config(config: WanWorldModelConfig) -> None:
         raise ConfigError("num_inference_steps must be >= 1")
     if not 0.0 <= config.context_noise_sigma < 1.0:
         raise ConfigError("context_noise_sigma must be in [0, 1)")
-    validate_action_options(config.action_dropout, config.action_guidance, t.null_action)
+    validate_action_options(
+        config.action_dropout, config.action_guidance, t.null_action, config.guidance_distilled
+    )
     if config.reference_action is not None and len(config.reference_action) != t.action_dim:
         raise ConfigError(
             f"reference_action must have transformer.action_dim ({t.action_dim}) values"
