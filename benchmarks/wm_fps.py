@@ -3,6 +3,7 @@
     python benchmarks/wm_fps.py [--backend opensora] [--steps 1 2 4 10] [--envs 10 32 64]
                                 [--threads 2] [--rounds 3] [--warmup 1] [--flops]
                                 [--precision fp32 bf16] [--compile] [--guidance 1 2]
+                                [--preset mw-coevolve]
                                 [--out RESULT.json] [--markdown TABLE.md]
 
 Speed does not depend on the weights, so each setting uses a freshly built model of the
@@ -21,7 +22,8 @@ precision, the same model with its denoiser and decoder under torch.compile
 more with it). `--guidance` times each setting at each action-guidance scale: a scale other
 than 1 builds the model with a null action and runs its pass beside every conditioned one (the
 mw-* presets sample at 2); a model distilled into one pass (`world_model.distill_guidance`)
-runs as scale 1.
+runs as scale 1. `--preset` takes the world model's other options (action tokens and the like)
+from a preset, so that the model timed is that preset's.
 Results: docs/benchmarks.md.
 """
 
@@ -36,6 +38,7 @@ import torch  # noqa: E402
 from sim_fps import measure as measure_sim  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
+from wmrl_cli.config.loading import resolve_config  # noqa: E402
 from wmrl_cli.config.schema import RunConfig, SimulatorConfig  # noqa: E402
 from wmrl_cli.sims.suites import get_suite  # noqa: E402
 from wmrl_cli.world_models.factory import build_world_model  # noqa: E402
@@ -94,6 +97,9 @@ def main() -> None:
     parser.add_argument(
         "--guidance", type=float, nargs="+", default=[1.0], help="action guidance scales"
     )
+    parser.add_argument(
+        "--preset", help="the world model's other options from this preset (e.g. mw-coevolve)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -121,17 +127,14 @@ def main() -> None:
     for steps in args.steps:
         for envs in args.envs:
             for precision, compiled, guidance in variants:
-                cfg = RunConfig.model_validate(
-                    {
-                        "simulator": {"image_size": args.image_size},
-                        "world_model": {
-                            "backend": args.backend,
-                            "size": args.size,
-                            "num_inference_steps": steps,
-                            "action_guidance": guidance,
-                        },
-                    }
-                )
+                options = {
+                    "simulator.image_size": args.image_size,
+                    "world_model.backend": args.backend,
+                    "world_model.size": args.size,
+                    "world_model.num_inference_steps": steps,
+                    "world_model.action_guidance": guidance,
+                }
+                cfg = resolve_config(args.preset, options)
                 model = build_world_model(cfg, ACTION_DIM).eval()
                 model.autocast_dtype = dtypes[precision]
                 if compiled:

@@ -54,9 +54,14 @@ VAL_SEED0 = 1_000_000
 
 
 def centroid_errors(
-    model: WorldModel, world: DotWorld, episodes: list[Episode], seed: int
+    model: WorldModel,
+    world: DotWorld,
+    episodes: list[Episode],
+    seed: int,
+    per_episode: dict[str, list[float]] | None = None,
 ) -> dict[str, float]:
-    """Mean dot-centroid errors (px) at h8 and h16 (see the module doc)."""
+    """Mean dot-centroid errors (px) at h8 and h16 (see the module doc); each episode's into
+    `per_episode` where given (for paired intervals: compare_scores.py)."""
     steps = -(-HORIZON // CHUNK) * CHUNK
     first = np.stack([e.frames[0] for e in episodes])
     true_actions = np.stack([padded_actions(e.actions, steps, 2) for e in episodes])
@@ -76,11 +81,18 @@ def centroid_errors(
             rows["tracks_other"].append(np.linalg.norm(found_other - moved))
             rows["copy"].append(np.linalg.norm(start - truth))
         out.update({f"centroid_{k}@{h}": float(np.mean(v)) for k, v in rows.items()})
+        if per_episode is not None:
+            for k, v in rows.items():
+                per_episode[f"centroid_{k}@{h}"] = [float(x) for x in v]
     return out
 
 
 def score(
-    model: WorldModel, world: DotWorld, episodes: list[Episode], seed: int
+    model: WorldModel,
+    world: DotWorld,
+    episodes: list[Episode],
+    seed: int,
+    per_episode: dict[str, list[float]] | None = None,
 ) -> tuple[OpenLoopReport, dict[str, float]]:
     """(the open-loop report, the dot metrics: PSNR, copy PSNR, action gap, response ratio at
     h1 / h8 / h16, and `centroid_errors`) of `model` on held-out `episodes`."""
@@ -95,7 +107,7 @@ def score(
         row[f"copy_psnr@{h}"] = report.copy_psnr[h - 1]
         row[f"action_gap@{h}"] = report.action_gap(h)
         row[f"response_ratio@{h}"] = report.response_ratio[h - 1]
-    row.update(centroid_errors(model, world, episodes, seed))
+    row.update(centroid_errors(model, world, episodes, seed, per_episode))
     return report, row
 
 
@@ -218,13 +230,14 @@ def main() -> None:
     if args.score is not None:
         model = load_imagining_world_model(args.score, world.size, world.size, cfg, "cpu")
         started = time.process_time()
-        _, row = score(model, world, val, cfg.simulator.seed)
+        per_episode: dict[str, list[float]] = {}
+        _, row = score(model, world, val, cfg.simulator.seed, per_episode)
         result = {
             "model": str(args.score), "overrides": args.overrides,
             "sampling_steps": args.sampling_steps,
             "sampler_guidance": model.config.action_guidance,
             "guidance_distilled": getattr(model.config, "guidance_distilled", None),
-            "score_cpu_s": time.process_time() - started, **row,
+            "score_cpu_s": time.process_time() - started, **row, "per_episode": per_episode,
         }  # fmt: skip
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "score.json").write_text(json.dumps(result, indent=1))

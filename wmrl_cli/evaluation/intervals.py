@@ -55,13 +55,14 @@ class PairedDifference:
 
 
 def paired_difference(
-    a: Sequence[bool],
-    b: Sequence[bool],
+    a: Sequence[float],
+    b: Sequence[float],
     resamples: int = 10_000,
     level: float = 0.95,
     seed: int = 0,
 ) -> PairedDifference:
-    """Percentile bootstrap of mean(b) - mean(a) over paired episodes: each resample draws
+    """Percentile bootstrap of mean(b) - mean(a) over paired episodes (their outcomes, or any
+    per-episode value such as an error in pixels): each resample draws
     episodes with replacement and keeps both outcomes of an episode together, so the shared
     difficulty of a start state cancels out of the interval."""
     x = np.asarray(a, dtype=np.float64)
