@@ -12,7 +12,7 @@ import torch
 
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.training.guidance_distillation import distilled_student, frozen_teacher
-from wmrl_cli.world_models.action_conditioning import sampler_guidance
+from wmrl_cli.world_models.action_conditioning import freeze_unused_null_action, sampler_guidance
 from wmrl_cli.world_models.base import FlowWorldModel, GuidanceTeacher
 from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
 from wmrl_cli.world_models.wan import WanWorldModel, WanWorldModelConfig
@@ -136,3 +136,23 @@ def test_a_distilled_model_samples_its_own_scale_in_one_pass_and_no_other() -> N
     assert sampler_guidance(3.0, None) == 3.0  # not distilled: as asked
     with pytest.raises(ConfigError, match="distilled to give guidance 2"):
         sampler_guidance(3.0, 2.0)
+
+
+@pytest.mark.parametrize("backend", ["opensora", "wan"])
+@pytest.mark.parametrize("distilled", [True, False])
+def test_every_trainable_parameter_gets_a_gradient(backend, distilled) -> None:
+    """DDP needs a gradient for every trainable parameter on every rank: a null action that
+    no window draws (a student's one pass, or training without action dropout) is frozen, as
+    the trainer does; two ranks stopped on it at the second step before."""
+    source = _model(backend)
+    model = distilled_student(source) if distilled else copy.deepcopy(source)
+    model.config.action_dropout = 0.0
+    teacher = frozen_teacher(source) if distilled else None
+    freeze_unused_null_action(model.transformer, model.config.action_dropout)
+    model.train()
+    model(_batch(model), torch.Generator().manual_seed(0), teacher).backward()
+    unused = [
+        n for n, p in model.transformer.named_parameters() if p.requires_grad and p.grad is None
+    ]
+    assert unused == []
+    assert any("null_action" in n for n, _ in model.transformer.named_parameters())

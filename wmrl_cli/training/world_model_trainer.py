@@ -74,6 +74,7 @@ from wmrl_cli.training.world_model_batches import (
     rank_share,
     split_episodes,
 )
+from wmrl_cli.world_models.action_conditioning import freeze_unused_null_action
 from wmrl_cli.world_models.base import GuidanceTeacher
 from wmrl_cli.world_models.factory import (
     MODEL_DIR,
@@ -335,6 +336,7 @@ class WorldModelTrainer:
             teacher.model.autocast_dtype = autocast_dtype
             if acc.device.type != "cpu":
                 teacher.model.onload(acc.device)
+        freeze_unused_null_action(model.transformer, model.config.action_dropout)
         model.autocast_dtype = autocast_dtype
         model.transformer.gradient_checkpointing = self.wm.gradient_checkpointing
         model.vae.requires_grad_(False)

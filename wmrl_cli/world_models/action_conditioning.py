@@ -88,6 +88,18 @@ def action_dropout_mask(
     return (torch.rand(batch, generator=generator, device=draw_device) < probability).to(device)
 
 
+def freeze_unused_null_action(model: nn.Module, dropout: float) -> None:
+    """The null action's parameters frozen where training never draws it (`dropout` 0: a
+    fine-tuning without dropout, a distilled student's one pass): they would get no gradient,
+    and DDP needs one for every trainable parameter (two ranks stopped at the second step on
+    "Expected to have finished reduction in the prior iteration")."""
+    if dropout > 0:
+        return
+    for name, param in model.named_parameters():
+        if "null_action" in name:
+            param.requires_grad_(False)
+
+
 def sampler_guidance(requested: float | None, distilled: float | None) -> float | None:
     """The guidance scale a model's sampler applies when a run asks for `requested` (None: the
     model's own) of a model distilled at `distilled` (None: not distilled): a distilled model
