@@ -278,6 +278,8 @@ def check_world_model_training(
             model = build_world_model(cfg, action_dim)
         denoiser = count(model.transformer)
         frozen = count(model) - denoiser
+    if wm.distill_guidance:  # the teacher: a whole frozen copy beside the student, float32
+        frozen += denoiser + frozen
     settings = TrainingSettings(
         backend=backend,
         height=height,

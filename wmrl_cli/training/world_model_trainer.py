@@ -387,7 +387,6 @@ class WorldModelTrainer:
         self.logger.close()
         return out
 
-    # -- sharded or replicated ----------------------------------------------------------------
     def _load_init(self, init: str | Path) -> WorldModel:
         """The world model the run starts from (`--init`), for the episodes' frames."""
         height, width = self.train.episodes[0].frames.shape[1:3]
@@ -399,6 +398,7 @@ class WorldModelTrainer:
             )
         return model
 
+    # -- sharded or replicated ----------------------------------------------------------------
     def _gathered(self, model: WorldModel) -> Any:
         """The whole denoiser on every rank inside (sharded; nothing to do otherwise)."""
         return gathered_units(model.transformer) if self.sharded else nullcontext()
