@@ -217,12 +217,12 @@ def test_the_plan_follows_the_precision_the_gpu_runs() -> None:
 
 
 def test_distillation_plans_for_the_teacher_beside_the_student() -> None:
-    """`world_model.distill_guidance` keeps the whole teacher frozen beside the student: the
-    plan's frozen part grows by a whole model (float32)."""
+    """`world_model.distill_guidance` keeps the teacher's denoiser frozen beside the student
+    (the autoencoder is shared): the plan's frozen part grows by a denoiser (float32)."""
     cfg = resolve_config(overrides=["world_model.backend=opensora", "world_model.size=full"])
     cfg.training.memory_budget_gb = 1000.0
     plain = check_world_model_training(cfg, None, (256, 256), 1, action_dim=7, device="cpu")
     cfg.world_model.distill_guidance = True
     distilling = check_world_model_training(cfg, None, (256, 256), 1, action_dim=7, device="cpu")
-    whole = plain.frozen + plain.state / 5  # one rank: weights, gradients, 2 moments, EMA
-    assert distilling.frozen == pytest.approx(plain.frozen + whole, rel=1e-6)
+    denoiser = plain.state / 5  # one rank: weights, gradients, 2 moments, EMA
+    assert distilling.frozen == pytest.approx(plain.frozen + denoiser, rel=1e-6)

@@ -107,7 +107,9 @@ def test_training_moves_the_student_to_the_guided_velocity_in_one_pass(monkeypat
     student = distilled_student(source)
     teacher = frozen_teacher(source)
     assert (student.config.action_guidance, student.config.guidance_distilled) == (1.0, 2.0)
-    assert not any(p.requires_grad for p in teacher.model.parameters())
+    assert not any(p.requires_grad for p in teacher.model.transformer.parameters())
+    assert student.vae is teacher.model.vae  # one frozen autoencoder, not two
+    assert student.transformer is not teacher.model.transformer
     batch = _batch(source)
     student.train()
     params = [p for p in student.transformer.parameters() if p.requires_grad]

@@ -278,8 +278,8 @@ def check_world_model_training(
             model = build_world_model(cfg, action_dim)
         denoiser = count(model.transformer)
         frozen = count(model) - denoiser
-    if wm.distill_guidance:  # the teacher: a whole frozen copy beside the student, float32
-        frozen += denoiser + frozen
+    if wm.distill_guidance:  # the teacher's denoiser, frozen beside the student (float32);
+        frozen += denoiser  # the autoencoder is shared (training/guidance_distillation.py)
     settings = TrainingSettings(
         backend=backend,
         height=height,

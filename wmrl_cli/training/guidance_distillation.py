@@ -19,8 +19,8 @@ from wmrl_cli.world_models.factory import apply_objective
 
 
 def check_distillation(cfg: RunConfig, init: object | None, num_processes: int) -> None:
-    """Before anything runs: distillation needs a teacher (--init), and keeps one whole copy of
-    it beside the student on every rank, so the denoiser is not sharded."""
+    """Before anything runs: distillation needs a teacher (--init), and keeps a whole copy of
+    its denoiser beside the student on every rank, so the denoiser is not sharded."""
     wm = cfg.world_model
     if not wm.distill_guidance:
         return
@@ -50,6 +50,7 @@ def student_and_teacher(
     if resumed:
         source = load(init)
         apply_objective(source.config, cfg)
+        source.vae = model.vae  # the same frozen autoencoder: one copy (`distilled_student`)
     else:
         source, model = model, distilled_student(model)
     teacher = frozen_teacher(source)
@@ -72,8 +73,10 @@ def frozen_teacher(model: FlowWorldModel) -> GuidanceTeacher:
 
 def distilled_student(teacher_source: FlowWorldModel) -> FlowWorldModel:
     """The student: a copy of the teacher's model (before it is frozen), marked as distilled at
-    the teacher's scale (`mark_student`)."""
-    student = copy.deepcopy(teacher_source)
+    the teacher's scale (`mark_student`). The autoencoder is shared, not copied: it stays frozen
+    in training, and the teacher only runs its denoiser."""
+    shared = {id(teacher_source.vae): teacher_source.vae}
+    student = copy.deepcopy(teacher_source, memo=shared)
     mark_student(student, teacher_source.config.action_guidance)
     return student
 
