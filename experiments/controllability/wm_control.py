@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -35,6 +36,7 @@ import torch
 from wmrl_cli.config.loading import resolve_config
 from wmrl_cli.config.schema import RunConfig
 from wmrl_cli.data.episodes import Episode, EpisodeStore
+from wmrl_cli.errors import WmrlError
 from wmrl_cli.evaluation.world_model_eval import (
     OpenLoopReport,
     alternative_actions,
@@ -264,4 +266,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except WmrlError as exc:  # a bad --init / --score model or setting: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
