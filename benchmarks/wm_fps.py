@@ -101,6 +101,7 @@ def main() -> None:
         "--preset", help="the world model's other options from this preset (e.g. mw-coevolve)"
     )
     args = parser.parse_args()
+    resolve_config(args.preset)  # a bad preset is refused before the simulator is timed
     torch.set_num_threads(args.threads)
 
     n_tasks = len(get_suite("mw10").tasks)

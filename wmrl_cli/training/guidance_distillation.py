@@ -47,14 +47,14 @@ def student_and_teacher(
     checkpoint, whose teacher is loaded from --init again (`load`) with the run's objective."""
     if init is None:  # the command checks first (`check_distillation`)
         raise ConfigError("world_model.distill_guidance needs --init: the guided world model")
-    if resumed:
-        source = load(init)
-        apply_objective(source.config, cfg)
-        source.vae = model.vae  # the same frozen autoencoder: one copy (`distilled_student`)
-    else:
+    if not resumed:  # the student copied from the teacher before it is frozen
         source, model = model, distilled_student(model)
+        return model, frozen_teacher(source)
+    source = load(init)
+    apply_objective(source.config, cfg)
+    source.vae = model.vae  # the same frozen autoencoder: one copy (`distilled_student`)
     teacher = frozen_teacher(source)
-    mark_student(model, teacher.scale)
+    mark_student(model, teacher.scale)  # the checkpoint's config took the run's objective
     return model, teacher
 
 
