@@ -64,6 +64,21 @@ def test_seeds_average_where_every_run_evaluated(tmp_path) -> None:
         mean_over_seeds([(only_step_3, 0), (one, 0)], report(BASE))
 
 
+def test_seeds_of_a_whole_pipeline_are_each_paired_with_their_own_base(tmp_path) -> None:
+    # seed 0's base succeeds on 2 of 10, seed 1's on 6: each run gains 2 episodes (+0.2) over
+    # its own base
+    base_one = [True] * 4 + BASE[4:]
+    one = fake_run(tmp_path / "a", {5: [True] * 2 + BASE[2:]}, real_per_step=100)
+    two = fake_run(tmp_path / "b", {5: [True] * 6 + BASE[6:]}, real_per_step=100)
+    arm = mean_over_seeds([(one, 0), (two, 0)], [report(BASE), report(base_one)])
+    assert arm[0].difference == pytest.approx(0.2) and arm[0].success == pytest.approx(0.6)
+    assert 0.0 < arm[0].low < 0.2 < arm[0].high  # no pair ever loses: the interval stays above 0
+    # against seed 0's base alone, seed 1 would read +0.6: the mean +0.4
+    assert mean_over_seeds([(one, 0), (two, 0)], report(BASE))[0].difference == pytest.approx(0.4)
+    with pytest.raises(WmrlError, match="one per run"):
+        mean_over_seeds([(one, 0), (two, 0)], [report(BASE)])
+
+
 def test_the_script_writes_table_json_and_plot(tmp_path) -> None:
     base_dir = tmp_path / "base"
     base_dir.mkdir()
@@ -89,3 +104,12 @@ def test_the_script_writes_table_json_and_plot(tmp_path) -> None:
     bad = subprocess.run([*argv[:4], "--arm", "nonsense", "--out", str(out)],
                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert bad.returncode != 0 and "NAME=VALUE" in bad.stderr
+    # a base per seed: one arm of two runs, each against its own base
+    two_bases = [*argv[:3], f"{base_dir},{base_dir}", "--arm", f"simulator={sim},{sim}",
+                 "--out", str(out), "--resamples", "200"]  # fmt: skip
+    done = subprocess.run(two_bases, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "curves.json").read_text())["simulator"][0]["seeds"] == 2
+    unmatched = [*two_bases[:5], f"simulator={sim}", *two_bases[6:]]
+    done = subprocess.run(unmatched, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 1 and "1 run(s) for 2 --base evaluations" in done.stderr

@@ -10,7 +10,8 @@ real success on the held-out evaluation episodes at that RL step (`RUN/eval/step
 written with `algorithm.eval_every`), paired by episode with the base policy's evaluation.
 
     curve = learning_curve(run_dir, base_report)          # one seed
-    arm = mean_over_seeds([curve_seed0, curve_seed1, ...])  # the arm's mean, paired interval
+    arm = mean_over_seeds([(run_s0, 0), (run_s1, 0)], base_report)  # the arm's mean over seeds
+    arm = mean_over_seeds([(run_s0, 0), (run_s1, 0)], [base_s0, base_s1])  # a base per seed
     plot_real_steps({"simulator": arm_sim, "verified": arm_ver}, "gain.png", base_rate)
 """
 
@@ -155,11 +156,18 @@ def _point(
 
 
 def mean_over_seeds(
-    runs: list[tuple[str | Path, float]], base: dict[str, Any], resamples: int = 10_000
+    runs: list[tuple[str | Path, float]],
+    base: dict[str, Any] | list[dict[str, Any]],
+    resamples: int = 10_000,
 ) -> list[CurvePoint]:
     """An arm's curve over seeds: at each step every run evaluated, the mean real steps and
     success and the mean paired difference with its stratified interval. `runs`: (run
-    directory, real steps spent before it) per seed."""
+    directory, real steps spent before it) per seed. `base`: the base policy's evaluation, one
+    for every run (RL seeds from one base), or one per run in the same order (seeds of a whole
+    pipeline, each with its own base policy)."""
+    bases = base if isinstance(base, list) else [base] * len(runs)
+    if len(bases) != len(runs):
+        raise WmrlError(f"{len(runs)} run(s) but {len(bases)} base evaluations: one per run")
     per_run = []
     for run_dir, offset in runs:
         run_dir = Path(run_dir)
@@ -176,7 +184,10 @@ def mean_over_seeds(
         )
     points = []
     for step in shared:
-        pairs = [paired_outcomes(base, _read_json(run[step][1])) for run in per_run]
+        pairs = [
+            paired_outcomes(own, _read_json(run[step][1]))
+            for own, run in zip(bases, per_run, strict=True)
+        ]
         real = float(np.mean([run[step][0] for run in per_run]))
         points.append(_point(step, real, pairs, resamples))
     return points
