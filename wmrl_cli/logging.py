@@ -147,6 +147,23 @@ def _scalar(value: Any) -> float | None:
 _HEADLINE = ("loss", "autoencoder_loss", "success_once", "return", "f1")
 
 
+def read_metric_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's metrics.jsonl rows, in order (none where it has none; a torn line skipped: a
+    run killed during a write, or one still writing)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
 def truncate_metrics(
     path: Path, last_step: int, keep: Callable[[dict[str, Any]], bool] | None = None
 ) -> list[dict[str, Any]]:

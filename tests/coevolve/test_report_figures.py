@@ -80,7 +80,9 @@ def test_the_methods_real_steps_split_by_kind(tmp_path) -> None:
         {"step": 2, "env/real_steps": 1030, "env/real_steps_data": 1000, "env/real_steps_calls": 20,
          "env/real_steps_exact": 10, "env/real_steps_rollouts": 0},
     ]  # fmt: skip
-    (stage / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # a run still writing (or killed mid-line) leaves a torn last line, which is skipped
+    torn = '{"step": 3, "env/real_steps": 10'
+    (stage / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + torn)
     act = rl_activity(stage)
     assert act["real_steps_by_kind"] == {"rollouts": 0, "calls": 20, "exact": 10}
     control = {"real_steps_by_kind": {"rollouts": 500, "calls": 0, "exact": 0}}

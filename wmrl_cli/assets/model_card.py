@@ -14,7 +14,6 @@ the working folder are relative to it, the home folder is `~`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from wmrl_cli.assets.model_source import (
     read_json,
 )
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.logging import read_metric_rows
 
 TAGS = ("wmrl", "robotics", "reinforcement-learning", "world-model")
 KIND_TAGS = {
@@ -224,15 +224,7 @@ def _reward_evaluation(model_dir: Path) -> list[str]:
 
 def metric_rows(run_dir: Path | None) -> list[dict[str, Any]]:
     """metrics.jsonl's rows (a torn line skipped); none without a run."""
-    if run_dir is None or not (run_dir / "metrics.jsonl").is_file():
-        return []
-    rows = []
-    for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return [row for row in rows if isinstance(row, dict)]
+    return [] if run_dir is None else read_metric_rows(run_dir)
 
 
 def _world_model_evaluation(rows: list[dict[str, Any]]) -> list[str]:

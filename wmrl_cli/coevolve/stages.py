@@ -14,6 +14,7 @@ from typing import Any
 from wmrl_cli.config import RunConfig, dump_config
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.files import atomic_write_text
+from wmrl_cli.logging import read_metric_rows
 from wmrl_cli.ranks import on_ranks
 
 REAL_STEPS_FILE = "real_steps_before.json"  # in an RL stage's folder: env/real_steps at start
@@ -27,8 +28,7 @@ def store_steps(path: str | Path) -> int:
 def rl_steps(policy_dir: str) -> int:
     """Real steps an RL stage consumed: the growth of its last `env/real_steps`."""
     run = Path(policy_dir).parent
-    rows = (run / "metrics.jsonl").read_text().splitlines()
-    last = json.loads(rows[-1])
+    last = [row for row in read_metric_rows(run) if "env/real_steps" in row][-1]
     return int(last["env/real_steps"]) - int(json.loads((run / REAL_STEPS_FILE).read_text()))
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import atomic_write_bytes
+from wmrl_cli.logging import read_metric_rows
 
 
 @dataclass(frozen=True)
@@ -58,22 +59,11 @@ def _read_json(path: Path) -> Any:
         raise WmrlError(f"{path}: unreadable ({exc})") from None
 
 
-def _metric_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl rows (a torn last line skipped)."""
-    rows = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue  # a torn last line
-    return rows
-
-
 def _real_steps_at(run_dir: Path) -> dict[int, float]:
     """`env/real_steps` at each logged step of a run (metrics.jsonl)."""
     return {
         int(row["step"]): float(row["env/real_steps"])
-        for row in _metric_rows(run_dir)
+        for row in read_metric_rows(run_dir)
         if "env/real_steps" in row
     }
 
@@ -88,7 +78,7 @@ def verification_table(runs: dict[str, Path]) -> str | None:
     steps and the cumulative count), a markdown table; None where no run verified."""
     lines = []
     for name, run_dir in runs.items():
-        for row in _metric_rows(Path(run_dir)):
+        for row in read_metric_rows(Path(run_dir)):
             if "verify/calls" in row:
                 calls, rate, confirmed, replayed, total = (row.get(k) for k in VERIFY_COLUMNS)
                 lines.append(

@@ -3,12 +3,12 @@ one rule for `train-policy` (said when it ends) and co-evolve's report (each RL 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from wmrl_cli.logging import read_metric_rows
 from wmrl_cli.rl.real_step_kinds import KINDS
 
 SUCCESS_WINDOW = 5  # RL steps averaged at each end of a run's training-success curve
@@ -21,10 +21,7 @@ def rl_activity(run_dir: Path) -> dict[str, Any] | None:
     model's verdict), averaged over the first and the last `SUCCESS_WINDOW` steps, and the real
     steps it spent by kind (rl/real_step_kinds.py; the data it started from left out) (None
     without metrics)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = read_metric_rows(Path(run_dir))
     if not rows:
         return None
     kept = [float(r.get("rollout/kept_groups_fraction", 1.0)) for r in rows]
