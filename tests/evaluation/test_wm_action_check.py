@@ -54,3 +54,24 @@ def test_no_check_by_default_or_with_one_episode() -> None:
     assert open_loop_eval(model, [_episode(1.0, 0)] * 2, 8).other_actions_psnr is None
     single = open_loop_eval(model, [_episode(1.0, 0)], 8, action_check=True)
     assert single.action_gap(8) is None and "action_gap@8" not in single.summary()
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_per_episode_values_average_to_the_summary_in_episode_order(batch_size: int) -> None:
+    # the third episode lasts one chunk: NaN at step 8, so the mean at 8 is of the other two
+    short = _episode(0.5, 2)
+    short.frames, short.actions = short.frames[: CHUNK + 1], short.actions[:CHUNK]
+    short.rewards, short.success = short.rewards[:CHUNK], short.success[:CHUNK]
+    episodes = [_episode(1.0, 0), _episode(-1.0, 1), short]
+    report = open_loop_eval(ShiftModel(1.0), episodes, 8, batch_size=batch_size, action_check=True)
+    values = report.per_episode((4, 8))
+    assert set(values) == {"psnr@4", "action_gap@4", "psnr@8", "action_gap@8"}
+    assert len(values["psnr@4"]) == 3 and np.isnan(values["psnr@8"][2])
+    summary = report.summary((4, 8))
+    for key in values:
+        assert np.nanmean(values[key]) == pytest.approx(summary[key], rel=1e-5)
+    # without alternatives: PSNR alone
+    assert set(open_loop_eval(ShiftModel(1.0), episodes, 8).per_episode((4, 8))) == {
+        "psnr@4",
+        "psnr@8",
+    }

@@ -231,6 +231,10 @@ def test_report_renders_and_serializes(report, tmp_path) -> None:
     assert "open-loop fidelity" in text and "frames/s" in text and "halluc." in text
     assert "controllability" in text and "gap shuffled" in text
     assert set(body["open_loop"]["alternative_psnr"]) == {"other", "shuffled", "random"}
+    # per episode, for pairing two world models evaluated on the same episodes
+    per_episode = body["open_loop"]["per_episode"]
+    assert len(per_episode["psnr@1"]) == report.open_loop.episodes
+    assert {"action_gap@1", "action_gap_shuffled@1", "action_gap_random@1"} <= set(per_episode)
     # the response ratio comes from replaying the other actions in the simulator
     assert len(body["open_loop"]["response_ratio"]) == report.horizon
     report.save(tmp_path, save_video=True)

@@ -160,8 +160,7 @@ class ReliabilityReport:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        open_loop = {k: v for k, v in self.open_loop.__dict__.items() if k != "videos"}
-        open_loop["beats_copy_baseline"] = self.open_loop.beats_copy_baseline()
+        open_loop = self.open_loop.to_dict()
         task_threshold, by_task = self.agreement_by_task()
         body = {
             "world_model": self.world_model,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,6 +57,10 @@ class OpenLoopReport:
     # PSNR of the rollouts driven by other actions, by kind (ALTERNATIVES)
     alternative_psnr: dict[str, list[float]] = field(default_factory=dict)
     response_ratio: list[float] | None = None  # against the simulator, "other" actions
+    # per episode and step [N, horizon], NaN once the episode has ended: what pairs two models
+    # evaluated on the same episodes with the same noise (`per_episode`)
+    episode_psnr: np.ndarray | None = field(default=None, repr=False)
+    episode_alternative_psnr: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def other_actions_psnr(self) -> list[float] | None:
@@ -80,6 +85,34 @@ class OpenLoopReport:
             out["moving_psnr"] = self.moving_psnr[i]
             out["copy_moving_psnr"] = self.copy_moving_psnr[i]
         return out
+
+    def per_episode(self, steps: tuple[int, ...] = (8, 16, 32)) -> dict[str, list[float]]:
+        """Per episode, PSNR and each kind's action gap at the horizon `steps` (NaN where the
+        episode ended before the step): the values a paired comparison of two models reads."""
+        out: dict[str, list[float]] = {}
+        if self.episode_psnr is None:
+            return out
+        for step in (s for s in steps if s <= self.horizon):
+            psnr_at = self.episode_psnr[:, step - 1]
+            out[f"psnr@{step}"] = psnr_at.tolist()
+            for kind, values in self.episode_alternative_psnr.items():
+                name = "action_gap" if kind == "other" else f"action_gap_{kind}"
+                out[f"{name}@{step}"] = (psnr_at - values[:, step - 1]).tolist()
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-able values: the per-step means, whether it beats the copy
+        baseline, and `per_episode` at the summary's steps (None where an episode had ended),
+        which lets two models evaluated on the same episodes be compared pair by pair."""
+        skip = ("videos", "episode_psnr", "episode_alternative_psnr")
+        body: dict[str, Any] = {k: v for k, v in self.__dict__.items() if k not in skip}
+        body["beats_copy_baseline"] = self.beats_copy_baseline()
+        steps = (1, 8, 16, 24, 32)
+        body["per_episode"] = {
+            key: [None if np.isnan(v) else v for v in values]
+            for key, values in self.per_episode(steps).items()
+        }
+        return body
 
     def beats_copy_baseline(self) -> bool:
         return all(m > c for m, c in zip(self.psnr, self.copy_psnr))
@@ -181,6 +214,11 @@ def open_loop_eval(
         counts[name] = counts.get(name, 0) + ok.sum(0)
 
     videos = []
+    per_episode: dict[str, list[np.ndarray]] = {}
+
+    def keep(name: str, values: np.ndarray, valid: np.ndarray) -> None:
+        per_episode.setdefault(name, []).append(np.where(valid, values, np.nan))
+
     batches = range(0, len(episodes), batch_size)
     for start in track_batches(batches, "open-loop rollouts (episodes)", progress):
         batch = episodes[start : start + batch_size]
@@ -190,7 +228,9 @@ def open_loop_eval(
         first_t = torch.from_numpy(first)
         copy = first_t[:, None].expand_as(truth)
         valid = np.array([[t < e.length for t in range(horizon)] for e in batch])
-        add("psnr", psnr(preds, truth).numpy(), valid)
+        true_psnr = psnr(preds, truth).numpy()
+        add("psnr", true_psnr, valid)
+        keep("psnr", true_psnr, valid)
         add("ssim", ssim(preds, truth).numpy(), valid)
         add("copy_psnr", psnr(copy, truth).numpy(), valid)
         add("copy_ssim", ssim(copy, truth).numpy(), valid)
@@ -199,7 +239,9 @@ def open_loop_eval(
         for kind in kinds:
             alt = np.stack(alt_actions[kind][start : start + len(batch)])
             other = open_loop_rollout(world_model, first, alt, c, horizon, seed + start)
-            add(f"alt_{kind}", psnr(other, truth).numpy(), valid)
+            other_psnr = psnr(other, truth).numpy()
+            add(f"alt_{kind}", other_psnr, valid)
+            keep(f"alt_{kind}", other_psnr, valid)
             if kind == "other" and replay is not None:
                 sim_other = replay(batch, alt)[:, 1 : horizon + 1]
                 add("model_response", _mse(preds, other), valid)
@@ -224,6 +266,8 @@ def open_loop_eval(
         copy_moving_psnr=list(_psnr_of_mse(means["copy_moving_mse"])),
         alternative_psnr={k: list(means[f"alt_{k}"]) for k in kinds},
         response_ratio=response,
+        episode_psnr=np.concatenate(per_episode["psnr"]),
+        episode_alternative_psnr={k: np.concatenate(per_episode[f"alt_{k}"]) for k in kinds},
     )
 
 

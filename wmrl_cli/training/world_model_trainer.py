@@ -483,9 +483,7 @@ class WorldModelTrainer:
             out = model.save_pretrained(self.run_dir / MODEL_DIR, state=state)
         canonical_safetensors(out)  # the same weights, the same bytes
         if report is not None:
-            body = {k: v for k, v in report.__dict__.items() if k != "videos"}
-            body["beats_copy_baseline"] = report.beats_copy_baseline()
-            atomic_write_text(out / RELIABILITY_FILE, json.dumps(body, indent=1))
+            atomic_write_text(out / RELIABILITY_FILE, json.dumps(report.to_dict(), indent=1))
 
     def _write_rank_summary(self, model: WorldModel, ema: dict[str, torch.Tensor]) -> None:
         """Per rank: a digest of its world model (weights, buffers and EMA) and the windows of

@@ -1,0 +1,138 @@
+"""A world model's checkpoints scored side by side on the same held-out episodes, each paired
+episode by episode with the last one named (the full budget): does the model still improve, at
+the horizon and in the action gap, between two points of its training?
+
+    python experiments/world-model-budget/score_checkpoints.py --run WM_RUN --preset STAGE \
+        --data STORE [-n 4] [--step 1200 --step 2400 ...] [--horizon 32] [--out DIR]
+
+WM_RUN: a train-wm run trained with `world_model.keep_checkpoints=0` (co-evolve's world model:
+`RUN/wm_base`); each `--step` its `checkpoints/step_N`, with the EMA weights the run validates
+and saves (not the raw ones); `final`: the saved model. STAGE: the config imagination runs the
+model with (its sampling steps and action guidance: co-evolve's `RUN/stage1/config.yaml`).
+STORE: episodes the world model never trained on (co-evolve's `RUN/data/reward_rollouts`, the
+base policy's own real rollouts), the first `-n` of each task. Every checkpoint rolls each
+episode open loop from its first frame with the recorded actions and with another episode's of
+the same task, with the same noise (`open_loop_eval`); PSNR and the action gap at steps 8, 16
+and 32 are compared with the last checkpoint's, paired by episode (bootstrap 95%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from wmrl_cli.config.loading import resolve_config
+from wmrl_cli.data.episodes import EpisodeStore
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.evaluation.intervals import paired_difference
+from wmrl_cli.evaluation.world_model_eval import open_loop_eval
+from wmrl_cli.files import atomic_write_text
+from wmrl_cli.rewards.loading import safe_torch_load
+from wmrl_cli.world_models.factory import MODEL_DIR
+from wmrl_cli.world_models.interface import WorldModel
+from wmrl_cli.world_models.loading import load_imagining_world_model
+
+STEPS = (8, 16, 32)
+KEYS = tuple(f"{name}@{s}" for s in STEPS for name in ("psnr", "action_gap"))
+
+
+def load_ema(model: WorldModel, checkpoint: Path) -> None:
+    """The EMA weights of a train-wm checkpoint (the training state whose keys are the
+    denoiser's parameters) into `model`'s denoiser: the weights its validation scored."""
+    params = dict(model.transformer.named_parameters())
+    for path in sorted((checkpoint / "training_state").glob("state_*.pt")):
+        state = safe_torch_load(path)
+        if isinstance(state, dict) and set(state) == set(params):
+            with torch.no_grad():
+                for name, value in state.items():
+                    params[name].copy_(value.to(params[name].dtype))
+            return
+    raise WmrlError(f"{checkpoint}: no EMA weights in its training state (a sharded run's?)")
+
+
+def checkpoint_model(run: Path, step: str, cfg, size: tuple[int, int]) -> WorldModel:
+    if step == "final":
+        return load_imagining_world_model(run / MODEL_DIR, *size, cfg, "cpu")
+    checkpoint = run / "checkpoints" / f"step_{int(step):06d}"
+    if not checkpoint.is_dir():
+        raise WmrlError(f"{checkpoint}: no such checkpoint (train with keep_checkpoints=0)")
+    model = load_imagining_world_model(checkpoint / "model", *size, cfg, "cpu")
+    load_ema(model, checkpoint)
+    return model
+
+
+def _finite_pairs(a: list[float], b: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    x, y = np.asarray(a, float), np.asarray(b, float)
+    keep = np.isfinite(x) & np.isfinite(y)  # episodes that lasted to the step
+    return x[keep], y[keep]
+
+
+def table(scores: dict[str, dict]) -> str:
+    names = list(scores)
+    last = scores[names[-1]]["per_episode"]
+    lines = [
+        f"Each against step {names[-1]}, paired by episode (bootstrap 95%).",
+        "",
+        "| step | episodes | " + " | ".join(KEYS) + " |",
+        "|---|---|" + "---|" * len(KEYS),
+    ]
+    for name in names:
+        own = scores[name]["per_episode"]
+        cells = []
+        for key in KEYS:
+            x, y = _finite_pairs(last[key], own[key])
+            cell = f"{np.mean(y):.2f}"
+            if name != names[-1]:
+                d = paired_difference(x, y)
+                cell += f" ({d.difference:+.2f} [{d.low:+.2f}, {d.high:+.2f}])"
+            cells.append(cell)
+        lines.append(f"| {name} | {scores[name]['episodes']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, required=True, help="a train-wm run folder")
+    parser.add_argument("--preset", required=True, help="the config imagination runs it with")
+    parser.add_argument("--data", type=Path, required=True, help="held-out episodes")
+    parser.add_argument("-n", type=int, default=4, help="episodes per task")
+    parser.add_argument("--step", action="append", required=True, help="N or final")
+    parser.add_argument("--horizon", type=int, default=max(STEPS))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, help="write scores.json and scores.md here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    try:
+        if args.horizon < max(STEPS) or args.n < 2:
+            raise WmrlError(f"--horizon must be at least {max(STEPS)} and -n at least 2")
+        cfg = resolve_config(args.preset)
+        store = EpisodeStore.open(args.data)
+        episodes = [store.load(i) for i in store.first_per_task(args.n)]
+        size = episodes[0].frames.shape[1:3]
+        scores = {}
+        for step in args.step:
+            model = checkpoint_model(args.run, step, cfg, size)
+            report = open_loop_eval(
+                model, episodes, args.horizon, seed=0, keep_videos=0, alternatives=("other",)
+            )
+            scores[step] = {"episodes": len(episodes), "per_episode": report.per_episode(STEPS)}
+            print(f"step {step}: scored on {len(episodes)} episodes", flush=True)
+    except WmrlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    text = table(scores)
+    print(text, end="")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.out / "scores.json", json.dumps(scores, indent=1) + "\n")
+        atomic_write_text(args.out / "scores.md", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
