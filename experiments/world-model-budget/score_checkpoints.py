@@ -1,14 +1,18 @@
-"""A world model's checkpoints scored side by side on the same held-out episodes, each paired
-episode by episode with the last one named (the full budget): does the model still improve, at
-the horizon and in the action gap, between two points of its training?
+"""A world model's checkpoints (or other world models) scored side by side on the same held-out
+episodes, each paired episode by episode with the last one named (the full budget): does the
+model still improve, at the horizon and in the action gap, between two points of its training?
 
     python experiments/world-model-budget/score_checkpoints.py --run WM_RUN --preset STAGE \
-        --data STORE [-n 4] [--step 1200 --step 2400 ...] [--horizon 32] [--out DIR]
+        --data STORE [-n 4] [--step 1200 --step 2400 ...] [--model NAME=PATH[@gW] ...] \
+        [--against NAME] [--horizon 32] [--out DIR]
 
 WM_RUN: a train-wm run trained with `world_model.keep_checkpoints=0` (co-evolve's world model:
 `RUN/wm_base`); each `--step` its `checkpoints/step_N`, with the EMA weights the run validates
-and saves (not the raw ones); `final`: the saved model. STAGE: the config imagination runs the
-model with (its sampling steps and action guidance: co-evolve's `RUN/stage1/config.yaml`).
+and saves (not the raw ones); `final`: the saved model. `--model`: another saved world model (a
+train-wm run or model folder, such as a distilled student), sampled at action guidance W with
+`@gW` (the preset's otherwise), scored after the steps; `--against`: the entry the others are
+paired with (the last by default). STAGE: the config imagination runs the models with (their
+sampling steps and action guidance: co-evolve's `RUN/stage1/config.yaml`).
 STORE: episodes the world model never trained on (co-evolve's `RUN/data/reward_rollouts`, the
 base policy's own real rollouts), the first `-n` of each task. Every checkpoint rolls each
 episode open loop from its first frame with the recorded actions and with another episode's of
@@ -66,17 +70,36 @@ def checkpoint_model(run: Path, step: str, cfg, size: tuple[int, int]) -> WorldM
     return model
 
 
+def named_model(spec: str, cfg) -> tuple[str, Path, object]:
+    """`NAME=PATH[@gW]`: (name, a saved world model, the config it samples with: at action
+    guidance W if given), checked before any model is scored."""
+    name, sep, rest = spec.partition("=")
+    path, _, guidance = rest.partition("@g")
+    if not sep or not name or not path:
+        raise WmrlError(f"--model {spec}: expected NAME=PATH or NAME=PATH@gW")
+    if guidance:
+        cfg = cfg.model_copy(deep=True)
+        try:
+            cfg.world_model.action_guidance = float(guidance)
+        except ValueError:
+            raise WmrlError(f"--model {spec}: @g takes a number, got {guidance!r}") from None
+    if not Path(path).exists():
+        raise WmrlError(f"--model {spec}: no such world model {path}")
+    return name, Path(path), cfg
+
+
 def _finite_pairs(a: list[float], b: list[float]) -> tuple[np.ndarray, np.ndarray]:
     x, y = np.asarray(a, float), np.asarray(b, float)
     keep = np.isfinite(x) & np.isfinite(y)  # episodes that lasted to the step
     return x[keep], y[keep]
 
 
-def table(scores: dict[str, dict]) -> str:
+def table(scores: dict[str, dict], against: str | None = None) -> str:
     names = list(scores)
-    last = scores[names[-1]]["per_episode"]
+    against = against or names[-1]
+    last = scores[against]["per_episode"]
     lines = [
-        f"Each against step {names[-1]}, paired by episode (bootstrap 95%).",
+        f"Each against {against}, paired by episode (bootstrap 95%).",
         "",
         "| step | episodes | " + " | ".join(KEYS) + " |",
         "|---|---|" + "---|" * len(KEYS),
@@ -87,7 +110,7 @@ def table(scores: dict[str, dict]) -> str:
         for key in KEYS:
             x, y = _finite_pairs(last[key], own[key])
             cell = f"{np.mean(y):.2f}"
-            if name != names[-1]:
+            if name != against:
                 d = paired_difference(x, y)
                 cell += f" ({d.difference:+.2f} [{d.low:+.2f}, {d.high:+.2f}])"
             cells.append(cell)
@@ -97,11 +120,13 @@ def table(scores: dict[str, dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", type=Path, required=True, help="a train-wm run folder")
+    parser.add_argument("--run", type=Path, help="a train-wm run folder (for --step)")
     parser.add_argument("--preset", required=True, help="the config imagination runs it with")
     parser.add_argument("--data", type=Path, required=True, help="held-out episodes")
     parser.add_argument("-n", type=int, default=4, help="episodes per task")
-    parser.add_argument("--step", action="append", required=True, help="N or final")
+    parser.add_argument("--step", action="append", default=[], help="N or final")
+    parser.add_argument("--model", action="append", default=[], help="NAME=PATH[@gW]")
+    parser.add_argument("--against", help="the entry the others are paired with (the last)")
     parser.add_argument("--horizon", type=int, default=max(STEPS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="write scores.json and scores.md here")
@@ -110,22 +135,34 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.horizon < max(STEPS) or args.n < 2:
             raise WmrlError(f"--horizon must be at least {max(STEPS)} and -n at least 2")
+        if not args.step and not args.model:
+            raise WmrlError("nothing to score: give --run with --step, or --model")
+        if args.step and args.run is None:
+            raise WmrlError("--step needs --run (the train-wm run whose checkpoints they are)")
         cfg = resolve_config(args.preset)
         store = EpisodeStore.open(args.data)
         episodes = [store.load(i) for i in store.first_per_task(args.n)]
         size = episodes[0].frames.shape[1:3]
-        scores = {}
-        for step in args.step:
-            model = checkpoint_model(args.run, step, cfg, size)
-            report = open_loop_eval(
-                model, episodes, args.horizon, seed=0, keep_videos=0, alternatives=("other",)
+        entries = [(step, lambda s=step: checkpoint_model(args.run, s, cfg, size))
+                   for step in args.step]  # fmt: skip
+        for name, path, own in (named_model(spec, cfg) for spec in args.model):
+            entries.append(
+                (name, lambda p=path, c=own: load_imagining_world_model(p, *size, c, "cpu"))
             )
-            scores[step] = {"episodes": len(episodes), "per_episode": report.per_episode(STEPS)}
-            print(f"step {step}: scored on {len(episodes)} episodes", flush=True)
+        names = [name for name, _ in entries]
+        if len(set(names)) != len(names) or (args.against and args.against not in names):
+            raise WmrlError(f"entries {names}: names must differ and --against be one of them")
+        scores = {}
+        for name, load in entries:
+            report = open_loop_eval(
+                load(), episodes, args.horizon, seed=0, keep_videos=0, alternatives=("other",)
+            )
+            scores[name] = {"episodes": len(episodes), "per_episode": report.per_episode(STEPS)}
+            print(f"{name}: scored on {len(episodes)} episodes", flush=True)
     except WmrlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    text = table(scores)
+    text = table(scores, args.against)
     print(text, end="")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,29 @@ def test_checkpoints_score_with_their_ema_weights_against_the_last(wm_run, tmp_p
     assert rows[3].startswith("| final | 3 | ") and " [" not in rows[3]
 
 
-def test_a_missing_checkpoint_is_one_line_exit_2(wm_run) -> None:
-    done = _score(wm_run, "--step", "3")
-    assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "step_000003: no such checkpoint" in done.stderr
+def test_another_saved_model_is_scored_after_the_steps(wm_run, tmp_path) -> None:
+    saved = wm_run / "run" / "world_model"
+    done = _score(wm_run, "--step", "2", "--model", f"saved={saved}", "--model",
+                  f"saved-g1={saved}@g1", "--against", "saved", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert list(scores) == ["2", "saved", "saved-g1"]
+    assert "Each against saved," in done.stdout
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| saved")]
+    assert " [" not in rows[0] and " [" in rows[1]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--step", "3"), "step_000003: no such checkpoint"),
+        (("--model", "no-equals"), "expected NAME=PATH"),
+        (("--model", "a=nowhere"), "no such world model nowhere"),
+        (("--step", "2", "--step", "2"), "names must differ"),
+        ((), "nothing to score"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(wm_run, extra, message) -> None:
+    done = _score(wm_run, *extra)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr
