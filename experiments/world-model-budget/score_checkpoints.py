@@ -13,11 +13,12 @@ train-wm run or model folder, such as a distilled student), sampled at action gu
 `@gW` (the preset's otherwise), scored after the steps; `--against`: the entry the others are
 paired with (the last by default). STAGE: the config imagination runs the models with (their
 sampling steps and action guidance: co-evolve's `RUN/stage1/config.yaml`).
-STORE: episodes the world model never trained on (co-evolve's `RUN/data/reward_rollouts`, the
+STORE: episodes the world model never trained on (co-evolve's `RUN/data/reward_real`, the
 base policy's own real rollouts), the first `-n` of each task. Every checkpoint rolls each
 episode open loop from its first frame with the recorded actions and with another episode's of
-the same task, with the same noise (`open_loop_eval`); PSNR and the action gap at steps 8, 16
-and 32 are compared with the last checkpoint's, paired by episode (bootstrap 95%).
+the same task (`--alternatives`: also shuffled or uniform random actions), with the same noise
+(`open_loop_eval`); PSNR and the action gaps at steps 8, 16 and 32 are compared with the last
+entry's, paired by episode (bootstrap 95%).
 """
 
 from __future__ import annotations
@@ -42,7 +43,14 @@ from wmrl_cli.world_models.interface import WorldModel
 from wmrl_cli.world_models.loading import load_imagining_world_model
 
 STEPS = (8, 16, 32)
-KEYS = tuple(f"{name}@{s}" for s in STEPS for name in ("psnr", "action_gap"))
+ALTERNATIVE_NAMES = {"other": "action_gap", "shuffled": "action_gap_shuffled",
+                     "random": "action_gap_random"}  # fmt: skip
+
+
+def keys(alternatives: tuple[str, ...]) -> tuple[str, ...]:
+    """The table's columns: PSNR and each alternative's action gap, at each step."""
+    names = ("psnr", *(ALTERNATIVE_NAMES[a] for a in alternatives))
+    return tuple(f"{name}@{s}" for s in STEPS for name in names)
 
 
 def load_ema(model: WorldModel, checkpoint: Path) -> None:
@@ -94,20 +102,20 @@ def _finite_pairs(a: list[float], b: list[float]) -> tuple[np.ndarray, np.ndarra
     return x[keep], y[keep]
 
 
-def table(scores: dict[str, dict], against: str | None = None) -> str:
+def table(scores: dict[str, dict], columns: tuple[str, ...], against: str | None = None) -> str:
     names = list(scores)
     against = against or names[-1]
     last = scores[against]["per_episode"]
     lines = [
         f"Each against {against}, paired by episode (bootstrap 95%).",
         "",
-        "| step | episodes | " + " | ".join(KEYS) + " |",
-        "|---|---|" + "---|" * len(KEYS),
+        "| model | episodes | " + " | ".join(columns) + " |",
+        "|---|---|" + "---|" * len(columns),
     ]
     for name in names:
         own = scores[name]["per_episode"]
         cells = []
-        for key in KEYS:
+        for key in columns:
             x, y = _finite_pairs(last[key], own[key])
             cell = f"{np.mean(y):.2f}"
             if name != against:
@@ -128,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", action="append", default=[], help="NAME=PATH[@gW]")
     parser.add_argument("--against", help="the entry the others are paired with (the last)")
     parser.add_argument("--horizon", type=int, default=max(STEPS))
+    parser.add_argument(
+        "--alternatives",
+        default="other",
+        type=lambda text: tuple(text.split(",")),
+        help="the actions each gap is against: other (another episode's of the same task), "
+        "shuffled, random; comma-separated",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="write scores.json and scores.md here")
     args = parser.parse_args(argv)
@@ -135,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.horizon < max(STEPS) or args.n < 2:
             raise WmrlError(f"--horizon must be at least {max(STEPS)} and -n at least 2")
+        if not set(args.alternatives) <= set(ALTERNATIVE_NAMES):
+            raise WmrlError(f"--alternatives {args.alternatives}: expected of {ALTERNATIVE_NAMES}")
         if not args.step and not args.model:
             raise WmrlError("nothing to score: give --run with --step, or --model")
         if args.step and args.run is None:
@@ -155,14 +172,15 @@ def main(argv: list[str] | None = None) -> int:
         scores = {}
         for name, load in entries:
             report = open_loop_eval(
-                load(), episodes, args.horizon, seed=0, keep_videos=0, alternatives=("other",)
-            )
+                load(), episodes, args.horizon, seed=0, keep_videos=0,
+                alternatives=args.alternatives,
+            )  # fmt: skip
             scores[name] = {"episodes": len(episodes), "per_episode": report.per_episode(STEPS)}
             print(f"{name}: scored on {len(episodes)} episodes", flush=True)
     except WmrlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    text = table(scores, args.against)
+    text = table(scores, keys(args.alternatives), args.against)
     print(text, end="")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

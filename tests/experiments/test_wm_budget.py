@@ -53,7 +53,7 @@ def test_checkpoints_score_with_their_ema_weights_against_the_last(wm_run, tmp_p
     assert scores["4"]["per_episode"] == scores["final"]["per_episode"]
     assert scores["2"]["per_episode"] != scores["4"]["per_episode"]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
-    assert rows[0].startswith("| step | episodes | psnr@8 | action_gap@8 |")
+    assert rows[0].startswith("| model | episodes | psnr@8 | action_gap@8 |")
     assert rows[1].startswith("| 2 | 3 | ") and " [" in rows[1]  # a difference and interval
     assert rows[3].startswith("| final | 3 | ") and " [" not in rows[3]
 
@@ -61,10 +61,13 @@ def test_checkpoints_score_with_their_ema_weights_against_the_last(wm_run, tmp_p
 def test_another_saved_model_is_scored_after_the_steps(wm_run, tmp_path) -> None:
     saved = wm_run / "run" / "world_model"
     done = _score(wm_run, "--step", "2", "--model", f"saved={saved}", "--model",
-                  f"saved-g1={saved}@g1", "--against", "saved", "--out", str(tmp_path))  # fmt: skip
+                  f"saved-g1={saved}@g1", "--against", "saved", "--alternatives", "other,random",
+                  "--out", str(tmp_path))  # fmt: skip
     assert done.returncode == 0, done.stderr
     scores = json.loads((tmp_path / "scores.json").read_text())
     assert list(scores) == ["2", "saved", "saved-g1"]
+    assert "action_gap_random@32" in scores["2"]["per_episode"]
+    assert "| action_gap_random@8 |" in done.stdout
     assert "Each against saved," in done.stdout
     rows = [line for line in done.stdout.splitlines() if line.startswith("| saved")]
     assert " [" not in rows[0] and " [" in rows[1]
@@ -78,6 +81,7 @@ def test_another_saved_model_is_scored_after_the_steps(wm_run, tmp_path) -> None
         (("--model", "a=nowhere"), "no such world model nowhere"),
         (("--step", "2", "--step", "2"), "names must differ"),
         ((), "nothing to score"),
+        (("--step", "2", "--alternatives", "sideways"), "--alternatives"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(wm_run, extra, message) -> None:
