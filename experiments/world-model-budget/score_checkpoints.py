@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from wmrl_cli.config import RunConfig
 from wmrl_cli.config.loading import resolve_config
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
@@ -67,7 +68,7 @@ def load_ema(model: WorldModel, checkpoint: Path) -> None:
     raise WmrlError(f"{checkpoint}: no EMA weights in its training state (a sharded run's?)")
 
 
-def checkpoint_model(run: Path, step: str, cfg, size: tuple[int, int]) -> WorldModel:
+def checkpoint_model(run: Path, step: str, cfg: RunConfig, size: tuple[int, int]) -> WorldModel:
     if step == "final":
         return load_imagining_world_model(run / MODEL_DIR, *size, cfg, "cpu")
     checkpoint = run / "checkpoints" / f"step_{int(step):06d}"
@@ -78,7 +79,7 @@ def checkpoint_model(run: Path, step: str, cfg, size: tuple[int, int]) -> WorldM
     return model
 
 
-def named_model(spec: str, cfg) -> tuple[str, Path, object]:
+def named_model(spec: str, cfg: RunConfig) -> tuple[str, Path, RunConfig]:
     """`NAME=PATH[@gW]`: (name, a saved world model, the config it samples with: at action
     guidance W if given), checked before any model is scored."""
     name, sep, rest = spec.partition("=")
@@ -156,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
             raise WmrlError("nothing to score: give --run with --step, or --model")
         if args.step and args.run is None:
             raise WmrlError("--step needs --run (the train-wm run whose checkpoints they are)")
+        bad = [step for step in args.step if step != "final" and not step.isdigit()]
+        if bad:
+            raise WmrlError(f"--step {bad[0]}: expected a checkpoint's step number or final")
         cfg = resolve_config(args.preset)
         store = EpisodeStore.open(args.data)
         episodes = [store.load(i) for i in store.first_per_task(args.n)]

@@ -82,6 +82,7 @@ def test_another_saved_model_is_scored_after_the_steps(wm_run, tmp_path) -> None
         (("--step", "2", "--step", "2"), "names must differ"),
         ((), "nothing to score"),
         (("--step", "2", "--alternatives", "sideways"), "--alternatives"),
+        (("--step", "ten"), "expected a checkpoint's step number or final"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(wm_run, extra, message) -> None:
