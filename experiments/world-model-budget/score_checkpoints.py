@@ -58,7 +58,9 @@ def load_ema(model: WorldModel, checkpoint: Path) -> None:
     """The EMA weights of a train-wm checkpoint (the training state whose keys are the
     denoiser's parameters) into `model`'s denoiser: the weights its validation scored."""
     params = dict(model.transformer.named_parameters())
-    for path in sorted((checkpoint / "training_state").glob("state_*.pt")):
+    # the trainer saves the EMA after the optimizer and scheduler: read it first, not the
+    # optimizer's state (twice the weights) only to find it is not the EMA
+    for path in sorted((checkpoint / "training_state").glob("state_*.pt"), reverse=True):
         state = safe_torch_load(path)
         if isinstance(state, dict) and set(state) == set(params):
             with torch.no_grad():
