@@ -179,6 +179,11 @@ def test_the_simulator_control_runs_the_same_rl_from_the_base_for_every_imagined
     stages["simulator_control"]["real_steps"] = 10**6
     (tmp_path / STAGES_FILE).write_text(json.dumps(stages))
     assert StageCache(tmp_path, 0, cfg).data_steps() < 10**6
+    # Nor the base policy's demonstrations: the control starts from that base too.
+    before = StageCache(tmp_path, 0, cfg).data_steps()
+    stages["sft"]["real_steps"] += 10**6
+    (tmp_path / STAGES_FILE).write_text(json.dumps(stages))
+    assert StageCache(tmp_path, 0, cfg).data_steps() == before
     recorded.clear()
     pipeline.co_evolve(_config(simulator_control=False, refinements=2), tmp_path)
     assert not [c for c in recorded if c[0] == "simulator_rl"]

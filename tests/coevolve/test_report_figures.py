@@ -86,7 +86,10 @@ def test_the_methods_real_steps_split_by_kind(tmp_path) -> None:
     act = rl_activity(stage)
     assert act["real_steps_by_kind"] == {"rollouts": 0, "calls": 20, "exact": 10}
     control = {"real_steps_by_kind": {"rollouts": 500, "calls": 0, "exact": 0}}
-    split = _method_steps_by_kind(1030, {"stage1": act, "simulator_control": control})
-    assert split == {"data": 1000, "rollouts": 0, "calls": 20, "exact": 10}  # control apart
+    split = _method_steps_by_kind(1030, 0, {"stage1": act, "simulator_control": control})
+    assert split == {"base": 0, "data": 1000, "rollouts": 0, "calls": 20, "exact": 10}  # no control
+    # the base policy's demonstrations, shared with the control, are not the method's data
+    split = _method_steps_by_kind(1030, 300, {"stage1": act})
+    assert split == {"base": 300, "data": 700, "rollouts": 0, "calls": 20, "exact": 10}
     assert "| 0 / 20 / 10 |" in "\n".join(_rl_table({"stage1": act}))
-    assert _method_steps_by_kind(1030, {"stage1": {"steps": 2}}) is None  # logged before it
+    assert _method_steps_by_kind(1030, 0, {"stage1": {"steps": 2}}) is None  # logged before it

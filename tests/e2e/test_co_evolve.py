@@ -84,7 +84,8 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     # The method's real steps by kind: with the learned verdict, RL in imagination spends none.
     by_kind = report["real_steps_by_kind"]
     assert by_kind["calls"] == by_kind["exact"] == by_kind["rollouts"] == 0
-    assert by_kind["data"] == report["total_real_steps_without_evaluation"]
+    assert by_kind["base"] == report["base_policy_real_steps"] == before["sft"]["real_steps"] > 0
+    assert by_kind["data"] + by_kind["base"] == report["total_real_steps_without_evaluation"]
     assert set(report["world_model_reliability"]) == {"wm_base", "wm_evo1"}
     assert report["wall_time_s"]["sft"] == before["sft"]["wall_s"]
     videos = sorted((out / "eval" / "stage2" / "videos").glob("*_grid.mp4"))
@@ -133,7 +134,8 @@ def test_smoke_profile_end_to_end_with_sigkill_resume(tmp_path) -> None:
     assert steps["eval_base"] == lengths(out / "eval" / "base" / "report.json") > 0
     assert steps["stage1"] == steps["stage2"] == steps["world_model"] == 0
     rows = [json.loads(line) for line in (out / "stage1" / "metrics.jsonl").open()]
-    data = steps["sft"] + steps["base_rollouts"] + steps["labelled_base"] + steps["reward_rollouts"]
+    # from the base policy, as the simulator control counts: its demonstrations (sft) left out
+    data = steps["base_rollouts"] + steps["labelled_base"] + steps["reward_rollouts"]
     data += steps["trust_stage1"]  # the trust audit's replays: real steps before stage 1
     assert {r["env/real_steps"] for r in rows} == {data}
     assert report["real_steps"] == steps

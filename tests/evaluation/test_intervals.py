@@ -105,7 +105,10 @@ def test_co_evolve_report_shows_intervals_and_paired_differences(tmp_path) -> No
     text = (tmp_path / "report.md").read_text()
     assert "## Against RL in the real simulator" in text and "2 steps of the same RL" in text
     assert "| simulator_control | +25.0 [" in text and "| 5000 |" in text
-    assert "| stage2 (the method) | +50.0 [" in text and "| 100 |" in text
+    # Both arms count from the base policy: its demonstrations (sft, 100) are in neither.
+    assert report["base_policy_real_steps"] == 100
+    assert "| stage2 (the method) | +50.0 [" in text and "| 0 |" in text
+    assert "demonstrations, 100 real steps, left out of both" in text
     # Per-task trust: each RL stage's tasks and those its audit left out, with their calls.
     trust = {
         "stage1": {

@@ -25,6 +25,10 @@ PLOT_FILE = "success_per_stage.png"
 # The stage that runs the same RL in the real simulator (`coevolve.simulator_control`): it
 # measures the method, so its real steps are counted apart from the method's.
 SIMULATOR_CONTROL = "simulator_control"
+# The stage that trains the base policy from demonstrations: every arm starts from its policy,
+# the simulator control included, so its real steps are shared, counted apart from the method's
+# (an RL stage's env/real_steps, like the control's, start from the base).
+BASE_POLICY_STAGE = "sft"
 
 
 def plot_success(evals: dict[str, dict[str, Any]], path: Path, trials_per_task: int) -> Path:
@@ -111,6 +115,7 @@ def write_report(
     data_steps = [
         v or 0 for k, v in real_steps.items() if not k.startswith("eval") and k != SIMULATOR_CONTROL
     ]
+    base_steps = real_steps.get(BASE_POLICY_STAGE) or 0
     # With reward_model.audit_with_simulator an RL stage's real steps are its audit's replays:
     # a diagnostic of the verdict, not something the method needs.
     audit_steps = (
@@ -119,7 +124,7 @@ def write_report(
         else 0
     )
     report = {
-        "real_steps_by_kind": _method_steps_by_kind(sum(data_steps), rl_activity),
+        "real_steps_by_kind": _method_steps_by_kind(sum(data_steps), base_steps, rl_activity),
         "suite": cfg.simulator.suite,
         "trials_per_task": cfg.coevolve.eval_trials,
         "success": evals,
@@ -132,6 +137,7 @@ def write_report(
         "real_steps": real_steps,
         "total_real_steps": sum(v or 0 for v in real_steps.values()),
         "total_real_steps_without_evaluation": sum(data_steps),
+        "base_policy_real_steps": base_steps,
         "rl_audit_real_steps": audit_steps,
         "simulator_control_real_steps": control_steps,
         "rl_activity": rl_activity,
@@ -276,11 +282,11 @@ def write_report(
 
 
 def _method_steps_by_kind(
-    without_evaluation: int, rl_activity: dict[str, dict[str, Any]]
+    without_evaluation: int, base: int, rl_activity: dict[str, dict[str, Any]]
 ) -> dict[str, int] | None:
-    """The method's real steps (evaluations and the simulator control left out) by kind: what
-    its RL stages spent by kind, and its data (every other stage); None where no RL stage logged
-    the split."""
+    """The run's real steps (evaluations and the simulator control left out) by kind: the base
+    policy's demonstrations (`base`, shared with the control), what its RL stages spent by kind,
+    and the method's data (every other stage); None where no RL stage logged the split."""
     spent = [
         act["real_steps_by_kind"]
         for name, act in rl_activity.items()
@@ -289,7 +295,7 @@ def _method_steps_by_kind(
     if not spent:
         return None
     kinds = {k: sum(s.get(k, 0) for s in spent) for k in ("rollouts", "calls", "exact")}
-    return {"data": without_evaluation - sum(kinds.values()), **kinds}
+    return {"base": base, "data": without_evaluation - base - sum(kinds.values()), **kinds}
 
 
 def _kind_lines(by_kind: dict[str, int] | None) -> list[str]:
@@ -298,9 +304,10 @@ def _kind_lines(by_kind: dict[str, int] | None) -> list[str]:
     shown = ", ".join(f"{kind} {steps}" for kind, steps in by_kind.items())
     return [
         "",
-        f"The method's real steps by kind (evaluations left out): {shown}. Data: what came "
-        "before each RL stage; rollouts: RL in the simulator; calls: verified imagination's "
-        "replays of the judge's calls; exact: episodes the simulator judged exactly "
+        f"The run's real steps by kind (evaluations left out): {shown}. Base: the base "
+        "policy's demonstrations, shared with the simulator control; data: what the method "
+        "collected before each RL stage; rollouts: RL in the simulator; calls: verified "
+        "imagination's replays of the judge's calls; exact: episodes the simulator judged exactly "
         "(`env/real_steps_<kind>`).",
     ]
 
@@ -450,14 +457,20 @@ def _simulator_control_lines(report: dict[str, Any], activity: dict[str, Any]) -
         return []
     stages = [n for n in report["success"] if n.startswith("stage")]
     last = differences.get(f"{stages[-1]} - base") if stages else None
-    method = report["total_real_steps_without_evaluation"] - report["rl_audit_real_steps"]
+    method = (
+        report["total_real_steps_without_evaluation"]
+        - report["rl_audit_real_steps"]
+        - report.get("base_policy_real_steps", 0)
+    )
     steps = activity.get(SIMULATOR_CONTROL, {}).get("steps", "?")
     lines = [
         "## Against RL in the real simulator",
         "",
         f"The simulator control: {steps} steps of the same RL from the base policy in the real "
         "simulator (its own reward: a perfect world model and verdict), evaluated on the same "
-        "episodes.",
+        "episodes. Real steps are counted from the base policy both start from (its "
+        f"demonstrations, {report.get('base_policy_real_steps', 0)} real steps, left out of "
+        "both).",
         "",
         "| | against the base | real steps |",
         "|---|---|---|",

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wmrl_cli.coevolve.report import SIMULATOR_CONTROL
+from wmrl_cli.coevolve.report import BASE_POLICY_STAGE, SIMULATOR_CONTROL
 from wmrl_cli.config import RunConfig
 from wmrl_cli.files import atomic_write_text
 from wmrl_cli.logging import console
@@ -267,10 +267,12 @@ class StageCache:
         atomic_write_text(self.run_dir / STAGES_FILE, json.dumps(self.state, indent=1))
 
     def data_steps(self) -> int:
-        """Real steps of the finished stages that collected training data (not evaluations,
-        not the simulator control)."""
+        """Real steps of the finished stages that collected the method's data: where its RL
+        stages' env/real_steps start. Not evaluations, not the simulator control, and not the
+        base policy's demonstrations (`BASE_POLICY_STAGE`): the control starts from the same
+        base and counts from it, so the two arms' real steps compare like with like."""
         return sum(
             int(item.get("real_steps", 0))
             for name, item in self.state.items()
-            if not name.startswith("eval") and name != SIMULATOR_CONTROL
+            if not name.startswith("eval") and name not in (SIMULATOR_CONTROL, BASE_POLICY_STAGE)
         )
