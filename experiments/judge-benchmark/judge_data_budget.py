@@ -39,6 +39,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -211,6 +212,95 @@ def bootstrap(
 
 
 KEYS = ("recall_goes_on", "cost_goes_on")
+TARGET = 0.8  # the recall a judge's cheapest threshold is asked for (`cost_for_recall`)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Going on at a grid of one threshold for every task (ascending, the last above every
+    score: no call): per threshold and episode whether a real success was paid (`found` [K, E])
+    and the replays' real steps (`steps` [K, E]); per episode the exact verdict's steps
+    (`exact` [E]) and the real outcome (`real` [E])."""
+
+    thresholds: np.ndarray
+    found: np.ndarray
+    steps: np.ndarray
+    exact: np.ndarray
+    real: np.ndarray
+
+
+def sweep(episodes: list[Scored], frames: int, grid: int = 60) -> Sweep:
+    values = np.concatenate([ep.scores for ep in episodes])
+    thresholds = np.append(np.unique(np.quantile(values, np.linspace(0.0, 1.0, grid))), np.inf)
+    tasks = {ep.task for ep in episodes}
+    found = np.zeros((len(thresholds), len(episodes)), bool)
+    steps = np.zeros((len(thresholds), len(episodes)))
+    for k, threshold in enumerate(thresholds):
+        rows = timed(episodes, dict.fromkeys(tasks, float(threshold)), frames)
+        found[k] = [r.found_on and r.real for r in rows]
+        steps[k] = [r.steps_on for r in rows]
+    rows = timed(episodes, dict.fromkeys(tasks, np.inf), frames)
+    exact = np.array([r.steps_exact for r in rows], float)
+    return Sweep(thresholds, found, steps, exact, np.array([r.real for r in rows]))
+
+
+def _curve(s: Sweep, pick: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(recall, cost) of going on at each threshold, on the episodes `pick` draws (all)."""
+    pick = np.arange(len(s.real)) if pick is None else pick
+    if not s.real[pick].any():
+        return None
+    return s.found[:, pick].sum(1) / s.real[pick].sum(), s.steps[:, pick].sum(1) / s.exact[
+        pick
+    ].sum()
+
+
+def recall_at_cost(s: Sweep, cap: float, pick: np.ndarray | None = None) -> float | None:
+    """The highest recall of going on at a threshold whose replays cost at most `cap` of the
+    exact verdict's steps (the last threshold, no call, always qualifies)."""
+    curve = _curve(s, pick)
+    if curve is None:
+        return None
+    recall, cost = curve
+    return float(recall[cost <= cap + 1e-12].max())
+
+
+def cost_for_recall(s: Sweep, target: float, pick: np.ndarray | None = None) -> float | None:
+    """The lowest cost at which going on recalls at least `target`; None if no threshold
+    does."""
+    curve = _curve(s, pick)
+    if curve is None:
+        return None
+    recall, cost = curve
+    reached = recall >= target - 1e-12
+    return float(cost[reached].min()) if reached.any() else None
+
+
+def matched(s: Sweep, cap: float, draws: int, reference: Sweep | None) -> dict:
+    """Recall at cost <= `cap` with a percentile-bootstrap interval over episodes, and paired
+    with `reference` (the same episodes, in the same order) where given. The threshold is the
+    best on these episodes for each judge alike: a comparison of the judges' rankings, an
+    optimistic figure for any one."""
+    rng = np.random.default_rng(0)
+    mine, diff = [], []
+    for _ in range(draws):
+        pick = rng.integers(0, len(s.real), len(s.real))
+        value = recall_at_cost(s, cap, pick)
+        if value is None:
+            continue
+        mine.append(value)
+        if reference is not None:
+            diff.append(value - recall_at_cost(reference, cap, pick))
+    out = {
+        "cap": cap,
+        "recall": recall_at_cost(s, cap),
+        "recall_interval95": [float(np.percentile(mine, q)) for q in (2.5, 97.5)],
+        "cost_for_recall": cost_for_recall(s, TARGET),
+        "target_recall": TARGET,
+    }
+    if reference is not None:
+        out["minus_reference"] = out["recall"] - recall_at_cost(reference, cap)
+        out["minus_reference_interval95"] = [float(np.percentile(diff, q)) for q in (2.5, 97.5)]
+    return out
 
 
 def score_judge(
@@ -272,10 +362,35 @@ def markdown(record: dict, results: dict, reference: str) -> str:
     def interval(v):
         return "" if v is None else f" [{v[0]:+.2f}, {v[1]:+.2f}]"
 
+    cap = results[reference]["matched"]["cap"]
     lines = [
         f"Held out: {record['test_per_task']} labelled episodes per task of {record['run']} "
         f"(seed {record['seed']}), {next(iter(results.values()))['all']['real_successes']} "
-        "real successes. Cost: the replays' real steps over the exact verdict's.",
+        "real successes. Cost: the replays' real steps over the exact verdict's. Matched: "
+        f"the best recall at a cost at most {reference}'s own ({cap:.2f}), the threshold "
+        "chosen on these episodes for every judge alike; for "
+        f"recall {TARGET}: the lowest cost that reaches it.",
+        "",
+        f"| judge | judge data (real steps) | AUC | matched: recall | recall - {reference} | "
+        f"cost for recall {TARGET} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        m, d = r["matched"], record["judges"][name]["judge_data_steps"]
+        lines.append(
+            f"| {name} | {d:,} | {cell(r['auc'])} | {cell(m['recall'])}"
+            f"{interval(m['recall_interval95'])} | "
+            + (
+                f"{m['minus_reference']:+.2f}{interval(m['minus_reference_interval95'])} | "
+                if "minus_reference" in m
+                else "- | "
+            )
+            + f"{cell(m['cost_for_recall'])} |"
+        )
+    lines += [
+        "",
+        "At each judge's own threshold (set as the stage's was: the best episode F1 on its "
+        "held-out labelled episodes, else on frames):",
         "",
         f"| judge | judge data (real steps) | threshold | AUC | ends: P / R | goes on: recall | "
         f"goes on: cost | recall - {reference} | cost - {reference} |",
@@ -327,33 +442,34 @@ def plot(record: dict, results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for i, (name, r) in enumerate(results.items()):
-        x = record["judges"][name]["judge_data_steps"] / 1000
-        for ax, key in zip(axes, KEYS, strict=True):
-            lo, hi = r["interval95"][key] or (r["all"][key], r["all"][key])
-            ax.errorbar(
-                [x],
-                [r["all"][key]],
-                yerr=[[r["all"][key] - lo], [hi - r["all"][key]]],
-                fmt="o",
-                color=f"C{i}",
-                capsize=3,
-                label=name,
-            )
+        steps = record["judges"][name]["judge_data_steps"]
+        label = f"{name} ({steps / 1000:.1f}k)"
+        order = np.argsort(r["curve"]["cost"])
+        cost, recall = np.array(r["curve"]["cost"])[order], np.array(r["curve"]["recall"])[order]
+        axes[0].step(cost, np.maximum.accumulate(recall), where="post", color=f"C{i}", label=label)
+        axes[0].plot(r["all"]["cost_goes_on"], r["all"]["recall_goes_on"], "o", color=f"C{i}")
+        m = r["matched"]
+        lo, hi = m["recall_interval95"]
+        yerr = [[m["recall"] - lo], [hi - m["recall"]]]
+        axes[1].errorbar([steps / 1000], [m["recall"]], yerr=yerr, fmt="o", color=f"C{i}")
+    cap = next(iter(results.values()))["matched"]["cap"]
+    axes[0].axvline(cap, color="grey", lw=0.8)
     axes[0].set(
-        xlabel="judge data (thousand real steps)",
+        xlabel="replays / exact verdict's real steps",
         ylabel="recall of real successes",
+        xlim=(0, 1.02),
         ylim=(0, 1.02),
-        title="going on: recall",
+        title="going on, by threshold (o: its own)",
     )
+    axes[0].legend(fontsize=8, title="judge (its data)", title_fontsize=8)
     axes[1].set(
         xlabel="judge data (thousand real steps)",
-        ylabel="replays / exact verdict's steps",
         ylim=(0, 1.02),
-        title="going on: cost",
+        ylabel=f"recall at cost <= {cap:.2f}",
+        title="at the reference's cost",
     )
-    axes[1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -402,15 +518,21 @@ def run(args: argparse.Namespace, record: dict, models: dict[str, Path]) -> None
 
     frames = resolve_config(str(args.run / "stage1" / "config.yaml")).reward_model.success_frames
     ordered = [args.reference, *[n for n in models if n != args.reference]]
-    results, reference_rows = {}, None
+    results, reference_rows, reference_sweep, cap = {}, None, None, 0.0
     for name in ordered:
         model = load_reward_model(models[name])
         threshold = judge_threshold(None, model, models[name])[0]  # the judge's own
         with torch.no_grad():
             episodes = scored_episodes(args.out / HELDOUT, model)
         results[name], rows = score_judge(episodes, threshold, frames, args.draws, reference_rows)
-        if name == args.reference:
-            reference_rows = rows
+        swept = sweep(episodes, frames)
+        if name == args.reference:  # the others matched at the reference's own cost
+            reference_rows, reference_sweep = rows, swept
+            cap = results[name]["all"]["cost_goes_on"]
+        results[name]["matched"] = matched(swept, cap, args.draws, reference_sweep
+                                           if name != args.reference else None)  # fmt: skip
+        recall, cost = _curve(swept, None)
+        results[name]["curve"] = {"recall": recall.tolist(), "cost": cost.tolist()}
         print(f"judge {name}: {json.dumps(results[name]['all'])}", flush=True)
     results = {name: results[name] for name in models}  # the judges' order
     atomic_write_text(

@@ -143,3 +143,20 @@ def test_scores_trained_judges_end_to_end(tmp_path, capsys) -> None:
         with pytest.raises(SystemExit) as stopped:
             budget.main(argv)
         assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_recall_at_a_matched_cost_over_a_threshold_sweep() -> None:
+    episodes = [_ep("a", 2, 9), _ep("a", 9, 9), _ep("a", None, 5), _ep("b", 3, None)]
+    swept = budget.sweep(episodes, 1)
+    assert swept.found.shape == (len(swept.thresholds), 4) and np.isinf(swept.thresholds[-1])
+    assert not swept.found[-1].any() and not swept.steps[-1].any()  # no call, no replay
+    assert budget.recall_at_cost(swept, 0.0) == 0.0
+    # the lowest threshold (0) calls every frame: every success paid, at the most replays
+    assert budget.recall_at_cost(swept, 1.0) == 1.0
+    assert budget.cost_for_recall(swept, 0.8) == swept.steps[0].sum() / swept.exact.sum()
+    assert budget.cost_for_recall(swept, 1.01) is None
+    cheapest = budget.cost_for_recall(swept, 0.5)
+    assert 0 < cheapest <= 1 and budget.recall_at_cost(swept, cheapest) >= 0.5
+    same = budget.matched(swept, 1.0, 50, swept)
+    assert same["minus_reference"] == 0.0 and same["minus_reference_interval95"] == [0.0, 0.0]
+    assert "minus_reference" not in budget.matched(swept, 1.0, 50, None)
