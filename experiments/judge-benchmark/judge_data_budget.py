@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from call_timing import summarize, timed
+from call_timing import Timed, summarize, time_episode, timed
 from judge_bench import Scored, episode_calls, judge_episode, ranking_auc, scored_episodes
 
 from wmrl_cli.errors import WmrlError
@@ -161,12 +161,13 @@ def split(run: Path, out: Path, judges: dict, test_per_task: int, seed: int) -> 
 def episode_rows(episodes: list[Scored], threshold: float, frames: int) -> list[dict]:
     """Per held-out episode, what each rule makes of the judge's calls at `threshold`."""
     rows = []
-    thresholds = dict.fromkeys({ep.task for ep in episodes}, threshold)
-    for ep, t in zip(episodes, timed(episodes, thresholds, frames), strict=True):
-        called, true_call = judge_episode(
-            episode_calls(ep, threshold, frames), ep.success, ep.chunk
-        )
-        rows.append({"timed": t, "called": called, "true_call": true_call})
+    for ep in episodes:
+        calls = episode_calls(ep, threshold, frames)
+        outcome, found_on, lead, ends, on, exact = time_episode(calls, ep.success, ep.chunk)
+        real = bool(ep.success.any())
+        called, true_call = judge_episode(calls, ep.success, ep.chunk)
+        timing = Timed(ep.task, real, outcome, found_on, lead, ends, on, exact)
+        rows.append({"timed": timing, "called": called, "true_call": true_call})
     return rows
 
 
@@ -351,7 +352,10 @@ def train(out: Path, run: Path, name: str, stores: list[str], seed: int, wmrl: s
     for store in stores:
         command += ["--data", store]
     print("$ " + " ".join(command), flush=True)
-    subprocess.run(command, check=True)
+    if subprocess.run(command).returncode != 0:
+        raise WmrlError(
+            f"judge {name}: wmrl train-reward failed (its output above); rerun to resume"
+        )
     return directory / "reward_model"
 
 
@@ -361,6 +365,9 @@ def markdown(record: dict, results: dict, reference: str) -> str:
 
     def interval(v):
         return "" if v is None else f" [{v[0]:+.2f}, {v[1]:+.2f}]"
+
+    def difference(value, bounds):  # a paired difference with its interval, or "-"
+        return "-" if value is None else f"{value:+.2f}{interval(bounds)}"
 
     cap = results[reference]["matched"]["cap"]
     lines = [
@@ -380,12 +387,8 @@ def markdown(record: dict, results: dict, reference: str) -> str:
         lines.append(
             f"| {name} | {d:,} | {cell(r['auc'])} | {cell(m['recall'])}"
             f"{interval(m['recall_interval95'])} | "
-            + (
-                f"{m['minus_reference']:+.2f}{interval(m['minus_reference_interval95'])} | "
-                if "minus_reference" in m
-                else "- | "
-            )
-            + f"{cell(m['cost_for_recall'])} |"
+            f"{difference(m.get('minus_reference'), m.get('minus_reference_interval95'))} | "
+            f"{cell(m['cost_for_recall'])} |"
         )
     lines += [
         "",
@@ -405,16 +408,8 @@ def markdown(record: dict, results: dict, reference: str) -> str:
             f"{cell(a['precision_ends'])} / {cell(a['recall_ends'])} | "
             f"{cell(a['recall_goes_on'])}{interval(r['interval95']['recall_goes_on'])} | "
             f"{cell(a['cost_goes_on'])}{interval(r['interval95']['cost_goes_on'])} | "
-            + (
-                f"{diff['recall_goes_on']:+.2f}{interval(ivs.get('recall_goes_on'))} | "
-                if diff.get("recall_goes_on") is not None
-                else "- | "
-            )
-            + (
-                f"{diff['cost_goes_on']:+.2f}{interval(ivs.get('cost_goes_on'))} |"
-                if diff.get("cost_goes_on") is not None
-                else "- |"
-            )
+            + " | ".join(difference(diff.get(k), ivs.get(k)) for k in KEYS)
+            + " |"
         )
     tasks = [t for t, row in next(iter(results.values()))["tasks"].items() if row["real_successes"]]
     lines += [
@@ -493,6 +488,8 @@ def main(argv: list[str] | None = None) -> None:
             raise WmrlError(
                 f"--reference {args.reference}: not among the judges ({', '.join(judges)})"
             )
+        if args.test_per_task < 1 or args.draws < 1:
+            raise WmrlError("--test-per-task and --draws: expected at least 1")
         if not (args.run / "stage1" / "config.yaml").is_file():
             raise WmrlError(f"--run {args.run}: no stage1/config.yaml (a co-evolve run's)")
         args.out.mkdir(parents=True, exist_ok=True)

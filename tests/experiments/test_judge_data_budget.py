@@ -139,6 +139,7 @@ def test_scores_trained_judges_end_to_end(tmp_path, capsys) -> None:
     for argv, message in (
         (["--run", str(tmp_path / "nothing"), "--out", str(out)], "no stage1/config.yaml"),
         (["--run", str(run), "--out", str(out), "--reference", "x"], "not among the judges"),
+        (["--run", str(run), "--out", str(out), "--test-per-task", "0"], "expected at least 1"),
     ):
         with pytest.raises(SystemExit) as stopped:
             budget.main(argv)
