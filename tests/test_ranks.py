@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -87,6 +88,23 @@ def test_finished_ranks_close_their_process_group_before_exit(tmp_path) -> None:
     assert (ended.code, ended.errors) == (0, [])
     said = [(tmp_path / f"rank_{rank}.txt").read_text() for rank in (0, 1)]
     assert said == ["[2] closed", "[2] closed"]
+
+
+def test_every_module_started_on_ranks_ends_them_in_order() -> None:
+    """The modules tests start under torchrun end their ranks as `wmrl` does (end_ranks).
+    tests/helpers/sharding_worker.py did not, and one of its 2-rank starts in CI (2 xdist
+    workers, 2026-12-07) ended with rank 1 aborted (SIGABRT) after its work was done: the
+    teardown this test file is about, in a helper."""
+    starts_a_group = ("Accelerator(", "make_accelerator", "init_process_group", "import app")
+    helpers = Path(__file__).parent / "helpers"
+    open_ended = [
+        path.name
+        for path in sorted(helpers.glob("*.py"))
+        if '__name__ == "__main__"' in (text := path.read_text())
+        and any(call in text for call in starts_a_group)
+        and "end_ranks" not in text
+    ]
+    assert open_ended == []
 
 
 @pytest.mark.parametrize(("mode", "code"), [("exit", 3), ("bug", 1), ("finish", 0)])

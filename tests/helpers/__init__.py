@@ -8,3 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
+
+
+def process_output(stdout: str, stderr: str, chars: int = 4000) -> str:
+    """A failed subprocess's output for an assertion message: the end of each stream, without
+    the interpreter's list of extension modules on a fatal error (one line of several thousand
+    characters that pushed the cause, "terminate called ...", out of a 4,000-character tail)."""
+    stderr = "\n".join(
+        line for line in stderr.splitlines() if not line.startswith("Extension modules:")
+    )
+    return stdout[-chars // 2 :] + stderr[-chars:]

@@ -63,4 +63,6 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    from wmrl_cli.ranks import run_then_end_ranks  # the group closed in order, as `wmrl` does
+
+    run_then_end_ranks(lambda: sys.exit(main(Path(sys.argv[1]))))

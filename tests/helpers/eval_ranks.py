@@ -56,4 +56,6 @@ def main(policy: str, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]))
+    from wmrl_cli.ranks import run_then_end_ranks  # the group closed in order, as `wmrl` does
+
+    run_then_end_ranks(lambda: sys.exit(main(sys.argv[1], Path(sys.argv[2]))))

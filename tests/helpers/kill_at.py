@@ -50,8 +50,9 @@ def main(argv: list[str]) -> None:
             owner = getattr(owner, part)
         _kill_on_call(owner, attr, when, int(nth))
     from wmrl_cli.cli.app import app
+    from wmrl_cli.ranks import run_then_end_ranks
 
-    app(command, prog_name="wmrl")
+    run_then_end_ranks(lambda: app(command, prog_name="wmrl"))  # as `wmrl` ends (cli/app.py)
 
 
 if __name__ == "__main__":

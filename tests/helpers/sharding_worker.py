@@ -133,4 +133,8 @@ def main(out: Path, variants: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2:] or ["full"])
+    # Ended as `wmrl` ends a rank (the process group closed in order): left to the interpreter's
+    # exit, gloo's threads can abort a finished rank (ranks.end_ranks).
+    from wmrl_cli.ranks import run_then_end_ranks
+
+    run_then_end_ranks(lambda: sys.exit(main(Path(sys.argv[1]), sys.argv[2:] or ["full"])))

@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.helpers import process_output
 from wmrl_cli.config import resolve_config
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.world_models.factory import MODEL_DIR, build_world_model
@@ -56,7 +57,7 @@ def train(store, init, out, steps: int, *extra: str) -> subprocess.CompletedProc
     cmd += ["--out", str(out), "--steps", str(steps), *extra]
     cmd += [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert proc.returncode == 0, process_output(proc.stdout, proc.stderr)
     return proc
 
 
@@ -135,12 +136,12 @@ def test_a_sharded_run_resumed_from_its_checkpoint_continues_as_uninterrupted(
 def test_a_replicated_checkpoints_states_load_into_the_ranks_shards(tmp_path) -> None:
     """A co-evolve refinement saved on one process and resumed on several sharded ranks: each
     rank keeps its rows of the whole AdamW moments and EMA (FSDP2 shards dimension 0)."""
-    from tests.helpers import ROOT
+    from tests.helpers import ROOT, process_output
 
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
     cmd = [*launch, "-m", "tests.helpers.denoiser_state_worker", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert proc.returncode == 0, process_output(proc.stdout, proc.stderr)
     for rank in (0, 1):
         rows = torch.load(tmp_path / f"rank_{rank}.pt")
         assert len(rows) > 10

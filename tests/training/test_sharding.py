@@ -13,7 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, process_output
 from tests.helpers.train_policy import args, metrics
 from wmrl_cli.cli.app import app
 from wmrl_cli.training.sharding import MixedStateAdamW, clip_gradients, global_grad_norm
@@ -30,7 +30,7 @@ def _worker(out: Path, ranks: int) -> dict[str, dict]:
     launch = ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}"] if ranks > 1 else []
     cmd = [sys.executable, *launch, "-m", "tests.helpers.sharding_worker", str(out), *VARIANTS]
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert proc.returncode == 0, process_output(proc.stdout, proc.stderr)
     return {v: torch.load(out / f"result_{ranks}_{v}.pt") for v in VARIANTS}
 
 
@@ -149,7 +149,7 @@ def test_mixed_state_adamw_is_adamw() -> None:
 def _two_ranks(cmd_args: list[str]) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "wmrl_cli", *cmd_args, "--num-processes", "2"]
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    assert proc.returncode == 0, process_output(proc.stdout, proc.stderr)
     return proc
 
 
@@ -236,7 +236,7 @@ def test_sharded_sft_on_two_ranks_saves_shards_and_a_loadable_policy(tmp_path, e
     cmd += ["--out", str(out), *TINY, "--set", "sft.save_every=2", *FSDP]
     cmd += ["--set", "training.activation_checkpointing=true"]
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert proc.returncode == 0, process_output(proc.stdout, proc.stderr)
     state = out / "checkpoints" / "step_000004" / "training_state"
     assert (state / "sharded" / ".metadata").is_file() and (state / "state_0.pt").is_file()
     assert from_pretrained(out / "policy").config.name == "tiny"
