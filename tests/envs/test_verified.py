@@ -259,7 +259,7 @@ def test_an_exact_episode_goes_on_past_a_refuted_call_to_its_success(
         assert total.tolist() == [5.0, 0.0]
         assert valid.tolist() == [first[0] + 1, chunks]  # env 1 ran every step, unended
         counts = env.pop_task_recall()
-        assert counts[0].tolist() == [1, 0]  # env 0's success: called within the hold
+        assert counts[0, :2].tolist() == [1, 0]  # env 0's success: called within the hold
         metrics = env.pop_metrics()
         assert metrics["verify/exact_uncalled"] == 0.0
         assert metrics["verify/exact_real_steps"] == first[0] + 1 + chunks
@@ -301,8 +301,8 @@ def test_the_per_task_floor_judges_exactly_the_tasks_whose_recall_is_unshown(
         assert episode().tolist() == [5.0, 5.0, 5.0, 0.0]
         metrics = env.pop_metrics()
         assert metrics["verify/exact_episodes"] == 4.0 and metrics["verify/exact_uncalled"] == 3
-        # task 0: one success called within the judge's hold, two not
-        assert env.pop_task_recall().tolist() == [[1, 2], [0, 0], [0, 0]]
+        # task 0: one success called within the judge's hold, two not; the exact episodes
+        assert env.pop_task_recall().tolist() == [[1, 2, 3], [0, 0, 1], [0, 0, 0]]
         # task 0 trusted: its uncalled success goes unpaid, its calls are replayed
         env.set_exact_tasks(np.array([False, True, True]))
         assert episode().tolist() == [0.0, 5.0, 5.0, 0.0]
@@ -311,7 +311,7 @@ def test_the_per_task_floor_judges_exactly_the_tasks_whose_recall_is_unshown(
         assert metrics["verify/exact_real_steps"] == 2 * CHUNK  # env 3's chunks alone
         replays = 2 * (first[0] + 1)  # envs 1 and 2, each up to the simulator's success
         assert metrics["verify/real_steps"] == 2 * CHUNK + replays
-        assert env.pop_task_recall().sum() == 0
+        assert env.pop_task_recall().tolist() == [[0, 0, 0], [0, 0, 1], [0, 0, 0]]
     finally:
         env.close()
 
@@ -336,9 +336,9 @@ def test_a_success_still_awaiting_its_call_when_the_rollout_stops_counts_as_miss
         for k in range(chunks):
             result = env.chunk_step(actions[:, k * CHUNK : (k + 1) * CHUNK])
         assert result.terminated.any()  # ended by the simulator, its call awaited
-        assert env.pop_task_recall().tolist() == [[0, 1], [0, 0], [0, 0]]
-        env.reset([0])  # nothing left awaiting: the next reset counts nothing
-        assert env.pop_task_recall().sum() == 0
+        assert env.pop_task_recall().tolist() == [[0, 1, 1], [0, 0, 0], [0, 0, 0]]
+        env.reset([0])  # nothing left awaiting: the next reset counts no success
+        assert env.pop_task_recall().tolist() == [[0, 0, 1], [0, 0, 0], [0, 0, 0]]
     finally:
         env.close()
 
@@ -346,11 +346,12 @@ def test_a_success_still_awaiting_its_call_when_the_rollout_stops_counts_as_miss
 @pytest.mark.parametrize(
     ("counts", "exact"),
     [
-        ([[0, 0]], [True]),  # nothing seen: exact
-        ([[4, 0]], [True]),  # called every one, but fewer than the evidence
-        ([[3, 2]], [False]),  # 3 of 5 called: 0.6 >= the floor
-        ([[2, 3]], [True]),  # 2 of 5: below it
-        ([[5, 0], [0, 9]], [False, True]),
+        ([[0, 0, 0]], [True]),  # nothing seen: exact
+        ([[4, 0, 9]], [True]),  # called every one, but fewer than the evidence
+        ([[3, 2, 9]], [False]),  # 3 of 5 called: 0.6 >= the floor
+        ([[2, 3, 9]], [True]),  # 2 of 5: below it
+        ([[5, 0, 9], [0, 9, 20]], [False, True]),
+        ([[0, 0, 40]], [True]),  # no success in 40 episodes: exact without a probe
     ],
 )
 def test_a_task_leaves_exact_judging_once_its_recall_reaches_the_floor(counts, exact) -> None:
@@ -364,23 +365,58 @@ def test_a_task_leaves_exact_judging_once_its_recall_reaches_the_floor(counts, e
     assert restored.exact_tasks().tolist() == exact
 
 
-def test_train_policy_with_a_per_task_floor_carries_its_evidence(assets, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("counts", "exact"),
+    [
+        ([[0, 0, 31]], [True]),  # no success yet, fewer episodes than the probe
+        ([[0, 0, 32]], [False]),  # 32 exactly judged episodes and no success: nothing to pay
+        ([[0, 1, 500]], [True]),  # one success seen, uncalled: the judge has a recall to show
+        ([[1, 0, 32], [0, 0, 32]], [True, False]),  # one called: still short of the evidence
+    ],
+)
+def test_a_task_nothing_succeeds_at_leaves_the_floor_after_its_probe(counts, exact) -> None:
+    from wmrl_cli.envs.verified import TaskRecall, below_recall_floor
+
+    assert below_recall_floor(np.array(counts), 0.5, 5, probe=32).tolist() == exact
+    recall = TaskRecall([f"t{i}" for i in range(len(counts))], 0.5, 5, probe=32)
+    recall.add(np.array(counts))
+    assert recall.exact_tasks().tolist() == exact
+
+
+def test_a_checkpoint_without_episode_counts_loads() -> None:
+    """Runs checkpointed before the exact episodes were counted hold [T, 2]: loaded with none."""
+    from wmrl_cli.envs.verified import TaskRecall
+
+    recall = TaskRecall(["a", "b"], 0.5, 5, probe=1)
+    recall.load_state_dict({"task_names": ["a", "b"], "counts": [[3, 2], [0, 0]]})
+    assert recall.counts.tolist() == [[3, 2, 0], [0, 0, 0]]
+    assert recall.exact_tasks().tolist() == [False, True]
+
+
+@pytest.mark.parametrize("probe", [0, 4])
+def test_train_policy_with_a_per_task_floor_carries_its_evidence(assets, tmp_path, probe) -> None:
+    """No success is called or seen in 2 tiny steps. Without a probe every task of mw3 stays
+    exact; with one, a task leaves the floor once `probe` of its exactly judged episodes held
+    no success, and its episodes stop counting."""
     out = tmp_path / "per-task"
     floor = ["--set", "reward_model.source=verified", "--set", "reward_model.task_recall_floor=0.5"]
+    floor += ["--set", f"reward_model.task_recall_probe={probe}"]
     result = runner.invoke(app, [*args(assets, out, 2, algo="grpo"), *floor])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
-    # no success called or seen in 2 tiny steps: every task of mw3 stays exact
-    assert [row["verify/exact_tasks"] for row in rows] == [3.0, 3.0]
     assert all(row["verify/exact_called"] == row["verify/exact_missed"] == 0 for row in rows)
-    for row in rows:  # every episode judged exactly: no replay
-        assert row["verify/exact_episodes"] == 4 * row["rollout/epochs"]  # 4 envs an epoch
-        assert row["verify/exact_real_steps"] == row["verify/real_steps"]
+    for row in rows:  # every exactly judged episode's steps are the simulator's own
+        assert row["verify/exact_real_steps"] <= row["verify/real_steps"]
     state = json.loads(next(out.glob("checkpoints/*/training_state/state.json")).read_text())
-    assert state["extra"]["task_recall"]["counts"] == [[0, 0]] * 3
-    assert "a task's envs judged by the simulator until the judge shows its recall" in " ".join(
-        result.output.split()
-    )
+    counts = np.array(state["extra"]["task_recall"]["counts"])
+    assert counts[:, :2].sum() == 0  # no success seen
+    assert counts[:, 2].sum() == sum(row["verify/exact_episodes"] for row in rows)
+    if probe == 0:
+        assert [row["verify/exact_tasks"] for row in rows] == [3.0, 3.0]
+        assert rows[0]["verify/exact_episodes"] == 4 * rows[0]["rollout/epochs"]  # 4 envs
+    else:
+        assert rows[-1]["verify/exact_tasks"] == float((counts[:, 2] < probe).sum())
+        assert rows[-1]["verify/exact_tasks"] < 3  # a task left the floor
 
 
 def test_a_start_the_simulator_cannot_restore_is_refused(entries) -> None:
@@ -430,6 +466,10 @@ def test_train_policy_with_a_recall_floor_counts_the_exact_groups_steps(assets, 
     [
         (["reward_model.exact_fraction=0.5"], "it applies to reward_model.source=verified"),
         (["reward_model.task_recall_floor=0.5"], "it applies to reward_model.source=verified"),
+        (
+            ["reward_model.source=verified", "reward_model.task_recall_probe=8"],
+            "'reward_model.task_recall_probe': it applies to a per-task recall floor",
+        ),
         (
             ["reward_model.source=verified", "reward_model.exact_fraction=0.2"],
             "0.2 of the 2 groups a rollout has per rank rounds to none",

@@ -124,6 +124,7 @@ ADDED_OPTIONS: dict[str, Any] = {
     "reward_model.exact_fraction": 0.0,
     "reward_model.task_recall_floor": 0.0,
     "reward_model.task_recall_evidence": 5,
+    "reward_model.task_recall_probe": 0,
     "coevolve.reward_policy_rollouts_per_task": 0,
     "coevolve.reward_real_rollouts_per_task": 0,
     "world_model.lr_schedule": "constant",
@@ -157,6 +158,7 @@ NOT_READ: dict[str, tuple[str, ...]] = {
         "reward_model.exact_fraction",
         "reward_model.task_recall_floor",
         "reward_model.task_recall_evidence",
+        "reward_model.task_recall_probe",
     )
     for kind in ("reward_model", "refine_rm", "check")
 }

@@ -62,6 +62,14 @@ class RewardModelConfig(Section):
         description="with task_recall_floor: the real successes of a task's exactly judged "
         "episodes needed before its recall is trusted",
     )
+    task_recall_probe: int = Field(
+        0,
+        ge=0,
+        description="with task_recall_floor: a task whose first this many exactly judged "
+        "episodes hold no real success leaves the floor and is verified alone (0: never); "
+        "exact judging pays nothing where nothing succeeds, and such tasks held most of the "
+        "floor's real steps (docs/results.md, 'Real steps to gain')",
+    )
     audit_with_simulator: bool = Field(
         False,
         description="with source=model: the reward model still judges, and the real simulator "

@@ -36,7 +36,9 @@ trainer over all ranks and carried in checkpoints; `verify/exact_tasks`, `verify
 The simulator ends such an episode at its success, before a judge that holds k frames can call
 it; so the imagined episode is watched on (unpaid, unseen by RL) for k - 1 steps and a chunk,
 and a call there counts as calling that success. (`verify/exact_uncalled` counts the successes
-not called by the time the simulator ended them.)
+not called by the time the simulator ended them.) A task that nothing succeeds at would stay
+exact for the whole run, paying nothing; with `reward_model.task_recall_probe` = N it leaves the
+floor once N of its exactly judged episodes have shown no real success.
 """
 
 from __future__ import annotations
@@ -74,28 +76,37 @@ def reset_to_entries(sim, entries: list, states: list | None = None) -> None:
     )
 
 
-def below_recall_floor(counts: np.ndarray, floor: float, evidence: int) -> np.ndarray:
-    """Per task, whether its groups are still judged exactly. `counts` [T, 2]: the real successes
-    of its exactly judged episodes that the judge called, and that it did not. Exact until
-    `evidence` of them are seen and the judge called at least `floor` of them."""
+def below_recall_floor(
+    counts: np.ndarray, floor: float, evidence: int, probe: int = 0
+) -> np.ndarray:
+    """Per task, whether its groups are still judged exactly. `counts` [T, 3]: the real
+    successes of its exactly judged episodes that the judge called, that it did not, and those
+    episodes ([T, 2]: the first two). Exact until `evidence` successes are seen and the judge
+    called at least `floor` of them; or, with `probe` > 0, until `probe` exactly judged
+    episodes have shown no real success at all (there is no recall to show, and exact judging
+    would pay nothing there)."""
     called, uncalled = counts[:, 0], counts[:, 1]
     seen = called + uncalled
-    return (seen < evidence) | (called < floor * seen - 1e-9)  # 7 of 25 meets 0.28
+    exact = (seen < evidence) | (called < floor * seen - 1e-9)  # 7 of 25 meets 0.28
+    if probe > 0 and counts.shape[1] > 2:
+        exact &= ~((seen == 0) & (counts[:, 2] >= probe))
+    return exact
 
 
 class TaskRecall:
-    """The per-task recall floor's evidence over a run: [T, 2] counts as `below_recall_floor`
+    """The per-task recall floor's evidence over a run: [T, 3] counts as `below_recall_floor`
     reads them, summed over ranks by the trainer."""
 
-    def __init__(self, task_names: list[str], floor: float, evidence: int) -> None:
+    def __init__(self, task_names: list[str], floor: float, evidence: int, probe: int = 0) -> None:
         self.task_names, self.floor, self.evidence = list(task_names), floor, evidence
-        self.counts = np.zeros((len(self.task_names), 2), dtype=np.int64)
+        self.probe = probe
+        self.counts = np.zeros((len(self.task_names), 3), dtype=np.int64)
 
     def add(self, counts: np.ndarray) -> None:
         self.counts += np.asarray(counts, dtype=np.int64).reshape(self.counts.shape)
 
     def exact_tasks(self) -> np.ndarray:
-        return below_recall_floor(self.counts, self.floor, self.evidence)
+        return below_recall_floor(self.counts, self.floor, self.evidence, self.probe)
 
     def state_dict(self) -> dict:
         return {"task_names": self.task_names, "counts": self.counts.tolist()}
@@ -103,7 +114,9 @@ class TaskRecall:
     def load_state_dict(self, state: dict) -> None:
         if list(state["task_names"]) != self.task_names:
             raise WmrlError("the checkpoint's per-task recall counts are for other tasks")
-        self.counts = np.asarray(state["counts"], dtype=np.int64).reshape(self.counts.shape)
+        counts = np.asarray(state["counts"], dtype=np.int64)
+        self.counts[:] = 0  # a checkpoint from before the episodes were counted: [T, 2]
+        self.counts[:, : counts.shape[1]] = counts
 
 
 def first_call(success: np.ndarray) -> int:
@@ -230,8 +243,9 @@ class VerifiedEnv:
         self._tally = {"episodes": 0, "calls": 0, "confirmed": 0, "real_steps": 0}
         if exact:
             self._tally.update(exact_uncalled=0, exact_real_steps=0, exact_episodes=0)
-        # per task: the real successes of exact episodes the judge called, and did not
-        self._task_recall = np.zeros((len(self.task_names), 2), dtype=np.int64)
+        # per task: the real successes of exact episodes the judge called, and did not, and
+        # the exact episodes
+        self._task_recall = np.zeros((len(self.task_names), 3), dtype=np.int64)
         # per env: the steps left for the judge to call a real success the simulator ended the
         # episode at first (-1: none awaited)
         self._awaiting = np.full(self.num_envs, -1, dtype=np.int64)
@@ -286,8 +300,9 @@ class VerifiedEnv:
         self._exact_tasks = np.asarray(tasks, dtype=bool).reshape(self._exact_tasks.shape)
 
     def pop_task_recall(self) -> np.ndarray:
-        """[T, 2] since the last call: per task, the real successes of exactly judged episodes
-        that the judge called, and that it did not (the evidence `TaskRecall` sums)."""
+        """[T, 3] since the last call: per task, the real successes of exactly judged episodes
+        that the judge called, and that it did not, and those episodes (the evidence
+        `TaskRecall` sums)."""
         self._miss_awaited()
         counts, self._task_recall = self._task_recall, np.zeros_like(self._task_recall)
         return counts
@@ -321,6 +336,7 @@ class VerifiedEnv:
             if self._exact_tasks is not None:
                 tasks = np.array([e.task_id for e in self._entries], dtype=np.int64)
                 self._is_exact |= self._exact_tasks[tasks]
+                np.add.at(self._task_recall[:, 2], tasks[self._is_exact], 1)
             self._tally["exact_episodes"] += int(self._is_exact.sum())
             t0 = time.perf_counter()
             reset_to_entries(self.exact_sim, self._entries[: self.exact])

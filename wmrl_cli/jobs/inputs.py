@@ -248,6 +248,11 @@ def exact_groups(cfg: RunConfig, envs_per_rank: int) -> int:
             "invalid value for 'reward_model.task_recall_floor': it applies to "
             "reward_model.source=verified (set it to 0)"
         )
+    if cfg.reward_model.task_recall_probe and not cfg.reward_model.task_recall_floor:
+        raise ConfigError(
+            "invalid value for 'reward_model.task_recall_probe': it applies to a per-task "
+            "recall floor (set reward_model.task_recall_floor above 0, or the probe to 0)"
+        )
     if not fraction:
         return 0
     if cfg.reward_model.source != "verified":

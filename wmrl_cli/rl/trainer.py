@@ -160,7 +160,7 @@ class PolicyTrainer:
         self.task_recall = None
         if rm.task_recall_floor and hasattr(env, "set_exact_tasks"):
             floor, evidence = rm.task_recall_floor, rm.task_recall_evidence
-            self.task_recall = TaskRecall(env.task_names, floor, evidence)
+            self.task_recall = TaskRecall(env.task_names, floor, evidence, rm.task_recall_probe)
         if checkpoint is not None:
             info = self.sharding.load_checkpoint(checkpoint, model, self.optimizer)
             self.step = info["step"]
@@ -324,7 +324,7 @@ class PolicyTrainer:
             timings["verify/exact_tasks"] = float(exact.sum())
             # this step's real successes in exact episodes the judge called, and did not (per
             # rank, as the other verify/ tallies)
-            per_rank = counts.sum(0) / acc.num_processes
+            per_rank = counts[:, :2].sum(0) / acc.num_processes
             timings["verify/exact_called"], timings["verify/exact_missed"] = map(float, per_rank)
         if hasattr(self.env, "pop_calls"):  # verified imagination's calls, labelled
             t_calls = time.time()
