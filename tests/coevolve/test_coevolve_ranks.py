@@ -80,7 +80,8 @@ def test_the_ranks_failure_stops_the_stage_with_their_status(assets, tmp_path, c
     said = str(failed.value).splitlines()
     assert len(said) == 1 and said[0].startswith("stage on 2 ranks: "), said
     assert "no-such-store" in said[0]
-    assert "error" not in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert "error" not in err, err[-3000:]  # (it failed once under load, 2026-12-07, unseen)
     assert not (tmp_path / "stage" / "ranks_result.json").exists()
 
 
