@@ -1,0 +1,60 @@
+"""experiments/real-steps-to-gain/closed_loop_gap.py: the policy's real success acting on real
+frames and acting in the world model, paired start by start per task."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import ROOT
+
+SCRIPT = ROOT / "experiments" / "real-steps-to-gain" / "closed_loop_gap.py"
+
+
+def _store(path, episodes) -> None:
+    path.mkdir(parents=True)
+    rows = [{"task_name": t, "seed": s, "success": ok} for t, s, ok in episodes]
+    (path / "index.json").write_text(json.dumps({"episodes": rows}))
+
+
+def _report(path, episodes) -> None:
+    path.mkdir(parents=True)
+    rows = [{"task": t, "seed": s, "success": ok} for t, s, ok in episodes]
+    (path / "report.json").write_text(json.dumps({"episodes": rows}))
+
+
+def test_each_imagined_episode_is_paired_with_its_starts_real_episode(tmp_path) -> None:
+    # task a: start 1 imagined twice (a success once), start 2 once; task b: imagination only
+    _store(tmp_path / "store", [("a", 1, True), ("a", 1, False), ("a", 2, False), ("b", 3, True)])
+    _report(tmp_path / "demo", [("a", 1, True), ("b", 3, False)])
+    _report(tmp_path / "rollout", [("a", 2, True)])
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(SCRIPT), "--store", str(tmp_path / "store"), "--out", str(out)]
+    cmd += ["--real", f"{tmp_path / 'demo'},{tmp_path / 'rollout'}", "--resamples", "200"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads((out / "closed_loop_gap.json").read_text())
+    assert rows["a"]["episodes"] == 3 and rows["a"]["real_successes"] == 3
+    assert rows["a"]["imagined_frames"] == pytest.approx(1 / 3) and rows["a"]["kept"] == 1
+    assert rows["a"]["difference"] == pytest.approx(-2 / 3)
+    assert (rows["b"]["real_frames"], rows["b"]["imagined_frames"]) == (0.0, 1.0)
+    assert rows["all"]["episodes"] == 4 and rows["all"]["difference"] == pytest.approx(-0.25)
+    assert "| a | 3 | 100% | 33% | -66.7" in (out / "closed_loop_gap.md").read_text()
+    assert (out / "closed_loop_gap.png").stat().st_size > 0
+
+
+def test_a_start_without_a_real_episode_is_one_line(tmp_path) -> None:
+    _store(tmp_path / "store", [("a", 1, True), ("a", 7, False)])
+    _report(tmp_path / "demo", [("a", 1, True)])
+    cmd = [sys.executable, str(SCRIPT), "--store", str(tmp_path / "store")]
+    cmd += ["--real", str(tmp_path / "demo"), "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: 1 imagined start(s) have no real episode, e.g. a seed 7: evaluate the policy "
+        "from the store's starts (--seed as the docstring says)"
+    ]
+    assert not (tmp_path / "out").exists()
