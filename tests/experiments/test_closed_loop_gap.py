@@ -1,5 +1,6 @@
 """experiments/real-steps-to-gain/closed_loop_gap.py: the policy's real success acting on real
-frames and acting in the world model, paired start by start per task."""
+frames and acting in the world model, paired start by start per task; replay_fidelity.py: the
+imagined frames against the replayed real ones."""
 
 from __future__ import annotations
 
@@ -58,3 +59,34 @@ def test_a_start_without_a_real_episode_is_one_line(tmp_path) -> None:
         "from the store's starts (--seed as the docstring says)"
     ]
     assert not (tmp_path / "out").exists()
+
+
+def test_replay_fidelity_psnr_is_per_step(monkeypatch) -> None:
+    """replay_fidelity.py: PSNR by step, capped at 100 dB where frames match exactly."""
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "real-steps-to-gain"))
+    import numpy as np
+    from replay_fidelity import psnr_by_step
+
+    real = np.zeros((3, 4, 4, 3), np.uint8)
+    imagined = real.copy()
+    imagined[1] += 255  # every pixel off by the full range: 0 dB
+    imagined[2, 0, 0, 0] = 255  # one value in 48: 10 log10(48)
+    psnr = psnr_by_step(imagined, real)
+    assert psnr[0] == 100.0  # identical frames: capped, not infinite
+    assert psnr[1] == 0.0
+    assert psnr[2] == pytest.approx(10 * np.log10(48))
+
+
+def test_replay_fidelity_without_a_stage_is_one_line(tmp_path) -> None:
+    store = tmp_path / "run" / "data" / "labelled_base"
+    _store(store, [("a", 1, True)])
+    script = ROOT / "experiments" / "real-steps-to-gain" / "replay_fidelity.py"
+    cmd = [sys.executable, str(script), "--run", str(tmp_path / "run")]
+    cmd += ["--out", str(tmp_path / "o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'run' / 'stage1' / 'config.yaml'}: not found (--run takes a "
+        "co-evolve run with its stage 1)"
+    ]
+    assert not (tmp_path / "o").exists()

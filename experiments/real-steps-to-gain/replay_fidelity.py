@@ -1,0 +1,112 @@
+"""How far do the imagined frames of a labelled store drift from the real frames of the same
+actions, task by task and step by step?
+
+    python experiments/real-steps-to-gain/replay_fidelity.py --run RUN [--store STORE] \\
+        [--tasks a,b] --out DIR
+
+Each episode of a store of imagined episodes labelled by replay (co-evolve's
+`RUN/data/labelled_base`: the policy acting in the world model from RL's starts) is replayed
+in the simulator from its start (the reset entry's stored state and seed in
+`RUN/data/base_merged`), every step rendered, and its imagined frames compared with the real
+ones: PSNR (dB, 8-bit frames) at each step after the start, averaged per task. Open loop on the
+policy's own imagined actions: where `closed_loop_gap.py` finds a task the policy fails in the
+world model, this says whether the world model's frames drift more there. Writes
+DIR/replay_fidelity.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from wmrl_cli.errors import WmrlError
+from wmrl_cli.files import atomic_write_text
+
+STEPS = (8, 16, 32, 48, 64, 80, 96, 112, 127)
+
+
+def psnr_by_step(imagined: np.ndarray, real: np.ndarray) -> np.ndarray:
+    """[T] PSNR (dB) of uint8 frames [T, H, W, 3] against [T, H, W, 3], step by step; 100 where
+    a frame matches exactly."""
+    diff = imagined.astype(np.float64) - real.astype(np.float64)
+    mse = (diff**2).mean(axis=(1, 2, 3))
+    return np.minimum(10 * np.log10(255.0**2 / np.maximum(mse, 1e-10)), 100.0)
+
+
+def replay_frames(sim, entry, actions: np.ndarray, chunk: int) -> np.ndarray:
+    """The real frames [T, H, W, 3] after each of `actions` [T, A], replayed in `sim` (one env,
+    rendering every step, not ended at success) from `entry`'s stored start."""
+    sim.reset([entry.task_id], [entry.sim_state], seeds=[entry.seed])
+    frames = []
+    for k in range(0, len(actions), chunk):
+        frames.append(sim.chunk_step(actions[None, k : k + chunk].astype(np.float32)).frames[0])
+    return np.concatenate(frames)[: len(actions)]
+
+
+def markdown(rows: dict[str, dict]) -> str:
+    head = " | ".join(f"step {s}" for s in STEPS)
+    lines = [f"| task | episodes | {head} |", "|---|---|" + "---|" * len(STEPS)]
+    for task, r in rows.items():
+        cells = " | ".join(f"{r['psnr'][str(s)]:.1f}" for s in STEPS if str(s) in r["psnr"])
+        lines.append(f"| {task} | {r['episodes']} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, required=True, help="a co-evolve run directory")
+    parser.add_argument("--store", type=Path, help="default: RUN/data/labelled_base")
+    parser.add_argument("--tasks", help="comma-separated task names (default: all)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    store = args.store or args.run / "data" / "labelled_base"
+    try:
+        index = json.loads((store / "index.json").read_text())["episodes"]
+        config = args.run / "stage1" / "config.yaml"
+        if not config.is_file():
+            raise WmrlError(f"{config}: not found (--run takes a co-evolve run with its stage 1)")
+    except (OSError, ValueError, KeyError, WmrlError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from wmrl_cli.config import resolve_config
+    from wmrl_cli.jobs.inputs import load_reset_set
+    from wmrl_cli.sims.backends import resolve_simulator, simulator_class
+
+    cfg = resolve_config(str(config))
+    entries, _ = load_reset_set(cfg, args.run / "data" / "base_merged")
+    update = {"max_steps": 10_000, "terminate_on_success": False}
+    sim_cfg = resolve_simulator(cfg.simulator).model_copy(update=update)
+    sim = simulator_class(sim_cfg)(sim_cfg, 1, render_every_step=True)
+    wanted = set(args.tasks.split(",")) if args.tasks else None
+    curves: dict[str, list[np.ndarray]] = defaultdict(list)
+    try:
+        for episode in index:
+            if wanted is not None and episode["task_name"] not in wanted:
+                continue
+            with np.load(store / episode["file"], allow_pickle=False) as data:
+                frames, actions = data["frames"], data["actions"]
+            entry = entries[episode.get("imagined", {}).get("reset_entry", episode["init_id"])]
+            real = replay_frames(sim, entry, actions, episode["chunk_size"])
+            curves[episode["task_name"]].append(psnr_by_step(frames[1 : len(real) + 1], real))
+    finally:
+        sim.close()
+    rows = {}
+    for task, runs in curves.items():
+        depth = min(len(c) for c in runs)
+        mean = np.mean(np.stack([c[:depth] for c in runs]), axis=0)
+        psnr = {str(s): float(mean[s - 1]) for s in STEPS if s <= depth}
+        rows[task] = {"episodes": len(runs), "psnr": psnr}
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out / "replay_fidelity.json", json.dumps(rows, indent=2) + "\n")
+    atomic_write_text(args.out / "replay_fidelity.md", markdown(rows))
+    print(markdown(rows), end="")
+    return 0
+
+
+if __name__ == "__main__":  # the simulator's workers start by spawning: only under this guard
+    sys.exit(main())
