@@ -40,11 +40,10 @@ def real_outcomes(reports: list[Path]) -> dict[tuple[str, int], bool]:
     for path in reports:
         report = path / "report.json" if path.is_dir() else path
         try:
-            episodes = json.loads(report.read_text())["episodes"]
-        except (OSError, ValueError, KeyError) as exc:
+            for episode in json.loads(report.read_text())["episodes"]:
+                out[(episode["task"], int(episode["seed"]))] = bool(episode["success"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise WmrlError(f"--real {path}: not an evaluation report ({exc})") from None
-        for episode in episodes:
-            out[(episode["task"], int(episode["seed"]))] = bool(episode["success"])
     return out
 
 
@@ -54,7 +53,11 @@ def imagined_outcomes(store: Path) -> list[tuple[str, int, bool]]:
         episodes = json.loads((store / "index.json").read_text())["episodes"]
     except (OSError, ValueError, KeyError) as exc:
         raise WmrlError(f"--store {store}: not an episode store ({exc})") from None
-    return [(e["task_name"], int(e["seed"]), bool(e["success"])) for e in episodes]
+    try:
+        return [(e["task_name"], int(e["seed"]), bool(e["success"])) for e in episodes]
+    except (KeyError, TypeError, ValueError) as exc:
+        message = f"--store {store}: an episode without task, seed or success ({exc})"
+        raise WmrlError(message) from None
 
 
 def closed_loop_gap(
@@ -62,6 +65,8 @@ def closed_loop_gap(
 ) -> dict:
     """Per task (in the store's order) and overall: the paired outcomes' rates, the difference
     imagined - real with its interval, and the real successes the imagined loop kept."""
+    if not imagined:
+        raise WmrlError("the store holds no episode")
     pairs: dict[str, list[tuple[float, float]]] = defaultdict(list)
     missing = sorted({(t, s) for t, s, _ in imagined if (t, s) not in real})
     if missing:

@@ -32,19 +32,25 @@ STEPS = (8, 16, 32, 48, 64, 80, 96, 112, 127)
 
 def psnr_by_step(imagined: np.ndarray, real: np.ndarray) -> np.ndarray:
     """[T] PSNR (dB) of uint8 frames [T, H, W, 3] against [T, H, W, 3], step by step; 100 where
-    a frame matches exactly."""
-    diff = imagined.astype(np.float64) - real.astype(np.float64)
-    mse = (diff**2).mean(axis=(1, 2, 3))
-    return np.minimum(10 * np.log10(255.0**2 / np.maximum(mse, 1e-10)), 100.0)
+    a frame matches exactly (evaluation/video_metrics.py's)."""
+    import torch
+
+    from wmrl_cli.evaluation.video_metrics import psnr
+
+    return psnr(torch.from_numpy(imagined), torch.from_numpy(real)).double().numpy()
 
 
-def replay_frames(sim, entry, actions: np.ndarray, chunk: int) -> np.ndarray:
-    """The real frames [T, H, W, 3] after each of `actions` [T, A], replayed in `sim` (one env,
-    rendering every step, not ended at success) from `entry`'s stored start."""
+def replay_frames(sim, sim_cfg, entry, actions: np.ndarray, chunk: int) -> np.ndarray:
+    """The real frames [T, H, W, 3] after each of `actions` [T, A] (stored: as executed),
+    replayed in `sim` (one env, rendering every step, not ended at success) from `entry`'s
+    stored start."""
+    from wmrl_cli.sims.backends import replay_actions
+
+    actions = replay_actions(sim_cfg, actions).astype(np.float32)
     sim.reset([entry.task_id], [entry.sim_state], seeds=[entry.seed])
     frames = []
     for k in range(0, len(actions), chunk):
-        frames.append(sim.chunk_step(actions[None, k : k + chunk].astype(np.float32)).frames[0])
+        frames.append(sim.chunk_step(actions[None, k : k + chunk]).frames[0])
     return np.concatenate(frames)[: len(actions)]
 
 
@@ -65,34 +71,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     store = args.store or args.run / "data" / "labelled_base"
+    from wmrl_cli.config import resolve_config
+    from wmrl_cli.jobs.inputs import load_reset_set
+    from wmrl_cli.sims.backends import resolve_simulator, simulator_class
+
     try:
         index = json.loads((store / "index.json").read_text())["episodes"]
         config = args.run / "stage1" / "config.yaml"
         if not config.is_file():
             raise WmrlError(f"{config}: not found (--run takes a co-evolve run with its stage 1)")
+        wanted = set(args.tasks.split(",")) if args.tasks else {e["task_name"] for e in index}
+        unknown = sorted(wanted - {e["task_name"] for e in index})
+        if unknown:
+            raise WmrlError(f"--tasks {','.join(unknown)}: not a task of {store}")
+        cfg = resolve_config(str(config))
+        entries, _ = load_reset_set(cfg, args.run / "data" / "base_merged")
     except (OSError, ValueError, KeyError, WmrlError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from wmrl_cli.config import resolve_config
-    from wmrl_cli.jobs.inputs import load_reset_set
-    from wmrl_cli.sims.backends import resolve_simulator, simulator_class
-
-    cfg = resolve_config(str(config))
-    entries, _ = load_reset_set(cfg, args.run / "data" / "base_merged")
     update = {"max_steps": 10_000, "terminate_on_success": False}
     sim_cfg = resolve_simulator(cfg.simulator).model_copy(update=update)
     sim = simulator_class(sim_cfg)(sim_cfg, 1, render_every_step=True)
-    wanted = set(args.tasks.split(",")) if args.tasks else None
     curves: dict[str, list[np.ndarray]] = defaultdict(list)
     try:
         for episode in index:
-            if wanted is not None and episode["task_name"] not in wanted:
+            if episode["task_name"] not in wanted:
                 continue
             with np.load(store / episode["file"], allow_pickle=False) as data:
                 frames, actions = data["frames"], data["actions"]
             entry = entries[episode.get("imagined", {}).get("reset_entry", episode["init_id"])]
-            real = replay_frames(sim, entry, actions, episode["chunk_size"])
+            real = replay_frames(sim, sim_cfg, entry, actions, episode["chunk_size"])
             curves[episode["task_name"]].append(psnr_by_step(frames[1 : len(real) + 1], real))
+    except (OSError, ValueError, KeyError, IndexError) as exc:  # a damaged store: nothing written
+        print(f"error: {store}: {exc}", file=sys.stderr)
+        return 2
     finally:
         sim.close()
     rows = {}

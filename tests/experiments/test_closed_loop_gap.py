@@ -90,3 +90,19 @@ def test_replay_fidelity_without_a_stage_is_one_line(tmp_path) -> None:
         "co-evolve run with its stage 1)"
     ]
     assert not (tmp_path / "o").exists()
+
+
+def test_replay_fidelity_with_an_unknown_task_is_one_line(tmp_path) -> None:
+    run = tmp_path / "run"
+    _store(run / "data" / "labelled_base", [("a", 1, True)])
+    (run / "stage1").mkdir()
+    (run / "stage1" / "config.yaml").write_text("{}\n")
+    script = ROOT / "experiments" / "real-steps-to-gain" / "replay_fidelity.py"
+    cmd = [sys.executable, str(script), "--run", str(run), "--tasks", "b"]
+    cmd += ["--out", str(tmp_path / "o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --tasks b: not a task of {run / 'data' / 'labelled_base'}"
+    ]
+    assert not (tmp_path / "o").exists()
