@@ -17,6 +17,7 @@ from wmrl_cli.data.reset_set import reset_set_from_store
 from wmrl_cli.envs.imagined import ImaginedEnv
 from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
 from wmrl_cli.errors import WmrlError
+from wmrl_cli.jobs.imagine_policy import start_ids
 from wmrl_cli.sims.metaworld_sim import MetaWorldSim
 from wmrl_cli.world_models.opensora import OpenSoraWorldModel, OpenSoraWorldModelConfig
 
@@ -339,11 +340,37 @@ def test_policy_imagined_rollouts_are_labelled_by_the_simulator(assets, tmp_path
         sim.close()
 
 
+def test_start_ids_of_some_tasks_are_the_whole_sets_starts_of_those() -> None:
+    entry_tasks = [0, 1, 2, 0, 1, 2, 0, 1, 2, 2]
+    whole = start_ids(entry_tasks, 4, seed=7)
+    assert [entry_tasks[i] for i in whole] == [0] * 4 + [1] * 4 + [2] * 4
+    assert start_ids(entry_tasks, 4, seed=7, tasks=[2]) == whole[8:]
+    assert start_ids(entry_tasks, 4, seed=7, tasks=[0, 2]) == whole[:4] + whole[8:]
+
+
+def test_labelled_rollouts_keep_to_algorithm_train_tasks(assets, tmp_path) -> None:
+    """`--set algorithm.train_tasks=[...]`: only those tasks' episodes, from the starts the
+    whole set draws for them (an experiment on a few tasks pairs with the full stage's)."""
+    whole, some = tmp_path / "whole", tmp_path / "some"
+    assert _labelled_rollout(assets, whole, "-n", "2").exit_code == 0
+    names = [m["task_name"] for m in EpisodeStore.open(whole).index]
+    kept = names[-1]
+    result = _labelled_rollout(assets, some, "-n", "2", "--set", f"algorithm.train_tasks=[{kept}]")
+    assert result.exit_code == 0, result.output
+    starts = {m["task_name"]: [] for m in EpisodeStore.open(whole).index}
+    for episode in EpisodeStore.open(whole):
+        starts[episode.task_name].append(episode.imagined["reset_entry"])
+    got = list(EpisodeStore.open(some))
+    assert {e.task_name for e in got} == {kept}
+    assert [e.imagined["reset_entry"] for e in got] == starts[kept]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--replay", "{demos}"], "drop --replay"),
         (["--horizon", "8"], "drop --horizon"),
+        (["--set", "algorithm.train_tasks=[no-such-task]"], "unknown task 'no-such-task'"),
     ],
 )
 def test_policy_imagined_rollout_bad_input_is_one_line(assets, tmp_path, extra, message) -> None:

@@ -106,3 +106,64 @@ def test_replay_fidelity_with_an_unknown_task_is_one_line(tmp_path) -> None:
         f"error: --tasks b: not a task of {run / 'data' / 'labelled_base'}"
     ]
     assert not (tmp_path / "o").exists()
+
+
+def _run_dir(assets, tmp_path):
+    """A co-evolve run's files imagined_loop.py reads: run.json, sft/policy, data/base_merged."""
+    import shutil
+
+    from wmrl_cli.config.loading import resolve_config
+
+    run = tmp_path / "run"
+    (run / "data").mkdir(parents=True)
+    shutil.copytree(assets / "demos", run / "data" / "base_merged")
+    (run / "sft").mkdir()
+    (run / "sft" / "policy").symlink_to(assets / "sft" / "policy", target_is_directory=True)
+    overrides = [
+        "simulator.suite=mw3",
+        "simulator.image_size=32",
+        "simulator.num_workers=0",
+        "simulator.seed=5",
+        "world_model.backend=opensora",
+        "world_model.num_inference_steps=1",
+        "algorithm.num_envs=2",
+        "algorithm.max_episode_steps=16",
+        "coevolve.reward_policy_rollouts_per_task=2",
+    ]
+    cfg = resolve_config(overrides=overrides)
+    (run / "run.json").write_text(json.dumps({"config": cfg.model_dump(mode="json")}))
+    return run
+
+
+def test_imagined_loop_is_the_labelled_stage_on_the_tasks_asked(assets, tmp_path) -> None:
+    """imagined_loop.py: the run's labelled_base stage (its starts and seed) in the world model
+    given, on the tasks given: the stage's own call, restricted, gives the same episodes."""
+    from wmrl_cli.coevolve.stages import imagine_policy
+    from wmrl_cli.config.loading import validate_config
+
+    run = _run_dir(assets, tmp_path)
+    script = ROOT / "experiments" / "real-steps-to-gain" / "imagined_loop.py"
+    kept = "drawer-open"
+    out = tmp_path / "loop"
+    args = ["--run", str(run), "--world-model", str(assets / "wm" / "world_model")]
+    done = subprocess.run(
+        [sys.executable, str(script), *args, "--tasks", kept, "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cfg = validate_config(json.loads((run / "run.json").read_text())["config"])
+    imagine_policy(
+        cfg, str(run / "sft" / "policy"), str(assets / "wm" / "world_model"),
+        str(run / "data" / "base_merged"), tmp_path / "whole", 5 + 3_000_000,
+    )  # fmt: skip
+    got = json.loads((out / "index.json").read_text())["episodes"]
+    stage = json.loads((tmp_path / "whole" / "index.json").read_text())["episodes"]
+    assert {e["task_name"] for e in got} == {kept} and len(got) == 2
+    assert [e["seed"] for e in got] == [e["seed"] for e in stage if e["task_name"] == kept]
+    bad = subprocess.run(
+        [sys.executable, str(script), *args, "--tasks", "no-such", "--out", str(tmp_path / "b")],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "unknown task 'no-such'" in bad.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop", "run", "whole"]

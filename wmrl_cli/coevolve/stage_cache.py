@@ -48,6 +48,7 @@ READS: dict[str, tuple[str, ...]] = {
         "policy",
         "algorithm.max_episode_steps",
         "algorithm.enable_kir",
+        "algorithm.train_tasks",
         "coevolve.reward_policy_rollouts_per_task",
     ),  # fmt: skip
     "reward_model": (*_SIM, "reward_model"),

@@ -22,7 +22,7 @@ episode: `build_labelling_env`), the policy, the starts. Co-evolve's `labelled` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,12 +32,13 @@ import torch
 from wmrl_cli.config import RunConfig
 from wmrl_cli.data.episodes import SIMULATOR_LABELS, Episode, EpisodeStore
 from wmrl_cli.envs.interface import Env, Policy
+from wmrl_cli.envs.reset_sampler import task_ids
 from wmrl_cli.envs.runner import iter_episodes
 from wmrl_cli.envs.simulator_judged import SimulatorJudgedEnv
 from wmrl_cli.errors import ConfigError
 from wmrl_cli.jobs.assembly import build_imagined_env
 from wmrl_cli.jobs.collect_rollouts import RolloutSummary, check_output_store, stored_summary
-from wmrl_cli.jobs.inputs import Inputs, resolve_inputs
+from wmrl_cli.jobs.inputs import Inputs, check_train_tasks, resolve_inputs
 from wmrl_cli.logging import progress_task
 from wmrl_cli.sims.backends import resolve_simulator, simulator_class
 
@@ -75,7 +76,8 @@ def build_labelling_env(
 
 def imagine_policy(cfg: RunConfig, out: EpisodeStore, per_task: int, inputs: Inputs) -> int:
     """`per_task` imagined episodes per task of `policy.name` in `world_model.path` from
-    `world_model.reset_set`'s starts, labelled by the simulator, added to `out`: the one call
+    `world_model.reset_set`'s starts (of the tasks in `algorithm.train_tasks` where set: the
+    tasks RL draws its starts from), labelled by the simulator, added to `out`: the one call
     behind `wmrl rollout --world-model --policy --reset-set` and co-evolve's labelled reward
     data. Sampling (world model noise, the policy's actions, the order of starts) is seeded by
     `simulator.seed`; the number written."""
@@ -86,7 +88,9 @@ def imagine_policy(cfg: RunConfig, out: EpisodeStore, per_task: int, inputs: Inp
     seed = cfg.simulator.seed
     env = build_labelling_env(cfg, cfg.simulator.num_envs, device, inputs)
     try:
-        ids = start_ids(env.entry_task_ids, per_task, seed)
+        tasks = cfg.algorithm.train_tasks
+        only = None if tasks is None else task_ids(tasks, env.task_names)
+        ids = start_ids(env.entry_task_ids, per_task, seed, only)
         policy = load_learned_policy(
             inputs.policy, top_k=cfg.policy.top_k, seed=seed, device=device
         )
@@ -120,6 +124,7 @@ def imagine_policy_rollouts(
     out = Path(cfg.output_dir)
     check_output_store(out, append, imagined=True, overwrite=overwrite)
     inputs = resolve_labelling_inputs(cfg)
+    check_train_tasks(cfg, inputs.reset_set)
     configure_threads(cfg.num_threads)
     prepare_run_dir(cfg, "rollout", overwrite=overwrite)  # the store's config.yaml
     store = EpisodeStore(out)
@@ -127,9 +132,12 @@ def imagine_policy_rollouts(
     return stored_summary(store)
 
 
-def start_ids(entry_task_ids: list[int], per_task: int, seed: int) -> list[int]:
-    """`per_task` reset entries of every task that has one, each task's entries taken in a
-    seeded order and reused round-robin when it has fewer; grouped by task."""
+def start_ids(
+    entry_task_ids: list[int], per_task: int, seed: int, tasks: Sequence[int] | None = None
+) -> list[int]:
+    """`per_task` reset entries of every task that has one (of `tasks` where given), each
+    task's entries taken in a seeded order and reused round-robin when it has fewer; grouped by
+    task. Every task's order is drawn either way, so a subset's starts are the whole set's."""
     if per_task < 1:
         raise ConfigError(f"--episodes-per-task must be at least 1, got {per_task}")
     rng = np.random.default_rng(seed)
@@ -139,7 +147,8 @@ def start_ids(entry_task_ids: list[int], per_task: int, seed: int) -> list[int]:
     ids: list[int] = []
     for task in sorted(by_task):
         order = rng.permutation(by_task[task])
-        ids += [int(order[i % len(order)]) for i in range(per_task)]
+        if tasks is None or task in tasks:
+            ids += [int(order[i % len(order)]) for i in range(per_task)]
     return ids
 
 

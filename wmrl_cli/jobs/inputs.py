@@ -167,9 +167,14 @@ def check_inputs(cfg: RunConfig) -> Inputs:
         check_simulator_rl(cfg)
     elif cfg.algorithm.eval_trials or replays_in_simulator(cfg):
         evaluation_simulator(cfg)
-    if cfg.algorithm.train_tasks is not None:  # names of the env's tasks
-        task_ids(cfg.algorithm.train_tasks, env_task_names(cfg, inputs.reset_set))
+    check_train_tasks(cfg, inputs.reset_set)
     return inputs
+
+
+def check_train_tasks(cfg: RunConfig, reset_set: Path | None) -> None:
+    """`algorithm.train_tasks`, where set, must name tasks of the env (ConfigError)."""
+    if cfg.algorithm.train_tasks is not None:
+        task_ids(cfg.algorithm.train_tasks, env_task_names(cfg, reset_set))
 
 
 def env_task_names(cfg: RunConfig, reset_set: Path | None) -> list[str]:
