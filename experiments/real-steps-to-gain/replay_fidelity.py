@@ -2,7 +2,7 @@
 actions, task by task and step by step?
 
     python experiments/real-steps-to-gain/replay_fidelity.py --run RUN [--store STORE] \\
-        [--tasks a,b] --out DIR
+        [--tasks a,b] [--strips K] --out DIR
 
 Each episode of a store of imagined episodes labelled by replay (co-evolve's
 `RUN/data/labelled_base`: the policy acting in the world model from RL's starts) is replayed
@@ -11,7 +11,9 @@ in the simulator from its start (the reset entry's stored state and seed in
 ones: PSNR (dB, 8-bit frames) at each step after the start, averaged per task. Open loop on the
 policy's own imagined actions: where `closed_loop_gap.py` finds a task the policy fails in the
 world model, this says whether the world model's frames drift more there. Writes
-DIR/replay_fidelity.json and .md.
+DIR/replay_fidelity.json and .md; `--strips K`: also DIR/strips_<task>.png, the first K
+episodes of each task as pairs of rows (imagined frames above, the replay's real frames below)
+at the start and the steps of STRIP_STEPS, to look at what a frame average cannot show.
 """
 
 from __future__ import annotations
@@ -28,6 +30,24 @@ from wmrl_cli.errors import WmrlError
 from wmrl_cli.files import atomic_write_text
 
 STEPS = (8, 16, 32, 48, 64, 80, 96, 112, 127)
+STRIP_STEPS = (16, 32, 48, 64, 80, 96, 112, 127)
+
+
+def strip(pairs: list[tuple[np.ndarray, np.ndarray]], scale: int = 2) -> np.ndarray:
+    """One uint8 image of (imagined [T+1, H, W, 3] from the start, real [T, H, W, 3]) pairs:
+    per pair an imagined row over a real row, columns the start and STRIP_STEPS (those the
+    episode reaches), a 2-pixel white gap between pairs, upscaled `scale` times."""
+    rows = []
+    for imagined, real in pairs:
+        steps = [s for s in STRIP_STEPS if s <= len(real)]
+        top = [imagined[0], *(imagined[s] for s in steps)]
+        bottom = [imagined[0], *(real[s - 1] for s in steps)]  # the same real start
+        rows += [np.concatenate(top, axis=1), np.concatenate(bottom, axis=1)]
+        rows.append(np.full((2, rows[-1].shape[1], 3), 255, np.uint8))
+    width = max(r.shape[1] for r in rows)
+    rows = [np.pad(r, ((0, 0), (0, width - r.shape[1]), (0, 0)), constant_values=255) for r in rows]
+    image = np.concatenate(rows[:-1])
+    return image.repeat(scale, axis=0).repeat(scale, axis=1)
 
 
 def psnr_by_step(imagined: np.ndarray, real: np.ndarray) -> np.ndarray:
@@ -68,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", type=Path, required=True, help="a co-evolve run directory")
     parser.add_argument("--store", type=Path, help="default: RUN/data/labelled_base")
     parser.add_argument("--tasks", help="comma-separated task names (default: all)")
+    parser.add_argument("--strips", type=int, default=0, help="episodes per task to draw")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     store = args.store or args.run / "data" / "labelled_base"
@@ -93,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     sim_cfg = resolve_simulator(cfg.simulator).model_copy(update=update)
     sim = simulator_class(sim_cfg)(sim_cfg, 1, render_every_step=True)
     curves: dict[str, list[np.ndarray]] = defaultdict(list)
+    drawn: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     try:
         for episode in index:
             if episode["task_name"] not in wanted:
@@ -102,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             entry = entries[episode.get("imagined", {}).get("reset_entry", episode["init_id"])]
             real = replay_frames(sim, sim_cfg, entry, actions, episode["chunk_size"])
             curves[episode["task_name"]].append(psnr_by_step(frames[1 : len(real) + 1], real))
+            if len(drawn[episode["task_name"]]) < args.strips:
+                drawn[episode["task_name"]].append((frames, real))
     except (OSError, ValueError, KeyError, IndexError) as exc:  # a damaged store: nothing written
         print(f"error: {store}: {exc}", file=sys.stderr)
         return 2
@@ -116,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "replay_fidelity.json", json.dumps(rows, indent=2) + "\n")
     atomic_write_text(args.out / "replay_fidelity.md", markdown(rows))
+    for task, pairs in drawn.items():
+        import imageio.v3 as iio
+
+        tmp = args.out / f".strips_{task}.png"
+        iio.imwrite(tmp, strip(pairs))
+        tmp.rename(args.out / f"strips_{task}.png")
     print(markdown(rows), end="")
     return 0
 

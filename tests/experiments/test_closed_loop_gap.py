@@ -77,6 +77,25 @@ def test_replay_fidelity_psnr_is_per_step(monkeypatch) -> None:
     assert psnr[2] == pytest.approx(10 * np.log10(48))
 
 
+def test_replay_fidelity_strips_pair_each_imagined_frame_with_the_real_one(monkeypatch) -> None:
+    """--strips: per episode the imagined row over the real row, columns the start and the
+    strip's steps; the real row's column for step s is the frame after action s."""
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "real-steps-to-gain"))
+    import numpy as np
+    from replay_fidelity import STRIP_STEPS, strip
+
+    steps = 40  # reaches 16 and 32 of STRIP_STEPS
+    imagined = np.arange(steps + 1, dtype=np.uint8)[:, None, None, None].repeat(3, axis=-1)
+    imagined = np.broadcast_to(imagined, (steps + 1, 2, 2, 3)).copy()
+    real = imagined[1:] + 100  # the frame after action s: value s + 100
+    image = strip([(imagined, real), (imagined, real)], scale=1)
+    columns = 1 + sum(s <= steps for s in STRIP_STEPS)
+    assert image.shape == (2 * 2 + 2 + 2 * 2, columns * 2, 3)  # two pairs, one gap
+    assert image[0, ::2, 0].tolist() == [0, 16, 32]  # imagined: the start, then steps
+    assert image[2, ::2, 0].tolist() == [0, 116, 132]  # real: the same start, then the replay
+    assert (image[4:6] == 255).all()
+
+
 def test_replay_fidelity_without_a_stage_is_one_line(tmp_path) -> None:
     store = tmp_path / "run" / "data" / "labelled_base"
     _store(store, [("a", 1, True)])
