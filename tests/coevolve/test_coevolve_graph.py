@@ -72,6 +72,7 @@ def recorded(monkeypatch) -> list[tuple]:
         return made(Path(out) / "policy")
 
     def train_wm(cfg, data, out, init, steps, ranks=1) -> str:
+        calls.append(("wm_data", Path(out).name, Path(data).name))
         if ranks != 1:
             calls.append(("ranks", Path(out).name, ranks))
         return made(Path(out) / "world_model")
@@ -258,6 +259,36 @@ def test_every_judge_learns_from_the_stage_1_policys_real_rollouts(tmp_path, rec
     assert ("collect", "reward_real", "policy", False) not in recorded
 
 
+def test_the_first_world_model_can_learn_from_the_judges_real_rollouts(tmp_path, recorded) -> None:
+    """world_model_on_reward_real: the first world model trains on base_merged with the
+    judge's real rollouts; RL's starts and the judge's data are still base_merged. Turning it
+    on reruns the world model and what is built on it, not the data."""
+    cfg = _config(reward_real_rollouts_per_task=2)
+    pipeline.co_evolve(cfg, tmp_path)
+    assert [c for c in recorded if c[0] == "wm_data"][0] == ("wm_data", "wm_base", "base_merged")
+    recorded.clear()
+    pipeline.co_evolve(_config(reward_real_rollouts_per_task=2, world_model_on_reward_real=True),
+                       tmp_path)  # fmt: skip
+    assert [c for c in recorded if c[0] == "wm_data"][0] == ("wm_data", "wm_base", "wm_merged")
+    collected = [c[1] for c in recorded if c[0] == "collect"]
+    assert "base" not in collected and "reward_real" not in collected  # the data is kept
+    assert ("imagine_policy", "labelled_base", "sft", "wm_base", "base_merged") in recorded
+    assert ("rl", "stage1", "wm_base", "rm_base") in recorded
+    stages = json.loads((tmp_path / STAGES_FILE).read_text())
+    assert stages["merge_wm"]["result"] == str(tmp_path / "data" / "wm_merged")
+
+
+@pytest.mark.parametrize("change", [{"reward_real_rollouts_per_task": 0}, {"start": "given"}])
+def test_the_world_model_on_the_judges_real_rollouts_needs_them(change) -> None:
+    from wmrl_cli.errors import ConfigError
+
+    cfg = _config(
+        **{"reward_real_rollouts_per_task": 2, "world_model_on_reward_real": True, **change}
+    )
+    with pytest.raises(ConfigError, match="world_model_on_reward_real': true needs"):
+        pipeline.prepare_co_evolve(cfg)
+
+
 def test_given_start_judges_learn_from_the_given_policys_real_rollouts(tmp_path, recorded) -> None:
     cfg = _config(start="given", refine_reward_model=True, reward_real_rollouts_per_task=2)
     cfg.policy.name = str(tmp_path / "given" / "policy")
@@ -318,6 +349,7 @@ READ_BY = {
     "training.cpu_offload": "rl",
     "training.memory_budget_gb": "rl",
     "coevolve.curve_every": "rl",
+    "coevolve.world_model_on_reward_real": "world_model",
     "world_model.sharding": "refine_wm",
     "reward_model.videomae": "reward_model",
 }

@@ -91,6 +91,14 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
             f"invalid value for 'coevolve.refine_candidates': {ce.refine_candidates} needs "
             "coevolve.accept_audit_per_task > 0 (the audit chooses among the refinements)"
         )
+    if ce.world_model_on_reward_real and not (
+        ce.start == "sft" and ce.reward_real_rollouts_per_task
+    ):
+        raise ConfigError(
+            "invalid value for 'coevolve.world_model_on_reward_real': true needs "
+            "coevolve.start=sft and coevolve.reward_real_rollouts_per_task > 0 (the real "
+            "rollouts it adds to the first world model's data)"
+        )
     if cfg.coevolve.start == "sft" and cfg.simulator.name == "libero":
         raise ConfigError(
             "invalid value for 'coevolve.start': 'sft' trains the base policy on scripted "
@@ -172,12 +180,22 @@ def _sft_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
         after=("sft", "base_rollouts"),
         outputs=("data/base_merged",),
     )
+    wm_data, wm_data_stage = base_data, "merge0"
+    if ce.world_model_on_reward_real:  # the base policy's own clean closed loop besides
+        wm_data = p.run(
+            "merge_wm",
+            lambda: merge([base_data, str(real)], run_dir / "data" / "wm_merged", cfg),
+            reads="merge",
+            after=_after("merge0", real_stage),
+            outputs=("data/wm_merged",),
+        )
+        wm_data_stage = "merge_wm"
     wm = p.run(
         "world_model",
-        lambda: train_wm(cfg, base_data, run_dir / "wm_base", None, 0, run.ranks),
+        lambda: train_wm(cfg, wm_data, run_dir / "wm_base", None, 0, run.ranks),
         reads="world_model",
         ranks=run.ranks,
-        after=("merge0",),
+        after=(wm_data_stage,),
         outputs=("wm_base",),
     )
     imagined, imagine_stage = run.imagined_reward_data(

@@ -32,7 +32,7 @@ READS: dict[str, tuple[str, ...]] = {
     "evolved_rollouts": (*_SIM, "policy", "rollout", "coevolve.evolved_rollouts_per_task"),
     "reward_rollouts": (*_SIM, "policy", "coevolve.reward_real_rollouts_per_task"),
     "merge": (*_SIM, "rollout.kir"),
-    "world_model": (*_SIM, "world_model", "precision"),
+    "world_model": (*_SIM, "world_model", "precision", "coevolve.world_model_on_reward_real"),
     "refine_wm": (*_SIM, "world_model", "precision", "coevolve.refine_steps"),
     "imagine": (
         *_SIM,
@@ -137,6 +137,7 @@ ADDED_OPTIONS: dict[str, Any] = {
     "coevolve.trust_precision_floor": 0.5,
     "coevolve.simulator_control": False,
     "coevolve.curve_every": 0,
+    "coevolve.world_model_on_reward_real": False,
     # The memory plan's settings: at these the weights, their dtypes and the memory are as
     # before (world_model.dtype auto is float32 on the CPU, where those runs were recorded).
     "world_model.dtype": "auto",

@@ -99,6 +99,14 @@ class CoevolveConfig(Section):
         "which the perturbed world-model rollouts and the demonstrations lack); 0: none. Why: "
         "docs/results.md#real-rollouts-in-the-judges-data",
     )
+    world_model_on_reward_real: bool = Field(
+        False,
+        description="true: the first world model also learns from the reward models' real "
+        "rollouts (reward_real_rollouts_per_task, already paid for): the base policy's own "
+        "closed loop, which its perturbed rollouts and the demonstrations do not show; RL's "
+        "starts and the judge's data stay as they are. Why: "
+        "docs/notes/real-steps-to-gain.md (the world model on the judge's real rollouts)",
+    )
     frozen_control: bool = Field(False, description="also run the last stage in the frozen WM")
     simulator_control: bool = Field(
         False,
