@@ -96,6 +96,22 @@ def test_replay_fidelity_strips_pair_each_imagined_frame_with_the_real_one(monke
     assert (image[4:6] == 255).all()
 
 
+def test_replay_fidelity_moving_region_is_where_the_real_frame_left_the_start(monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "experiments" / "real-steps-to-gain"))
+    import numpy as np
+    from replay_fidelity import moving_mse_by_step
+
+    start = np.zeros((4, 4, 3), np.uint8)
+    real = np.stack([start, start.copy()])
+    real[1, 0, 0] = 255  # step 2: one pixel moved
+    imagined = real.copy()
+    imagined[1, 3, 3] = 255  # an error outside the moving region: not counted
+    mse = moving_mse_by_step(imagined, real, start)
+    assert np.isnan(mse[0]) and mse[1] == 0.0
+    held = np.stack([start, start])  # the start held still misses the moved pixel entirely
+    assert moving_mse_by_step(held, real, start)[1] == 1.0
+
+
 def test_replay_fidelity_without_a_stage_is_one_line(tmp_path) -> None:
     store = tmp_path / "run" / "data" / "labelled_base"
     _store(store, [("a", 1, True)])

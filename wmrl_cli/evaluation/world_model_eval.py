@@ -165,7 +165,7 @@ def same_task_partners(episodes: Sequence[Episode]) -> list[int]:
     return out
 
 
-def _moving_mse(pred: torch.Tensor, truth: torch.Tensor, first: torch.Tensor) -> np.ndarray:
+def moving_mse(pred: torch.Tensor, truth: torch.Tensor, first: torch.Tensor) -> np.ndarray:
     """MSE [B,T] (in [0,1] units) over the pixels that differ from the first frame in the truth;
     NaN where nothing moves."""
     moving = (truth.int() - first[:, None].int()).abs().amax(-1) > MOVING_THRESHOLD  # [B,T,H,W]
@@ -180,7 +180,7 @@ def _mse(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> np.ndarr
     return ((a - b) / 255.0).pow(2).flatten(2).mean(-1).numpy()
 
 
-def _psnr_of_mse(mse: np.ndarray) -> np.ndarray:
+def psnr_of_mse(mse: np.ndarray) -> np.ndarray:
     return 10 * np.log10(1.0 / np.maximum(mse, 1e-10))
 
 
@@ -234,8 +234,8 @@ def open_loop_eval(
         add("ssim", ssim(preds, truth).numpy(), valid)
         add("copy_psnr", psnr(copy, truth).numpy(), valid)
         add("copy_ssim", ssim(copy, truth).numpy(), valid)
-        add("moving_mse", _moving_mse(preds, truth, first_t), valid)
-        add("copy_moving_mse", _moving_mse(copy, truth, first_t), valid)
+        add("moving_mse", moving_mse(preds, truth, first_t), valid)
+        add("copy_moving_mse", moving_mse(copy, truth, first_t), valid)
         for kind in kinds:
             alt = np.stack(alt_actions[kind][start : start + len(batch)])
             other = open_loop_rollout(world_model, first, alt, c, horizon, seed + start)
@@ -262,8 +262,8 @@ def open_loop_eval(
         ssim=list(means["ssim"]),
         copy_psnr=list(means["copy_psnr"]),
         copy_ssim=list(means["copy_ssim"]),
-        moving_psnr=list(_psnr_of_mse(means["moving_mse"])),
-        copy_moving_psnr=list(_psnr_of_mse(means["copy_moving_mse"])),
+        moving_psnr=list(psnr_of_mse(means["moving_mse"])),
+        copy_moving_psnr=list(psnr_of_mse(means["copy_moving_mse"])),
         alternative_psnr={k: list(means[f"alt_{k}"]) for k in kinds},
         response_ratio=response,
         episode_psnr=np.concatenate(per_episode["psnr"]),
