@@ -278,6 +278,56 @@ def test_the_first_world_model_can_learn_from_the_judges_real_rollouts(tmp_path,
     assert stages["merge_wm"]["result"] == str(tmp_path / "data" / "wm_merged")
 
 
+def test_the_closed_loop_floor_leaves_out_the_tasks_the_world_models_loop_loses(
+    tmp_path, recorded, monkeypatch
+) -> None:
+    """closed_loop_floor: stage 1 trains on the tasks where the base acting in the world model
+    (labelled_base) succeeds at least floor times as often as in its real rollouts
+    (reward_real); the stage reruns when either store does."""
+    import wmrl_cli.coevolve.run_state as run_state
+
+    counts = {
+        "labelled_base": {"door-open": (4, 25), "drawer-close": (1, 25), "plate-slide": (0, 25)},
+        "reward_real": {"door-open": (13, 20), "drawer-close": (3, 20), "plate-slide": (0, 20)},
+    }
+    monkeypatch.setattr(run_state, "task_successes", lambda store: counts[Path(store).name])
+    on = {"reward_policy_rollouts_per_task": 2, "reward_real_rollouts_per_task": 2}
+    pipeline.co_evolve(_config(closed_loop_floor=0.5, **on), tmp_path)
+    # door-open: 16% imagined against 65% real, under half: out. drawer-close: 4% against 15%,
+    # under half too. plate-slide: no real success, nothing to lose: kept.
+    assert ("train_tasks", "stage1", ("plate-slide",)) in recorded
+    counts["labelled_base"]["drawer-close"] = (2, 25)  # 8% against 15%: over half, kept
+    recorded.clear()
+    pipeline.co_evolve(_config(closed_loop_floor=0.5, **on), tmp_path)
+    assert not [c for c in recorded if c[0] == "rl"]  # the stores' stages did not change
+    recorded.clear()
+    pipeline.co_evolve(_config(closed_loop_floor=0.3, **on), tmp_path)  # door-open: 16% < 19.5%
+    assert ("train_tasks", "stage1", ("drawer-close", "plate-slide")) in recorded
+
+
+def test_a_closed_loop_floor_no_task_clears_stops_with_one_line(tmp_path, recorded, monkeypatch):
+    import wmrl_cli.coevolve.run_state as run_state
+    from wmrl_cli.errors import WmrlError
+
+    counts = {"labelled_base": {"door-open": (0, 25)}, "reward_real": {"door-open": (5, 20)}}
+    monkeypatch.setattr(run_state, "task_successes", lambda store: counts[Path(store).name])
+    on = {"reward_policy_rollouts_per_task": 2, "reward_real_rollouts_per_task": 2}
+    with pytest.raises(
+        WmrlError, match="closed_loop_floor=0.5 times its real rollouts: expected at least one task"
+    ):
+        pipeline.co_evolve(_config(closed_loop_floor=0.5, **on), tmp_path)
+
+
+@pytest.mark.parametrize("change", [{"reward_policy_rollouts_per_task": 0}, {"start": "given"}])
+def test_the_closed_loop_floor_needs_both_stores(change) -> None:
+    from wmrl_cli.errors import ConfigError
+
+    on = {"reward_policy_rollouts_per_task": 2, "reward_real_rollouts_per_task": 2}
+    cfg = _config(**{**on, "closed_loop_floor": 0.5, **change})
+    with pytest.raises(ConfigError, match="closed_loop_floor': 0.5 needs"):
+        pipeline.prepare_co_evolve(cfg)
+
+
 @pytest.mark.parametrize("change", [{"reward_real_rollouts_per_task": 0}, {"start": "given"}])
 def test_the_world_model_on_the_judges_real_rollouts_needs_them(change) -> None:
     from wmrl_cli.errors import ConfigError
@@ -350,6 +400,7 @@ READ_BY = {
     "training.memory_budget_gb": "rl",
     "coevolve.curve_every": "rl",
     "coevolve.world_model_on_reward_real": "world_model",
+    "coevolve.closed_loop_floor": "rl",
     "world_model.sharding": "refine_wm",
     "reward_model.videomae": "reward_model",
 }
@@ -366,6 +417,7 @@ OTHER_VALUE = {
     "algorithm.train_tasks": ["drawer-close"],
     "coevolve.trust_audit_per_task": 10,
     "coevolve.trust_precision_floor": 0.7,
+    "coevolve.closed_loop_floor": 0.5,
     "world_model.dtype": "bf16",
     "world_model.offload_during_update": True,
     "world_model.vae_batch": 4,

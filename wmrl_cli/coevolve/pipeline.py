@@ -99,6 +99,14 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
             "coevolve.start=sft and coevolve.reward_real_rollouts_per_task > 0 (the real "
             "rollouts it adds to the first world model's data)"
         )
+    stores = ce.reward_policy_rollouts_per_task and ce.reward_real_rollouts_per_task
+    if ce.closed_loop_floor and not (ce.start == "sft" and stores):
+        raise ConfigError(
+            f"invalid value for 'coevolve.closed_loop_floor': {ce.closed_loop_floor} needs "
+            "coevolve.start=sft, reward_policy_rollouts_per_task > 0 and "
+            "reward_real_rollouts_per_task > 0 (the base policy's imagined and real successes "
+            "it compares)"
+        )
     if cfg.coevolve.start == "sft" and cfg.simulator.name == "libero":
         raise ConfigError(
             "invalid value for 'coevolve.start': 'sft' trains the base policy on scripted "
@@ -226,6 +234,9 @@ def _sft_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     tasks, trust_stage = run.train_tasks(
         "stage1", (base_policy, wm, rm["path"], base_data, threshold), after
     )
+    if ce.closed_loop_floor:  # leave out the tasks the world model's loop loses
+        tasks = run.closed_loop_tasks("stage1", str(labelled), str(real), tasks)
+        after = (*after, *_after(label_stage, real_stage))
     policy = p.run(
         "stage1",
         lambda: rl(
@@ -545,6 +556,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
         frozen_same_as,
         run.trust,
         ranks,
+        run.closed_loop,
     )
     log_report_media(run_dir, cfg, list(run.evals), list(run.reliability))
     return report

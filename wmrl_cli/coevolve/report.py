@@ -98,6 +98,7 @@ def write_report(
     frozen_same_as: str | None = None,
     trust: dict[str, dict[str, Any]] | None = None,
     ranks: dict[str, int] | None = None,
+    closed_loop: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """`real_steps`: per stage, the real environment steps it consumed (None: not recorded,
     a stage finished before wmrl counted them). `rl_activity`: per RL stage, what
@@ -106,7 +107,9 @@ def write_report(
     `frozen_same_as`: the stage that had the frozen control's inputs (acceptance kept the
     current world model), so the control was not run apart. `trust`: per RL stage, the tasks
     it trained on and those its trust audit left out (`coevolve.trust_audit_per_task`).
-    `ranks`: per training stage, the processes it trained on (`--num-processes`)."""
+    `ranks`: per training stage, the processes it trained on (`--num-processes`).
+    `closed_loop`: per RL stage, the tasks `coevolve.closed_loop_floor` left out, with the base
+    policy's imagined and real successes there."""
     rl_activity = rl_activity or {}
     acceptance = acceptance or {}
     trust = trust or {}
@@ -144,6 +147,7 @@ def write_report(
         "acceptance": acceptance,
         "frozen_control_same_as": frozen_same_as,
         "trust": trust,
+        "closed_loop": closed_loop or {},
     }
     atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
     # Drawn whatever the rates: zeros are a result (each 0 bar a flat mark with "0" above it).
@@ -206,6 +210,7 @@ def write_report(
         lines += _rl_table(rl_activity)
     lines += _acceptance_table(acceptance)
     lines += _trust_lines(trust, cfg.coevolve.trust_precision_floor)
+    lines += _closed_loop_lines(closed_loop or {})
     lines += [
         "## World-model reliability (open loop, held-out episodes, PSNR dB)",
         "",
@@ -445,6 +450,28 @@ def _trust_lines(trust: dict[str, dict[str, Any]], floor: float) -> list[str]:
         lines.append(
             f"| {stage} | `{t['audit']}` | {len(t['train_tasks'])} | {left_out or 'none'} |"
         )
+    return [*lines, ""]
+
+
+def _closed_loop_lines(closed_loop: dict[str, dict[str, Any]]) -> list[str]:
+    """Per RL stage: the tasks the closed-loop floor left out, with the base policy's
+    successes acting in the world model and on real frames."""
+    if not closed_loop:
+        return []
+    lines = [
+        "## Tasks the world model's closed loop loses (coevolve.closed_loop_floor)",
+        "",
+        "| stage | floor | tasks trained | left out (imagined successes / real successes) |",
+        "|---|---|---|---|",
+    ]
+    for stage, loop in closed_loop.items():
+        left_out = ", ".join(
+            f"{name} ({row['imagined'][0]}/{row['imagined'][1]} / "
+            f"{row['real'][0]}/{row['real'][1]})"
+            for name, row in loop["excluded"].items()
+        )
+        trained = len(loop["train_tasks"])
+        lines.append(f"| {stage} | {loop['floor']:g} | {trained} | {left_out or 'none'} |")
     return [*lines, ""]
 
 

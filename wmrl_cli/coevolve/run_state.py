@@ -12,12 +12,14 @@ from wmrl_cli.coevolve.gate import enforce_gate, gate_check
 from wmrl_cli.coevolve.stage_cache import StageCache
 from wmrl_cli.coevolve.stages import (
     audit_trust,
+    closed_loop_tasks,
     collect,
     eval_steps,
     evaluate,
     imagine,
     imagine_policy,
     store_steps,
+    task_successes,
     trust_from_audit,
 )
 from wmrl_cli.config import RunConfig
@@ -37,6 +39,7 @@ class CoevolveRun:
         self.reward_metrics: dict[str, dict[str, Any]] = {}
         self.acceptance: dict[str, dict[str, Any]] = {}  # per round: audit_world_models
         self.trust: dict[str, dict[str, Any]] = {}  # per RL stage: trust_from_audit, its audit
+        self.closed_loop: dict[str, dict[str, Any]] = {}  # per RL stage: closed_loop_tasks
         # The judge's real rollouts of the stage-1 policy (`real_reward_data`): store, stage.
         self.real_reward: tuple[str | None, str | None] = (None, None)
         # The policy stage 1 starts from and the stages that made it (the start sets it).
@@ -99,6 +102,25 @@ class CoevolveRun:
             )
         self.trust[stage] = trust
         return trust["train_tasks"], audit_stage
+
+    def closed_loop_tasks(
+        self, stage: str, imagined: str, real: str, within: list[str] | None
+    ) -> list[str]:
+        """`within` (None: `algorithm.train_tasks`, or every task) less the tasks where the
+        policy's imagined episodes (`imagined`, replayed) succeed below
+        `coevolve.closed_loop_floor` times its real rollouts (`real`): `closed_loop_tasks`,
+        kept for the report."""
+        floor = self.cfg.coevolve.closed_loop_floor
+        within = within if within is not None else self.cfg.algorithm.train_tasks
+        loop = closed_loop_tasks(task_successes(imagined), task_successes(real), floor, within)
+        if not loop["train_tasks"]:
+            raise WmrlError(
+                f"{stage}: on every task the base policy's imagined loop succeeds below "
+                f"coevolve.closed_loop_floor={floor:g} times its real rollouts: expected at "
+                "least one task to train on (lower the floor, or check the world model)"
+            )
+        self.closed_loop[stage] = loop
+        return loop["train_tasks"]
 
     def imagined_reward_data(
         self, name: str, wm: str, data: str, after: tuple[str, ...]

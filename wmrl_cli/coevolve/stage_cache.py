@@ -72,6 +72,7 @@ READS: dict[str, tuple[str, ...]] = {
         "compile_world_model",
         "coevolve.trust_audit_per_task",
         "coevolve.trust_precision_floor",
+        "coevolve.closed_loop_floor",
         "coevolve.curve_every",
     ),  # fmt: skip
     # The simulator control: RL from the base policy in the simulator; no world or reward model.
@@ -138,6 +139,7 @@ ADDED_OPTIONS: dict[str, Any] = {
     "coevolve.simulator_control": False,
     "coevolve.curve_every": 0,
     "coevolve.world_model_on_reward_real": False,
+    "coevolve.closed_loop_floor": 0.0,
     # The memory plan's settings: at these the weights, their dtypes and the memory are as
     # before (world_model.dtype auto is float32 on the CPU, where those runs were recorded).
     "world_model.dtype": "auto",

@@ -434,6 +434,39 @@ def trust_from_audit(cfg: RunConfig, rows: dict[str, dict[str, Any]]) -> dict[st
     return {"train_tasks": trusted, "excluded": excluded}
 
 
+def task_successes(store: str) -> dict[str, tuple[int, int]]:
+    """Per task of an episode store (its index alone): (episodes that succeed, episodes)."""
+    counts: dict[str, list[int]] = {}
+    for meta in EpisodeStore.open(store, verify=False).index:
+        row = counts.setdefault(meta["task_name"], [0, 0])
+        row[0] += int(bool(meta["success"]))
+        row[1] += 1
+    return {task: (wins, n) for task, (wins, n) in counts.items()}
+
+
+def closed_loop_tasks(
+    imagined: dict[str, tuple[int, int]],
+    real: dict[str, tuple[int, int]],
+    floor: float,
+    within: list[str] | None = None,
+) -> dict[str, Any]:
+    """The tasks RL in the world model trains on (of `imagined`'s, within `within` where
+    given): all but those where the policy acting in the world model (`imagined`: successes,
+    episodes) succeeds less than `floor` times as often as on real frames (`real`). A task
+    without a real success stays: there is nothing its loop could lose."""
+    excluded: dict[str, dict[str, list[int]]] = {}
+    kept = []
+    for task, (wins, n) in imagined.items():
+        if within is not None and task not in within:
+            continue
+        real_wins, real_n = real.get(task, (0, 0))
+        if real_wins and wins / n < floor * real_wins / real_n:
+            excluded[task] = {"imagined": [wins, n], "real": [real_wins, real_n]}
+        else:
+            kept.append(task)
+    return {"train_tasks": kept, "excluded": excluded, "floor": floor}
+
+
 def choose_world_model(f1: dict[str, float | None]) -> str:
     """The name with the highest F1 of the verdict against the replays, the first (the current
     world model) on a tie. No F1 (no call and no real success: no signal) counts as 0."""

@@ -107,6 +107,17 @@ class CoevolveConfig(Section):
         "starts and the judge's data stay as they are. Measured (seed 1): no better closed "
         "loop; docs/notes/real-steps-to-gain.md (the world model on the judge's real rollouts)",
     )
+    closed_loop_floor: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="f > 0: stage 1's RL leaves out the tasks where the base policy acting in "
+        "the world model (its labelled imagined episodes, replayed: "
+        "reward_policy_rollouts_per_task) succeeds less than f times as often as in its real "
+        "rollouts (reward_real_rollouts_per_task): successes the world model's loop does not "
+        "produce, which no verdict can pay and GRPO there unlearns. No real step beyond those "
+        "stores'. 0: off. Why: docs/notes/real-steps-to-gain.md (a closed-loop floor)",
+    )
     frozen_control: bool = Field(False, description="also run the last stage in the frozen WM")
     simulator_control: bool = Field(
         False,
