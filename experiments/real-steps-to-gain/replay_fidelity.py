@@ -173,15 +173,14 @@ def main(argv: list[str] | None = None) -> int:
         rows[task] = {"episodes": len(runs), "psnr": psnr}
         for key, which in (("moving_psnr", 0), ("held_moving_psnr", 1)):
             mse = np.nanmean(np.stack([m[which][:depth] for m in moving[task]]), axis=0)
-            rows[task][key] = {
-                str(s): float(psnr_of_mse(mse[s - 1 : s])[0]) for s in STEPS if s <= depth
-            }
+            db = psnr_of_mse(mse)
+            rows[task][key] = {str(s): float(db[s - 1]) for s in STEPS if s <= depth}
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "replay_fidelity.json", json.dumps(rows, indent=2) + "\n")
     atomic_write_text(args.out / "replay_fidelity.md", markdown(rows))
-    for task, pairs in drawn.items():
-        import imageio.v3 as iio
+    import imageio.v3 as iio
 
+    for task, pairs in drawn.items():
         tmp = args.out / f".strips_{task}.png"
         iio.imwrite(tmp, strip(pairs))
         tmp.rename(args.out / f"strips_{task}.png")
