@@ -44,6 +44,16 @@ def make_run_dir(run_dir: Path) -> Path:
     return run_dir
 
 
+def expect_run_dir(run_dir: Path) -> None:
+    """A run directory that this command's ranks will create (`--num-processes`): where it
+    does not exist yet, remembered for `discard_unused_run_dirs` as if this process made it, so
+    that ranks failing on a user error leave nothing behind even where they were stopped before
+    their own cleanup."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        _CREATED.append(run_dir)
+
+
 def prepare_run_dir(
     config: RunConfig,
     command: str,

@@ -25,6 +25,7 @@ from wmrl_cli.cli.common import (
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.logging import err_console
 from wmrl_cli.ranks import check_not_single_rank_launch, relaunch_ranks
+from wmrl_cli.run_dirs import expect_run_dir
 
 
 @handle_errors
@@ -142,6 +143,7 @@ def train_policy_command(
         claim_run_dir(  # the rule, checked only: the ranks apply it
             cfg.model_copy(deep=True), "train-policy", **_claim(launched), write=False
         )
+        expect_run_dir(Path(cfg.output_dir))
         relaunch_ranks(num_processes)
 
     from wmrl_cli.jobs.train_policy import make_accelerator, train_policy

@@ -26,6 +26,7 @@ from wmrl_cli.config import RunConfig
 from wmrl_cli.errors import ConfigError, WmrlError
 from wmrl_cli.logging import console
 from wmrl_cli.ranks import check_not_single_rank_launch, relaunch_ranks
+from wmrl_cli.run_dirs import expect_run_dir
 
 
 @handle_errors
@@ -144,6 +145,8 @@ def train_wm_command(
             console.print(plan.line())
         if num_processes > 1:
             claim_run_dir(cfg.model_copy(deep=True), "train-wm", **claim, write=False)
+            if cfg.output_dir is not None:
+                expect_run_dir(Path(cfg.output_dir))
             relaunch_ranks(num_processes)
     accelerator = make_accelerator(cfg)
     if accelerator.num_processes > 1 and cfg.output_dir is None:
