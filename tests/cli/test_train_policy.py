@@ -461,6 +461,60 @@ def test_train_tasks_restrict_rls_starts_and_reject_unknown_names(assets, tmp_pa
     assert "Traceback" not in bad.output and not (tmp_path / "x").exists()
 
 
+def bc_options(store) -> list[str]:
+    return ["--set", "algorithm.bc_coef=10.0", "--set", f"algorithm.bc_data={store}"]
+
+
+def test_bc_anchor_clones_the_stores_successes_at_every_update(assets, tmp_path) -> None:
+    """algorithm.bc_coef > 0 (DAPG's demonstration term): each optimizer step also clones
+    steps of bc_data's successful episodes, here the expert's, so their negative log-likelihood
+    falls step by step while the GRPO loss alone leaves no train/bc metric."""
+    sets = ["--set", "algorithm.bc_batch_size=256", "--set", "algorithm.eval_trials=0"]
+    out = tmp_path / "bc"
+    result = runner.invoke(
+        app, [*args(assets, out, 3, algo="grpo"), *sets, *bc_options(assets / "demos")]
+    )
+    assert result.exit_code == 0, result.output
+    losses = [row["train/bc/loss"] for row in metrics(out / "metrics.jsonl")]
+    assert losses[2] < losses[1] < losses[0], losses
+    plain = runner.invoke(app, [*args(assets, tmp_path / "plain", 1, algo="grpo"), *sets])
+    assert plain.exit_code == 0, plain.output
+    assert "train/bc/loss" not in metrics(tmp_path / "plain" / "metrics.jsonl")[0]
+
+
+def test_bc_anchor_resumes_with_the_batches_an_uninterrupted_run_draws(
+    assets, tmp_path, monkeypatch
+) -> None:
+    extra = bc_options(assets / "demos")
+    straight = runner.invoke(app, [*args(assets, tmp_path / "a", 2, algo="grpo"), *extra])
+    assert straight.exit_code == 0, straight.output
+    first = runner.invoke(app, [*args(assets, tmp_path / "b", 1, algo="grpo"), *extra])
+    assert first.exit_code == 0, first.output
+    resumed = runner.invoke(app, [*args(assets, tmp_path / "b", 2, algo="grpo"), *extra])
+    assert resumed.exit_code == 0 and "resuming policy training" in resumed.output
+    a, b = metrics(tmp_path / "a" / "metrics.jsonl"), metrics(tmp_path / "b" / "metrics.jsonl")
+    assert a[1]["train/bc/loss"] == pytest.approx(b[1]["train/bc/loss"], rel=1e-6)
+    assert a[1]["train/loss"] == pytest.approx(b[1]["train/loss"], rel=1e-6, abs=1e-7)
+
+
+def test_bc_anchor_refuses_a_missing_or_successless_store(assets, tmp_path) -> None:
+    failed = [e for e in EpisodeStore.open(assets / "demos")]
+    for episode in failed:
+        episode.success[:] = False
+    EpisodeStore(tmp_path / "no-success").add(failed)
+    cases = {
+        "no-data": ["--set", "algorithm.bc_coef=1.0"],
+        "missing": bc_options(tmp_path / "nowhere"),
+        "no-success": bc_options(tmp_path / "no-success"),
+    }
+    for name, extra in cases.items():
+        out = tmp_path / "runs" / name
+        result = runner.invoke(app, [*args(assets, out, 1, algo="grpo"), *extra])
+        assert result.exit_code == 2, (name, result.output)
+        assert "bc_data" in result.output and "Traceback" not in result.output, name
+        assert not out.exists(), name
+
+
 def test_keep_checkpoints_zero_keeps_every_step_for_a_learning_curve(assets, tmp_path) -> None:
     out = tmp_path / "curve"
     cmd = [*args(assets, out, 3, algo="grpo"), "--set", "training.keep_checkpoints=0"]

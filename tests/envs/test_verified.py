@@ -547,13 +547,11 @@ def test_the_simulator_env_ignores_the_recall_floor(assets, tmp_path) -> None:
 
 
 def test_a_resume_drops_the_calls_of_later_steps(tmp_path) -> None:
-    from types import SimpleNamespace
-
-    from wmrl_cli.rl.trainer import PolicyTrainer
+    from wmrl_cli.rl.verified_calls import drop_calls_after
 
     for name in ("step_000002", "step_000003", "step_000004_rank1", "notes"):
         (tmp_path / "verified_calls" / name).mkdir(parents=True)
-    PolicyTrainer._drop_later_calls(SimpleNamespace(run_dir=tmp_path, step=2))
+    drop_calls_after(tmp_path, 2)
     left = sorted(p.name for p in (tmp_path / "verified_calls").iterdir())
     assert left == ["notes", "step_000002"]
 

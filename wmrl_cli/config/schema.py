@@ -234,6 +234,21 @@ class AlgorithmConfig(Section):
         description="weight of a k3 KL penalty to the policy as given (a frozen copy; 0 in "
         "RLinf's and WMPO's configs): an anchor against forgetting what the policy could do",
     )
+    bc_coef: float = Field(
+        0.0,
+        ge=0.0,
+        description="weight of a behaviour-cloning term on the successful episodes of bc_data, "
+        "added at every optimizer step (DAPG, Rajeswaran et al. 2018): an anchor from real "
+        "successes on every task, including those RL's verdict never pays; 0: off",
+    )
+    bc_data: str | None = Field(
+        None,
+        description="bc_coef: the episode store whose successful episodes the term clones "
+        "(co-evolve's data/reward_real: the base policy's clean real rollouts, already paid for)",
+    )
+    bc_batch_size: int = Field(
+        64, ge=1, description="bc_coef: steps cloned per optimizer step, all ranks together"
+    )
     aggregation: Literal["token_mean", "trajectory_mean", "masked_mean_ratio"] = Field(
         "trajectory_mean",
         description="trajectory_mean: masked GRPO (WoVR eq. 11); masked_mean_ratio: RLinf's "
@@ -284,6 +299,14 @@ class AlgorithmConfig(Section):
         if band is not None and band[0] > band[1]:
             raise ValueError(f"the band is empty: low {band[0]} > high {band[1]}")
         return band
+
+    @model_validator(mode="after")
+    def _bc_needs_data(self) -> AlgorithmConfig:
+        if self.bc_coef > 0 and not self.bc_data:
+            raise ValueError(
+                "bc_coef > 0 clones the successes of algorithm.bc_data: give an episode store"
+            )
+        return self
 
     @model_validator(mode="after")
     def _dynamic_sampling_needs_filter(self) -> AlgorithmConfig:

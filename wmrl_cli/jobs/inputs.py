@@ -168,7 +168,25 @@ def check_inputs(cfg: RunConfig) -> Inputs:
     elif cfg.algorithm.eval_trials or replays_in_simulator(cfg):
         evaluation_simulator(cfg)
     check_train_tasks(cfg, inputs.reset_set)
+    check_bc_data(cfg)
     return inputs
+
+
+def check_bc_data(cfg: RunConfig) -> None:
+    """`algorithm.bc_data`, where bc_coef > 0, must be an episode store with a success to clone
+    (ConfigError)."""
+    alg = cfg.algorithm
+    if alg.bc_coef <= 0:
+        return
+    try:
+        store = EpisodeStore.open(alg.bc_data, verify=False)
+    except WmrlError as exc:
+        raise ConfigError(f"algorithm.bc_data: {exc}") from None
+    if not any(entry.get("success") for entry in store.index):
+        raise ConfigError(
+            f"algorithm.bc_data: {alg.bc_data} holds no successful episode to clone "
+            "(expected a store of rollouts with successes, e.g. co-evolve's data/reward_real)"
+        )
 
 
 def check_train_tasks(cfg: RunConfig, reset_set: Path | None) -> None:

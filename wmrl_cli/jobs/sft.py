@@ -1,20 +1,20 @@
 """Behaviour cloning of an OpenVLA-OFT policy from demonstrations (`wmrl sft`).
 
-Samples are (frame t, instruction, the C actions from t on); chunks running past the episode
-end repeat its last action. Batches are drawn by a counter-based RNG (seed, step, rank), so a
-resumed run sees exactly the batches an uninterrupted one would.
+Samples are (frame t, instruction, the C actions from t on: `data/bc.py`). Batches are drawn
+by a counter-based RNG (seed, step, rank), so a resumed run sees exactly the batches an
+uninterrupted one would.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from wmrl_cli.config import RunConfig
+from wmrl_cli.data.bc import build_bc_dataset
 from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.errors import WmrlError
 from wmrl_cli.logging import MetricsLogger, console, progress_task
@@ -25,39 +25,6 @@ from wmrl_cli.training.checkpoints import latest_checkpoint, restore_rng, save_c
 from wmrl_cli.training.sharding import PolicySharding
 
 POLICY_DIR = "policy"
-
-
-@dataclass
-class BCDataset:
-    frames: np.ndarray  # uint8 [N,H,W,3]
-    chunks: np.ndarray  # float32 [N,C,A]
-    prompt_ids: np.ndarray  # int [N] -> instructions
-    instructions: list[str]
-
-    def __len__(self) -> int:
-        return len(self.frames)
-
-
-def build_bc_dataset(store: EpisodeStore, chunk: int, only_success: bool = True) -> BCDataset:
-    frames, chunks, prompt_ids, instructions = [], [], [], []
-    for episode in store:
-        if only_success and not episode.succeeded:
-            continue
-        if episode.instruction not in instructions:
-            instructions.append(episode.instruction)
-        t_len = episode.length
-        idx = np.minimum(np.arange(t_len)[:, None] + np.arange(chunk)[None], t_len - 1)
-        frames.append(episode.frames[:t_len])
-        chunks.append(episode.actions[idx])
-        prompt_ids.append(np.full(t_len, instructions.index(episode.instruction)))
-    if not frames:
-        raise WmrlError(f"{store.root}: no successful episodes to clone")
-    return BCDataset(
-        np.concatenate(frames),
-        np.concatenate(chunks).astype(np.float32),
-        np.concatenate(prompt_ids),
-        instructions,
-    )
 
 
 def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:

@@ -18,7 +18,6 @@ data, rollouts, calls, exact; rl/real_step_kinds.py).
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,11 +28,9 @@ import numpy as np
 import torch
 
 from wmrl_cli.config import RunConfig
-from wmrl_cli.data.episodes import EpisodeStore
 from wmrl_cli.envs.interface import Env
 from wmrl_cli.envs.reset_sampler import GroupResetSampler, task_ids
 from wmrl_cli.envs.verified import TaskRecall
-from wmrl_cli.files import atomic_dir
 from wmrl_cli.logging import MetricsLogger, console, progress_task
 from wmrl_cli.memory.budget import env_memory_plan
 from wmrl_cli.rl import (
@@ -52,20 +49,20 @@ from wmrl_cli.rl import (
     varied_outcome_groups,
 )
 from wmrl_cli.rl.aggregation import LossAggregation, loss_scale
+from wmrl_cli.rl.bc_anchor import RealSuccessAnchor
 from wmrl_cli.rl.buffer import Rollout, collect_rollout
 from wmrl_cli.rl.judge_audit import JudgeAudit
 from wmrl_cli.rl.policy_start import LoadBase, starting_policies
 from wmrl_cli.rl.real_step_kinds import KINDS, real_step_metrics, restored, taken_by_kind
 from wmrl_cli.rl.rollout_metrics import judge_and_truth, rollout_metrics
 from wmrl_cli.rl.schedule import check_world_size, concat_rollouts, optimizer_batches
+from wmrl_cli.rl.verified_calls import drop_calls_after, write_step_calls
 from wmrl_cli.run_dirs import write_rank_summary
 from wmrl_cli.trackers import tracked
 from wmrl_cli.training.checkpoints import latest_checkpoint, save_checkpoint
 from wmrl_cli.training.sharding import PolicySharding, frozen_models, offloaded
 
 POLICY_DIR = "policy"
-# verified imagination's calls, one episode store per RL step (envs/verified.py)
-VERIFIED_CALLS_DIR = "verified_calls"
 
 
 def ensure_value_head(model) -> None:
@@ -175,9 +172,19 @@ class PolicyTrainer:
             self._resumed_from = checkpoint.name
         if accelerator.is_main_process:  # once a resume's state has loaded (a damaged one
             self.memory.print()  # stops the command with its one line alone)
-            self._drop_later_calls()
+            drop_calls_after(self.run_dir, self.step)
         self.wrapped, self.optimizer = self.sharding.prepare(model, self.optimizer)
         self.unwrapped = self.sharding.unwrap(self.wrapped)
+        self.anchor = None  # a behaviour-cloning term on real successes (algorithm.bc_coef)
+        if self.alg.bc_coef > 0:
+            self.anchor = RealSuccessAnchor.from_store(
+                self.alg.bc_data,
+                self.unwrapped.chunk_size,
+                self.alg.bc_batch_size,
+                cfg.simulator.seed,
+                rank,
+                world,
+            )
         self._frozen = wms + rms  # moved off the device for updates (offload_during_update)
         # every rank enters an evaluation (under fsdp they gather the policy for it)
         self._evaluates = self._global_sum(int(evaluate is not None)) > 0
@@ -229,29 +236,6 @@ class PolicyTrainer:
     def _global_sum(self, value: int) -> int:
         total = torch.tensor([value], dtype=torch.int64, device=self.accelerator.device)
         return int(self.accelerator.reduce(total, "sum").item())
-
-    def _write_calls(self, calls: list) -> None:
-        """This step's calls in `verified_calls/step_N` (`_rankR` beside it with several ranks):
-        written whole, and replaced whole (or removed, with no call) where a resumed run takes
-        the step again."""
-        if not self.cfg.reward_model.keep_verified_calls:
-            return
-        several = self.accelerator.num_processes > 1
-        name = f"step_{self.step + 1:06d}" + (f"_rank{self.rank}" if several else "")
-        final = self.run_dir / VERIFIED_CALLS_DIR / name
-        if not calls:
-            shutil.rmtree(final, ignore_errors=True)
-            return
-        with atomic_dir(final) as tmp:
-            EpisodeStore(tmp).add(calls)
-
-    def _drop_later_calls(self) -> None:
-        """The call folders of steps after the one resumed from (an earlier attempt that ran
-        further, or with another number of ranks): the steps to come write their own."""
-        for path in (self.run_dir / VERIFIED_CALLS_DIR).glob("step_*"):
-            number = path.name.split("_")[1]
-            if path.is_dir() and number.isdigit() and int(number) > self.step:
-                shutil.rmtree(path)
 
     def _log_eval_videos(self) -> None:
         """Each task's grid video of this step's evaluation (eval.save_video) to TensorBoard and
@@ -328,7 +312,10 @@ class PolicyTrainer:
             timings["verify/exact_called"], timings["verify/exact_missed"] = map(float, per_rank)
         if hasattr(self.env, "pop_calls"):  # verified imagination's calls, labelled
             t_calls = time.time()
-            self._write_calls(self.env.pop_calls())
+            calls = self.env.pop_calls()
+            if self.cfg.reward_model.keep_verified_calls:
+                several = self.accelerator.num_processes > 1
+                write_step_calls(self.run_dir, self.step + 1, calls, self.rank, several)
             timings["time/write_calls"] = time.time() - t_calls
 
         adv, returns, keep = self.advantages(ro)
@@ -341,6 +328,7 @@ class PolicyTrainer:
         mb_size = alg.minibatch_trajectories
         # the frozen world and reward models leave the device for the update where planned
         with offloaded(self._frozen, acc.device, self.memory.offload_world_model):
+            optimizer_step = 0
             for _ in range(alg.update_epochs):
                 order = torch.randperm(b, generator=self.generator)
                 for batch in optimizer_batches(order, alg.optimizer_steps):
@@ -355,6 +343,9 @@ class PolicyTrainer:
                         acc.backward(loss * self.loss_rule.share(mb_mask, step_mask[batch]))
                         for k, v in mb_stats.items():
                             stats.setdefault(k, []).append(float(v))
+                    if self.anchor is not None:
+                        self._anchor_backward(optimizer_step, stats)
+                    optimizer_step += 1
                     # the whole gradient's norm, wherever its shards live
                     grad_norm = self.sharding.clip_gradients(
                         self.wrapped.parameters(), self.cfg.training.grad_clip
@@ -376,6 +367,16 @@ class PolicyTrainer:
         self._local_metrics = metrics
         self._stepped_ids.append(ids)
         return StepResult(self._reduce(metrics), ro)
+
+    def _anchor_backward(self, optimizer_step: int, stats: dict[str, list[float]]) -> None:
+        """The behaviour-cloning term of this optimizer step (`rl/bc_anchor.py`), its gradient
+        added to the policy gradient's."""
+        bc = self.anchor.loss(
+            self.unwrapped, self.wrapped, self.accelerator.device, self.step, optimizer_step
+        )
+        self.accelerator.backward(self.alg.bc_coef * bc.loss)
+        for key, value in (("loss", bc.loss), ("token_accuracy", bc.token_accuracy)):
+            stats.setdefault(f"train/bc/{key}", []).append(float(value.detach()))
 
     def _minibatch_loss(
         self,
