@@ -116,8 +116,8 @@ class CoevolveConfig(Section):
         "reward_policy_rollouts_per_task) succeeds less than f times as often as in its real "
         "rollouts (reward_real_rollouts_per_task): successes the world model's loop does not "
         "produce, which no verdict can pay. No real step beyond those stores'. 0: off. "
-        "Measured (seed 1, f = 0.5): a left-out task is lost all the same, and the run gained "
-        "less than with every task; docs/notes/real-steps-to-gain.md (a closed-loop floor)",
+        "Measured (seed 1, f = 0.5): the run gained less than with every task, its trained "
+        "tasks less; docs/notes/real-steps-to-gain.md (a closed-loop floor)",
     )
     frozen_control: bool = Field(False, description="also run the last stage in the frozen WM")
     simulator_control: bool = Field(
