@@ -84,9 +84,7 @@ def main() -> None:
     rows: dict[str, dict[str, float]] = {}
     first = from_pretrained(next(iter(policies.values())))
     data = build_bc_dataset(store, first.chunk_size)
-    task_of = {e["instruction"]: e["task_name"] for e in store.index if "instruction" in e}
-    if not task_of:
-        task_of = {e.instruction: e.task_name for e in store}
+    task_of = {e["instruction"]: e["task_name"] for e in store.index}  # Episode.meta's keys
     tasks = [task_of[i] for i in data.instructions]
     for name, path in policies.items():
         policy = first if not rows else from_pretrained(path)
