@@ -502,17 +502,20 @@ def test_bc_anchor_refuses_a_missing_or_successless_store(assets, tmp_path) -> N
     for episode in failed:
         episode.success[:] = False
     EpisodeStore(tmp_path / "no-success").add(failed)
-    cases = {
-        "no-data": ["--set", "algorithm.bc_coef=1.0"],
-        "missing": bc_options(tmp_path / "nowhere"),
-        "no-success": bc_options(tmp_path / "no-success"),
+    no_task = ["--set", "algorithm.bc_tasks=[no-such-task]"]
+    cases = {  # the options, and the option the one line names
+        "no-data": (["--set", "algorithm.bc_coef=1.0"], "bc_data"),
+        "missing": (bc_options(tmp_path / "nowhere"), "bc_data"),
+        "no-success": (bc_options(tmp_path / "no-success"), "bc_data"),
+        "no-such-task": ([*bc_options(assets / "demos"), *no_task], "bc_tasks"),
     }
-    for name, extra in cases.items():
+    for name, (extra, option) in cases.items():
         out = tmp_path / "runs" / name
         result = runner.invoke(app, [*args(assets, out, 1, algo="grpo"), *extra])
         assert result.exit_code == 2, (name, result.output)
-        assert "bc_data" in result.output and "Traceback" not in result.output, name
+        assert option in result.output and "Traceback" not in result.output, name
         assert not out.exists(), name
+    assert "'no-such-task'" in result.output
 
 
 def test_keep_checkpoints_zero_keeps_every_step_for_a_learning_curve(assets, tmp_path) -> None:

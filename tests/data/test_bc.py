@@ -30,3 +30,13 @@ def test_a_store_without_a_success_has_nothing_to_clone(tmp_path) -> None:
     store.add([make_episode(0, success_at=None)])
     with pytest.raises(WmrlError, match="no successful episodes"):
         build_bc_dataset(store, chunk=2)
+
+
+def test_tasks_keep_the_named_tasks_successes_alone(tmp_path) -> None:
+    """algorithm.bc_tasks: the anchor clones the tasks whose imagined loop is broken only."""
+    store = EpisodeStore(tmp_path / "s")
+    store.add([make_episode(0, length=6, seed=1), make_episode(1, length=8, seed=2)])
+    data = build_bc_dataset(store, chunk=2, tasks=["task1"])
+    assert len(data) == 8 and data.instructions == ["do task 1"]
+    with pytest.raises(WmrlError, match="no successful episodes of tasks task7 to clone"):
+        build_bc_dataset(store, chunk=2, tasks=["task7"])

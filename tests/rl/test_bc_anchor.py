@@ -40,3 +40,12 @@ def test_each_sample_pairs_a_frame_with_its_episodes_instruction_and_actions(tmp
         episode = episodes[prompt]
         t = next(t for t in range(episode.length) if np.array_equal(episode.frames[t], frame))
         np.testing.assert_array_equal(chunk[0], episode.actions[t])
+
+
+def test_bc_tasks_draw_from_the_named_tasks_alone(tmp_path) -> None:
+    anchor(tmp_path)  # the store
+    named = RealSuccessAnchor.from_store(
+        tmp_path / "s", 4, 32, seed=7, rank=0, world=1, tasks=["task0", "task2"]
+    )
+    _, prompts, _ = named.batch(0, 0)
+    assert set(prompts) == {"do task 0", "do task 2"}

@@ -249,6 +249,13 @@ class AlgorithmConfig(Section):
     bc_batch_size: int = Field(
         64, ge=1, description="bc_coef: steps cloned per optimizer step, all ranks together"
     )
+    bc_tasks: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="bc_coef: clone the successes of these tasks alone (names as in bc_data's "
+        "index; null: every task), e.g. those whose imagined loop is broken, so that the term "
+        "does not hold back tasks RL in the world model can learn",
+    )
     aggregation: Literal["token_mean", "trajectory_mean", "masked_mean_ratio"] = Field(
         "trajectory_mean",
         description="trajectory_mean: masked GRPO (WoVR eq. 11); masked_mean_ratio: RLinf's "

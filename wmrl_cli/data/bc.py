@@ -6,6 +6,7 @@ episode's end repeats its last action, as the policy's own chunks are executed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,11 +26,19 @@ class BCDataset:
         return len(self.frames)
 
 
-def build_bc_dataset(store: EpisodeStore, chunk: int, only_success: bool = True) -> BCDataset:
-    """Every step of the store's episodes (its successful ones only, by default) as a sample."""
+def build_bc_dataset(
+    store: EpisodeStore,
+    chunk: int,
+    only_success: bool = True,
+    tasks: Sequence[str] | None = None,
+) -> BCDataset:
+    """Every step of the store's episodes (its successful ones only, by default; of the tasks
+    named in `tasks` only, where given) as a sample."""
     frames, chunks, prompt_ids, instructions = [], [], [], []
     for episode in store:
         if only_success and not episode.succeeded:
+            continue
+        if tasks is not None and episode.task_name not in tasks:
             continue
         if episode.instruction not in instructions:
             instructions.append(episode.instruction)
@@ -39,7 +48,8 @@ def build_bc_dataset(store: EpisodeStore, chunk: int, only_success: bool = True)
         chunks.append(episode.actions[idx])
         prompt_ids.append(np.full(t_len, instructions.index(episode.instruction)))
     if not frames:
-        raise WmrlError(f"{store.root}: no successful episodes to clone")
+        among = f" of tasks {', '.join(tasks)}" if tasks is not None else ""
+        raise WmrlError(f"{store.root}: no successful episodes{among} to clone")
     return BCDataset(
         np.concatenate(frames),
         np.concatenate(chunks).astype(np.float32),

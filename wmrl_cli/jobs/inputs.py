@@ -173,8 +173,8 @@ def check_inputs(cfg: RunConfig) -> Inputs:
 
 
 def check_bc_data(cfg: RunConfig) -> None:
-    """`algorithm.bc_data`, where bc_coef > 0, must be an episode store with a success to clone
-    (ConfigError)."""
+    """`algorithm.bc_data`, where bc_coef > 0, must be an episode store with a success to clone,
+    of every task in `algorithm.bc_tasks` where set (ConfigError)."""
     alg = cfg.algorithm
     if alg.bc_coef <= 0:
         return
@@ -182,10 +182,18 @@ def check_bc_data(cfg: RunConfig) -> None:
         store = EpisodeStore.open(alg.bc_data, verify=False)
     except WmrlError as exc:
         raise ConfigError(f"algorithm.bc_data: {exc}") from None
-    if not any(entry.get("success") for entry in store.index):
+    won = [entry["task_name"] for entry in store.index if entry.get("success")]
+    if not won:
         raise ConfigError(
             f"algorithm.bc_data: {alg.bc_data} holds no successful episode to clone "
             "(expected a store of rollouts with successes, e.g. co-evolve's data/reward_real)"
+        )
+    missing = [task for task in alg.bc_tasks or () if task not in won]
+    if missing:
+        raise ConfigError(
+            f"algorithm.bc_tasks: {alg.bc_data} holds no successful episode of "
+            f"{', '.join(map(repr, missing))} (its tasks with a success: "
+            f"{', '.join(dict.fromkeys(won))})"
         )
 
 

@@ -1,20 +1,24 @@
 """A behaviour-cloning term beside the policy-gradient loss, on real successful episodes.
 
-GRPO on some tasks moves a shared policy on all of them: in the world model, a task whose
-successes no verdict pays is unlearnt whether or not RL draws it (docs/notes/real-steps-to-gain.md,
-"A closed-loop floor"). `algorithm.bc_coef` holds the policy to real successes the method
-already paid for (co-evolve's `data/reward_real`: the base policy's own clean real rollouts), as
-DAPG (Rajeswaran et al., 2018, eq. 6) adds a demonstration term to its policy gradient:
+GRPO in the world model moves a shared policy on every task, and furthest on a task whose
+imagined loop is broken (window-close on seed 1: docs/notes/real-steps-to-gain.md, "A
+behaviour-cloning anchor on the base's real successes"). `algorithm.bc_coef` holds the policy
+to real successes the method already paid for (co-evolve's `data/reward_real`: the base
+policy's own clean real rollouts), as DAPG (Rajeswaran et al., 2018, eq. 6) adds a
+demonstration term to its policy gradient:
 
     loss = policy_loss + bc_coef * mean over sampled steps of -log pi(a_t:t+C | o_t, l)
 
 once per optimizer step, on `bc_batch_size` steps drawn (all ranks together) from the
-successful episodes of `algorithm.bc_data`. The draw is counter-based (seed, RL step, optimizer
-step, rank), so a resumed run draws what an uninterrupted one would.
+successful episodes of `algorithm.bc_data`; of the tasks in `algorithm.bc_tasks` alone where
+set (those whose imagined loop is broken, so that the tasks RL can learn are not held back).
+The draw is counter-based (seed, RL step, optimizer step, rank), so a resumed run draws what
+an uninterrupted one would.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +38,17 @@ class RealSuccessAnchor:
 
     @classmethod
     def from_store(
-        cls, path: str | Path, chunk: int, batch_size: int, seed: int, rank: int, world: int
+        cls,
+        path: str | Path,
+        chunk: int,
+        batch_size: int,
+        seed: int,
+        rank: int,
+        world: int,
+        tasks: Sequence[str] | None = None,
     ) -> RealSuccessAnchor:
-        return cls(build_bc_dataset(EpisodeStore.open(path), chunk), batch_size, seed, rank, world)
+        data = build_bc_dataset(EpisodeStore.open(path), chunk, tasks=tasks)
+        return cls(data, batch_size, seed, rank, world)
 
     def batch(self, step: int, optimizer_step: int) -> tuple[torch.Tensor, list[str], torch.Tensor]:
         """(frames uint8 [B,H,W,3], instructions [B], action chunks float32 [B,C,A])."""

@@ -184,6 +184,7 @@ class PolicyTrainer:
                 cfg.simulator.seed,
                 rank,
                 world,
+                tasks=self.alg.bc_tasks,
             )
         self._frozen = wms + rms  # moved off the device for updates (offload_during_update)
         # every rank enters an evaluation (under fsdp they gather the policy for it)
