@@ -66,14 +66,14 @@ def test_a_cpu_run_is_checked_against_the_host_memory_its_ranks_share(monkeypatc
     assert (budget, where) == (4.0, "host memory available to each of 4 ranks (16.0 GiB in all)")
 
 
-def _wan_plan(budget: float, ranks: int = 16):
+def _wan_plan(budget: float, ranks: int = 16, extra: tuple[str, ...] = ()):
     """The seeds' Wan preset with 128 envs, published sizes, planned as a GPU runs it."""
     from wmrl_cli.memory.budget import rl_memory_plan
     from wmrl_cli.memory.param_counts import full_world_model_params, published_reward_bytes
     from wmrl_cli.memory.plan import imagination_cost
     from wmrl_cli.policies.config import full_config
 
-    overrides = ["algorithm.num_envs=128", "world_model.dtype=bf16"]
+    overrides = ["algorithm.num_envs=128", "world_model.dtype=bf16", *extra]
     cfg = resolve_config(
         "wan-spatial-grpo", overrides=[*overrides, f"training.memory_budget_gb={budget}"]
     )
@@ -112,3 +112,15 @@ def test_the_peak_sits_under_the_phase_that_holds_it() -> None:
     peak = next(line for line in console.export_text().splitlines() if line.startswith("│ peak"))
     cells = [cell.strip() for cell in peak.split("│")[2:5]]
     assert cells == [f"{plan.peak:.2f} of 21.8", "", ""]
+
+
+def test_the_update_counts_the_anchors_batch_where_it_is_the_larger() -> None:
+    """algorithm.bc_coef: the behaviour-cloning batch's forward and backward follow the
+    minibatch's, so the update holds the larger of the two per rank, never their sum."""
+    plain = _wan_plan(400).plan
+    minibatch = plain.settings.sequences
+    anchor = ("algorithm.bc_coef=0.5", "algorithm.bc_data=runs/x/data/reward_real")
+    small = _wan_plan(400, extra=(*anchor, f"algorithm.bc_batch_size={16 * minibatch}")).plan
+    assert small.settings.sequences == minibatch and small.update == plain.update
+    large = _wan_plan(400, extra=(*anchor, f"algorithm.bc_batch_size={16 * 4 * minibatch}")).plan
+    assert large.settings.sequences == 4 * minibatch and large.update > plain.update

@@ -303,17 +303,22 @@ def rl_memory_plan(
     when it does not fit. `world_model.offload_during_update`
     unset (None) turns offloading on where the plan needs it, and `world_model.vae_batch` unset
     decodes `VAE_BATCH` envs at a time where that is what the plan needs. `imagination`: what
-    one env adds while the world model imagines (`imagination_cost`)."""
+    one env adds while the world model imagines (`imagination_cost`). The update's activations
+    are the larger of a minibatch's and, with `algorithm.bc_coef`, the anchor's batch on a
+    rank (`rl/bc_anchor.py`: its backward runs after the minibatch's has freed them)."""
     from wmrl_cli.memory.param_counts import policy_size
     from wmrl_cli.world_models.factory import world_model_dtype_name
 
     alg, wm = cfg.algorithm, cfg.world_model
     per_trajectory = -(-alg.max_episode_steps // policy_config.chunk_len)
     value_head = alg.name == "ppo" or policy_config.value_head
+    sequences = alg.minibatch_trajectories * per_trajectory
+    if alg.bc_coef > 0:  # the anchor's batch goes forward and back after the minibatch's
+        sequences = max(sequences, max(1, alg.bc_batch_size // world_size))
     settings = training_settings(
         cfg,
         world_size,
-        alg.minibatch_trajectories * per_trajectory,
+        sequences,
         steps_per_trajectory=per_trajectory,
         kl_reference=alg.kl_coef > 0,
         world_model_dtype=world_model_dtype_name(wm.dtype, device),
