@@ -15,6 +15,7 @@ import wmrl_cli.coevolve.pipeline as pipeline
 import wmrl_cli.coevolve.run_state as run_state
 from wmrl_cli.coevolve.stage_cache import ADDED_OPTIONS, READS, STAGES_FILE, StageCache
 from wmrl_cli.config import resolve_config
+from wmrl_cli.run_dirs import config_values
 
 
 def patch(monkeypatch, name: str, value: Any) -> None:
@@ -403,6 +404,10 @@ READ_BY = {
     "coevolve.closed_loop_floor": "rl",
     "world_model.sharding": "refine_wm",
     "reward_model.videomae": "reward_model",
+    "algorithm.bc_coef": "rl",
+    "algorithm.bc_data": "rl",
+    "algorithm.bc_batch_size": "rl",
+    "algorithm.bc_tasks": "rl",
 }
 # A value other than the default, where flipping the default's truth would not be one.
 OTHER_VALUE = {
@@ -427,8 +432,15 @@ OTHER_VALUE = {
     "training.memory_budget_gb": 10.0,
     "world_model.sharding": "fsdp",
     "reward_model.videomae": {"num_frames": 4},
+    "algorithm.bc_coef": 0.5,
+    "algorithm.bc_data": "runs/x/data/reward_real",
+    "algorithm.bc_batch_size": 128,
+    "algorithm.bc_tasks": ["window-close"],
 }
-NEEDS = {"training.cpu_offload": {"sharding": "fsdp"}}  # it offloads FSDP's shards
+NEEDS = {
+    "training.cpu_offload": {"sharding": "fsdp"},  # it offloads FSDP's shards
+    "algorithm.bc_coef": {"bc_data": "runs/x/data/reward_real"},  # the store it clones
+}
 
 
 @pytest.mark.parametrize(
@@ -486,6 +498,17 @@ def test_an_option_added_later_stays_out_of_fingerprints_at_its_default(tmp_path
         setattr(getattr(cfg, section), name, other)
         assert StageCache(tmp_path, 0, cfg).fingerprint(kind, ()) != before
         setattr(cfg, section, given)
+
+
+def test_every_option_a_recorded_run_lacks_is_out_of_fingerprints_at_its_default() -> None:
+    """A new option at its default must leave the fingerprints of runs recorded before it as
+    they were, or `co-evolve` on such a run removes its finished stages and runs them again (the
+    bc_* options, 2026-12-07, did so to every RL stage until they were listed). The keys below
+    are those of the runs recorded so far; a key beyond them goes in ADDED_OPTIONS."""
+    recorded = set(json.loads((Path(__file__).parent / "fingerprinted_keys.json").read_text()))
+    keys = set(config_values(resolve_config(), None, "co-evolve"))
+    new = sorted(keys - recorded - set(ADDED_OPTIONS))
+    assert not new, f"add {new} to ADDED_OPTIONS with the default that keeps recorded runs"
 
 
 @pytest.mark.parametrize("chosen", ["current", "wm_evo1_seed1"])

@@ -153,6 +153,11 @@ ADDED_OPTIONS: dict[str, Any] = {
     "training.memory_budget_gb": None,
     "world_model.sharding": "none",
     "reward_model.videomae": {},
+    # RL's behaviour-cloning anchor (rl/bc_anchor.py), off at these
+    "algorithm.bc_coef": 0.0,
+    "algorithm.bc_data": None,
+    "algorithm.bc_batch_size": 64,
+    "algorithm.bc_tasks": None,
 }
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records
 # and the recall floor what it is paid, not how a reward model is trained or checked.
