@@ -57,11 +57,14 @@ def recorded(monkeypatch) -> list[tuple]:
         return made(out)
 
     def rl(
-        cfg, out, policy, wm, rm_path, data, real_steps, threshold=None, tasks=None, ranks=1
-    ) -> str:
+        cfg, out, policy, wm, rm_path, data, real_steps, threshold=None, tasks=None, ranks=1,
+        bc_data=None,
+    ) -> str:  # fmt: skip
         calls.append(("rl", Path(out).name, Path(wm).parent.name, Path(rm_path).parent.name))
         if tasks is not None:
             calls.append(("train_tasks", Path(out).name, tuple(tasks)))
+        if bc_data is not None:
+            calls.append(("bc_data", Path(out).name, bc_data))
         if ranks != 1:
             calls.append(("ranks", Path(out).name, ranks))
         return made(Path(out) / "policy")
@@ -306,6 +309,39 @@ def test_the_closed_loop_floor_leaves_out_the_tasks_the_world_models_loop_loses(
     assert ("train_tasks", "stage1", ("drawer-close", "plate-slide")) in recorded
 
 
+@pytest.mark.parametrize("start", ["sft", "given"])
+def test_the_anchor_clones_the_bases_real_successes_in_every_imagined_stage(
+    tmp_path, recorded, start
+) -> None:
+    """bc_anchor: stage 1, the refined stage and the frozen control clone the judge's real
+    rollouts of the base (data/reward_real); the simulator control runs RL as it is."""
+    cfg = _config(bc_anchor=0.5, reward_real_rollouts_per_task=2, frozen_control=True)
+    cfg.coevolve.simulator_control = True
+    if start == "given":
+        cfg.coevolve.start = "given"
+        cfg.policy.name, cfg.world_model.path = "policy", str(tmp_path / "wm")
+        cfg.reward_model.path, cfg.world_model.reset_set = str(tmp_path / "rm"), "starts"
+    pipeline.co_evolve(cfg, tmp_path / "run")
+    store = str(tmp_path / "run" / "data" / "reward_real")
+    cloned = [c[1] for c in recorded if c[0] == "bc_data" and c[2] == store]
+    assert cloned == ["stage1", "stage2", "frozen_control"]
+    assert any(c[0] == "simulator_rl" for c in recorded)
+    assert not [c for c in recorded if c[0] == "bc_data" and c[1] == "simulator_control"]
+
+
+def test_the_anchor_reruns_from_stage_1_on_and_needs_the_real_rollouts(tmp_path, recorded) -> None:
+    from wmrl_cli.errors import ConfigError
+
+    on = {"reward_real_rollouts_per_task": 2}
+    pipeline.co_evolve(_config(**on), tmp_path)
+    recorded.clear()
+    pipeline.co_evolve(_config(bc_anchor=0.5, **on), tmp_path)
+    rerun = [c[1] for c in recorded if c[0] in ("rl", "collect", "train_rm", "wm_data")]
+    assert rerun[0] == "stage1" and not {"base", "reward_real", "rm_base", "wm_base"} & set(rerun)
+    with pytest.raises(ConfigError, match="'coevolve.bc_anchor': 0.5 needs"):
+        pipeline.prepare_co_evolve(_config(bc_anchor=0.5, reward_real_rollouts_per_task=0))
+
+
 def test_a_closed_loop_floor_no_task_clears_stops_with_one_line(tmp_path, recorded, monkeypatch):
     import wmrl_cli.coevolve.run_state as run_state
     from wmrl_cli.errors import WmrlError
@@ -408,6 +444,7 @@ READ_BY = {
     "algorithm.bc_data": "rl",
     "algorithm.bc_batch_size": "rl",
     "algorithm.bc_tasks": "rl",
+    "coevolve.bc_anchor": "rl",
 }
 # A value other than the default, where flipping the default's truth would not be one.
 OTHER_VALUE = {
@@ -436,6 +473,7 @@ OTHER_VALUE = {
     "algorithm.bc_data": "runs/x/data/reward_real",
     "algorithm.bc_batch_size": 128,
     "algorithm.bc_tasks": ["window-close"],
+    "coevolve.bc_anchor": 0.5,
 }
 NEEDS = {
     "training.cpu_offload": {"sharding": "fsdp"},  # it offloads FSDP's shards

@@ -107,6 +107,12 @@ def prepare_co_evolve(cfg: RunConfig, ranks: int = 1) -> None:
             "reward_real_rollouts_per_task > 0 (the base policy's imagined and real successes "
             "it compares)"
         )
+    if ce.bc_anchor and not ce.reward_real_rollouts_per_task:
+        raise ConfigError(
+            f"invalid value for 'coevolve.bc_anchor': {ce.bc_anchor} needs "
+            "coevolve.reward_real_rollouts_per_task > 0 (the base policy's real rollouts whose "
+            "successes it clones)"
+        )
     if cfg.coevolve.start == "sft" and cfg.simulator.name == "libero":
         raise ConfigError(
             "invalid value for 'coevolve.start': 'sft' trains the base policy on scripted "
@@ -237,6 +243,7 @@ def _sft_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
     if ce.closed_loop_floor:  # leave out the tasks the world model's loop loses
         tasks = run.closed_loop_tasks("stage1", str(labelled), str(real), tasks)
         after = (*after, *_after(label_stage, real_stage))
+    anchor, anchor_stage = run.anchor()
     policy = p.run(
         "stage1",
         lambda: rl(
@@ -250,11 +257,12 @@ def _sft_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]]:
             threshold,
             tasks,
             ranks=run.ranks,
+            bc_data=anchor,
         ),
         rl_steps,
         reads="rl",
         ranks=run.ranks,
-        after=_after(*after, trust_stage),
+        after=_after(*after, trust_stage, anchor_stage),
         outputs=("stage1",),
     )
     run.evaluate("stage1", policy, ("stage1",), ce.videos and ce.refinements == 0)
@@ -274,6 +282,7 @@ def _given_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]
     run.evaluate("base", str(cfg.policy.name), (), False)
     run.base = (str(cfg.policy.name), ())
     run.real_reward_data(str(cfg.policy.name), ())  # for the refinements' fine-tuned judges
+    anchor, anchor_stage = run.anchor()
     policy = p.run(
         "stage1",
         lambda: rl(
@@ -285,10 +294,12 @@ def _given_start(run: CoevolveRun) -> tuple[_Evolved, list[str], tuple[str, ...]
             str(cfg.world_model.reset_set),
             p.data_steps(),
             ranks=run.ranks,
+            bc_data=anchor,
         ),
         rl_steps,
         reads="rl",
         ranks=run.ranks,
+        after=_after(anchor_stage),
         outputs=("stage1",),
     )
     run.evaluate("stage1", policy, ("stage1",), ce.videos and ce.refinements == 0)
@@ -407,6 +418,7 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
     run = CoevolveRun(cfg, run_dir, ranks)
     p, seed = run.cache, cfg.simulator.seed
     evolved, data, data_stages = (_sft_start if ce.start == "sft" else _given_start)(run)
+    anchor, anchor_stage = run.anchor()  # the real successes every later RL stage clones too
     # The frozen control's RL inputs (policy, world model, judge, starts, threshold) and the
     # last refined stage's: equal when acceptance kept the current world model and judge.
     frozen_input = last_input = None
@@ -478,12 +490,12 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
         policy = p.run(
             name,
             lambda s=name, pol=last.policy, w=wm, rr=rm, m=merged, t=threshold, tk=tasks: rl(
-                cfg, run_dir / s, pol, w, rr["path"], m, p.data_steps(), t, tk, run.ranks
+                cfg, run_dir / s, pol, w, rr["path"], m, p.data_steps(), t, tk, run.ranks, anchor
             ),
             rl_steps,
             reads="rl",
             ranks=run.ranks,
-            after=_after(*after, trust_stage, accept),
+            after=_after(*after, trust_stage, accept, anchor_stage),
             outputs=(name,),
         )
         stages = {"policy": name, "wm": wm_stage, "rm": rm_stage,
@@ -504,15 +516,14 @@ def co_evolve(cfg: RunConfig, run_dir: Path, ranks: int = 1) -> dict[str, Any]:
         run.trust.pop("frozen_control", None)
     elif ce.frozen_control and frozen_input is not None:
         pol, w, rpath, m, t, tk = frozen_input
+        out = run_dir / "frozen_control"
         control = p.run(
             "frozen_control",
-            lambda: rl(
-                cfg, run_dir / "frozen_control", pol, w, rpath, m, p.data_steps(), t, tk, run.ranks
-            ),
+            lambda: rl(cfg, out, pol, w, rpath, m, p.data_steps(), t, tk, run.ranks, anchor),
             rl_steps,
             reads="rl",
             ranks=run.ranks,
-            after=frozen_after,
+            after=_after(*frozen_after, anchor_stage),
             outputs=("frozen_control",),
         )
         run.evaluate("frozen_control", control, ("frozen_control",), False)

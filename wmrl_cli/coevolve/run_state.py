@@ -45,6 +45,11 @@ class CoevolveRun:
         # The policy stage 1 starts from and the stages that made it (the start sets it).
         self.base: tuple[str, tuple[str, ...]] | None = None
 
+    def anchor(self) -> tuple[str | None, str | None]:
+        """(the store, the stage) of the real successes every RL stage in imagination clones
+        (`coevolve.bc_anchor`: the judge's real rollouts of the base); (None, None) when off."""
+        return self.real_reward if self.cfg.coevolve.bc_anchor else (None, None)
+
     def check(self, name: str, wm: str, rm_path: str, data: str, after: tuple[str, ...]):
         """The world model's health check (an evaluation stage) and gate; the threshold RL is
         to use (None: no check configured). `after`: the stages of the world model, reward

@@ -73,6 +73,7 @@ READS: dict[str, tuple[str, ...]] = {
         "coevolve.trust_audit_per_task",
         "coevolve.trust_precision_floor",
         "coevolve.closed_loop_floor",
+        "coevolve.bc_anchor",
         "coevolve.curve_every",
     ),  # fmt: skip
     # The simulator control: RL from the base policy in the simulator; no world or reward model.
@@ -158,6 +159,7 @@ ADDED_OPTIONS: dict[str, Any] = {
     "algorithm.bc_data": None,
     "algorithm.bc_batch_size": 64,
     "algorithm.bc_tasks": None,
+    "coevolve.bc_anchor": 0.0,
 }
 # Keys under a section a stage kind reads that only RL uses: the audit changes what RL records
 # and the recall floor what it is paid, not how a reward model is trained or checked.

@@ -245,9 +245,11 @@ def rl_config(
     reset_set: str,
     threshold: float | None,
     train_tasks: list[str] | None = None,
+    bc_data: str | None = None,
 ) -> RunConfig:
     """The config of an RL stage in imagination on these inputs, judged at `threshold` (None:
-    the configured one), drawing its starts from `train_tasks` (None: as configured)."""
+    the configured one), drawing its starts from `train_tasks` (None: as configured), and with
+    `bc_data`, cloning that store's successes at `coevolve.bc_anchor` (rl/bc_anchor.py)."""
     sub = sub_config(
         cfg,
         out,
@@ -260,6 +262,9 @@ def rl_config(
         sub.reward_model.success_threshold = threshold
     if train_tasks is not None:
         sub.algorithm.train_tasks = train_tasks
+    if bc_data is not None:  # the store first: a coefficient without one is refused
+        sub.algorithm.bc_data = bc_data
+        sub.algorithm.bc_coef = cfg.coevolve.bc_anchor
     return sub
 
 
@@ -274,13 +279,17 @@ def rl(
     threshold: float | None = None,
     train_tasks: list[str] | None = None,
     ranks: int = 1,
+    bc_data: str | None = None,
 ) -> str:
     """RL in imagination; its `env/real_steps` start at `real_steps` (the data before it);
     `threshold`: the success threshold recalibrated on the world model's frames (None: the
-    configured one); `train_tasks`: the tasks it draws starts from (None: as configured).
-    Inputs as `train-policy` takes them (published policies in float32 with
-    their unnorm key, bf16 autocast with `training.bf16`); on `ranks` processes (ranks.py)."""
-    sub = rl_config(cfg, out, policy, world_model, reward_model, reset_set, threshold, train_tasks)
+    configured one); `train_tasks`: the tasks it draws starts from (None: as configured);
+    `bc_data`: the store of real successes it also clones (`coevolve.bc_anchor`). Inputs as
+    `train-policy` takes them (published policies in float32 with their unnorm key, bf16
+    autocast with `training.bf16`); on `ranks` processes (ranks.py)."""
+    sub = rl_config(
+        cfg, out, policy, world_model, reward_model, reset_set, threshold, train_tasks, bc_data
+    )
     return _train_policy(sub, out, real_steps, ranks)
 
 
