@@ -4,7 +4,9 @@
 # on after a refuted call (reward_model.refuted_calls=continue), 10 steps, evaluated at 5 and
 # 10 on the base's 200 held-out episodes; and RL in the real simulator from the same base, as
 # many steps, evaluated the same way (coevolve.simulator_control). Both arms' real steps sit in
-# the run's report (the imagined arm's count its data).
+# the run's report (the imagined arm's count its data). The behaviour-cloning anchor's recipe
+# (seed 2 on): add --set coevolve.bc_anchor=0.5 --set algorithm.bc_batch_size=128, and --update
+# on a run begun without it (its data, world model and judge are kept; RL runs with the anchor).
 #
 #   bash experiments/real-steps-to-gain/seed_on_cpu.sh SEED [RUNS] [--set KEY=VALUE ...]
 #
