@@ -116,3 +116,14 @@ def test_co_evolve_update_adopts_the_new_config(tmp_path, monkeypatch) -> None:
     assert "eval_trials: 3" in (tmp_path / "ce" / "config.yaml").read_text()
     both = runner.invoke(app, [*changed, "--update", "--resume"])
     assert both.exit_code == 2 and "exclude each other" in both.output
+
+
+def test_an_rl_stage_with_the_anchor_clones_the_store_at_the_runs_coefficient(tmp_path) -> None:
+    from wmrl_cli.coevolve.stages import rl_config
+
+    cfg = resolve_config("mw-coevolve-smoke", overrides=["coevolve.bc_anchor=0.5"])
+    args = (cfg, tmp_path / "stage1", "policy", "wm", "rm", "starts", None)
+    anchored = rl_config(*args, bc_data="run/data/reward_real").algorithm
+    assert (anchored.bc_coef, anchored.bc_data) == (0.5, "run/data/reward_real")
+    plain = rl_config(*args).algorithm
+    assert (plain.bc_coef, plain.bc_data) == (0.0, None)
