@@ -93,3 +93,8 @@ def test_the_methods_real_steps_split_by_kind(tmp_path) -> None:
     assert split == {"base": 300, "data": 700, "rollouts": 0, "calls": 20, "exact": 10}
     assert "| 0 / 20 / 10 |" in "\n".join(_rl_table({"stage1": act}))
     assert _method_steps_by_kind(1030, 0, {"stage1": {"steps": 2}}) is None  # logged before it
+    assert "Cloned beside RL" not in "\n".join(_rl_table({"stage1": act}))
+    for row, loss in zip(rows, (2.5, 2.25)):
+        row["train/bc/loss"] = loss  # coevolve.bc_anchor
+    (stage / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "stage1 2.500 -> 2.250." in "\n".join(_rl_table({"stage1": rl_activity(stage)}))

@@ -572,4 +572,17 @@ def _rl_table(rl_activity: dict[str, dict[str, Any]]) -> list[str]:
             f"| {name} | {act['steps']} | {act['kept_groups_fraction']:.2f} | {success} | "
             f"{act['max_grad_norm']:.3g} | {spent} |"
         )
+    anchored = [
+        f"{name} {act['bc_loss_first']:.3f} -> {act['bc_loss_last']:.3f}"
+        for name, act in rl_activity.items()
+        if "bc_loss_first" in act
+    ]
+    if anchored:
+        lines += [
+            "",
+            "Cloned beside RL, the real successes of `data/reward_real` (`coevolve.bc_anchor`; "
+            "negative log-likelihood per action token, first -> last steps): "
+            + "; ".join(anchored)
+            + ".",
+        ]
     return [*lines, ""]

@@ -19,8 +19,8 @@ def rl_activity(run_dir: Path) -> dict[str, Any] | None:
     kept groups, the largest gradient norm, whether any step changed the policy, and the
     success of its training rollouts as its environment judged them (imagination: the reward
     model's verdict), averaged over the first and the last `SUCCESS_WINDOW` steps, and the real
-    steps it spent by kind (rl/real_step_kinds.py; the data it started from left out) (None
-    without metrics)."""
+    steps it spent by kind (rl/real_step_kinds.py; the data it started from left out), and with
+    the anchor (`algorithm.bc_coef`) its loss over the same windows (None without metrics)."""
     rows = read_metric_rows(Path(run_dir))
     if not rows:
         return None
@@ -37,6 +37,11 @@ def rl_activity(run_dir: Path) -> dict[str, Any] | None:
         window = max(1, min(SUCCESS_WINDOW, len(success) // 2))
         activity["train_success_first"] = float(np.mean(success[:window]))
         activity["train_success_last"] = float(np.mean(success[-window:]))
+    cloned = [float(r["train/bc/loss"]) for r in rows if "train/bc/loss" in r]
+    if cloned:  # algorithm.bc_coef: the anchor's loss on the real successes it clones
+        window = max(1, min(SUCCESS_WINDOW, len(cloned) // 2))
+        activity["bc_loss_first"] = float(np.mean(cloned[:window]))
+        activity["bc_loss_last"] = float(np.mean(cloned[-window:]))
     spent = {
         k: int(rows[-1][f"env/real_steps_{k}"])
         for k in KINDS[1:]
