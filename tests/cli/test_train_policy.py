@@ -110,12 +110,16 @@ def test_resume_after_kill_matches_uninterrupted(assets, tmp_path, monkeypatch, 
 
 # the simulator's variant in the slow suite (the 15-minute budget); test_distributed_eval and
 # test_ranks run 2 simulator ranks in the default suite
-@pytest.mark.parametrize("where", ["imagined", pytest.param("simulator", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "where", ["imagined", "anchored", pytest.param("simulator", marks=pytest.mark.slow)]
+)
 def test_two_ranks_stay_in_sync(assets, tmp_path, where) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run_args = args if where == "imagined" else sim_args
+    run_args = sim_args if where == "simulator" else args
     # in the simulator, the reset sampler that learns from every rank's outcomes
     extra = ["--set", "algorithm.reset_sampling=varied_outcome"] if where == "simulator" else []
+    if where == "anchored":  # the anchor's second backward per update, its batch split by rank
+        extra = [*bc_options(assets / "demos"), "--set", "algorithm.bc_batch_size=16"]
     cmd = [
         sys.executable,
         "-m",
@@ -136,7 +140,8 @@ def test_two_ranks_stay_in_sync(assets, tmp_path, where) -> None:
     if where == "simulator":  # it saw all 8 episodes of both steps, decayed once per step
         assert sum(ranks[0]["sampler"]["trials"]) == pytest.approx(8 * 0.9 + 8)
     logged = metrics(tmp_path / "ddp" / "metrics.jsonl")[-1]
-    for key in ("env/episode_len", "train/actor/policy_loss", "rollout/advantages_mean"):
+    keys = ["env/episode_len", "train/actor/policy_loss", "rollout/advantages_mean"]
+    for key in [*keys, *(["train/bc/loss"] if where == "anchored" else [])]:
         mean = (ranks[0]["last_metrics"][key] + ranks[1]["last_metrics"][key]) / 2
         assert logged[key] == pytest.approx(mean, rel=1e-6, abs=1e-7), key
     # Real steps are summed over ranks: 8 episodes per RL step, whatever their lengths.

@@ -159,10 +159,13 @@ def test_sharded_train_policy_runs_and_its_export_loads_in_eval(assets, tmp_path
     with the policy gathered),
     the optimizer's shards in the checkpoint, and a consolidated policy that `eval` reads."""
     run = tmp_path / "fsdp"
-    proc = _two_ranks([*args(assets, run, 2, algo="grpo", envs=8), *FSDP])
+    # with RL's anchor: a second forward and backward per update through the sharded policy
+    anchor = ["--set", "algorithm.bc_coef=0.5", "--set", f"algorithm.bc_data={assets / 'demos'}"]
+    proc = _two_ranks([*args(assets, run, 2, algo="grpo", envs=8), *FSDP, *anchor])
     assert "memory plan per GPU" not in proc.stdout  # a CPU run: no GPU phases (zeros)
     rows = metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2] and "eval/success_once" in rows[-1]
+    assert rows[-1]["train/bc/loss"] > 0
     sharded = run / "checkpoints" / "step_000002" / "training_state" / "sharded"
     assert (sharded / ".metadata").is_file() and len(list(sharded.glob("*.distcp"))) == 2
     assert not list((run / "checkpoints").glob(".sharded-*"))  # moved into the checkpoint
@@ -178,7 +181,7 @@ def test_sharded_train_policy_runs_and_its_export_loads_in_eval(assets, tmp_path
     # Continued on one process (a co-evolve stage rerun without --num-processes): the sharded
     # optimizer state is read whole (until 2026-11-28 this stopped, naming the checkpoint
     # damaged)
-    one = runner.invoke(app, [*args(assets, run, 3, algo="grpo", envs=8), *FSDP])
+    one = runner.invoke(app, [*args(assets, run, 3, algo="grpo", envs=8), *FSDP, *anchor])
     assert one.exit_code == 0, one.output
     assert "resuming policy training from step_000002" in one.output
     assert [r["step"] for r in metrics(run / "metrics.jsonl")] == [1, 2, 3]

@@ -367,8 +367,13 @@ class OpenVLAOFT(nn.Module):
         l1 = (
             (decode(self.action_tokenizer.index_to_token(predicted)) - decode(targets)).abs().mean()
         )
+        loss = -out.log_probs.mean()
+        if out.values is not None:
+            # a zero gradient for the value head, not none: DDP reduces every parameter at each
+            # backward and stops at the next forward where one had no gradient (RL's anchor)
+            loss = loss + 0.0 * out.values.sum()
         return BCLoss(
-            loss=-out.log_probs.mean(),
+            loss=loss,
             token_accuracy=(predicted == index).float().mean(),
             l1=l1,
         )
