@@ -35,10 +35,10 @@ def build_bc_dataset(
     """Every step of the store's episodes (its successful ones only, by default; of the tasks
     named in `tasks` only, where given) as a sample."""
     frames, chunks, prompt_ids, instructions = [], [], [], []
-    for episode in store:
+    # the other tasks' episodes are left out by the index, unread
+    ids = [i for i, entry in enumerate(store.index) if tasks is None or entry["task_name"] in tasks]
+    for episode in store.iter_ids(ids):
         if only_success and not episode.succeeded:
-            continue
-        if tasks is not None and episode.task_name not in tasks:
             continue
         if episode.instruction not in instructions:
             instructions.append(episode.instruction)

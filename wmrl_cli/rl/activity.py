@@ -32,16 +32,13 @@ def rl_activity(run_dir: Path) -> dict[str, Any] | None:
         "max_grad_norm": max(grad),
         "updated": max(grad) > 0.0,
     }
-    success = [float(r["env/success_once"]) for r in rows if "env/success_once" in r]
-    if success:
-        window = max(1, min(SUCCESS_WINDOW, len(success) // 2))
-        activity["train_success_first"] = float(np.mean(success[:window]))
-        activity["train_success_last"] = float(np.mean(success[-window:]))
-    cloned = [float(r["train/bc/loss"]) for r in rows if "train/bc/loss" in r]
-    if cloned:  # algorithm.bc_coef: the anchor's loss on the real successes it clones
-        window = max(1, min(SUCCESS_WINDOW, len(cloned) // 2))
-        activity["bc_loss_first"] = float(np.mean(cloned[:window]))
-        activity["bc_loss_last"] = float(np.mean(cloned[-window:]))
+    # algorithm.bc_coef: the anchor's loss on the real successes it clones
+    for metric, name in (("env/success_once", "train_success"), ("train/bc/loss", "bc_loss")):
+        values = [float(r[metric]) for r in rows if metric in r]
+        if values:
+            window = max(1, min(SUCCESS_WINDOW, len(values) // 2))
+            activity[f"{name}_first"] = float(np.mean(values[:window]))
+            activity[f"{name}_last"] = float(np.mean(values[-window:]))
     spent = {
         k: int(rows[-1][f"env/real_steps_{k}"])
         for k in KINDS[1:]
